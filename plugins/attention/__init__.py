@@ -1,0 +1,1 @@
+"""trt_fusedattn::FusedAttention: contract, kernels, launch plan, TensorRT registration."""

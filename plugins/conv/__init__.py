@@ -1,0 +1,1 @@
+"""trt_fusedattn::FusedConv: contract, kernels, launch plan, TensorRT registration."""

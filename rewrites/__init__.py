@@ -1,0 +1,26 @@
+"""Pattern rewrites, one module per family: each finds sites, checks them, replaces each with one custom node.
+
+A family module exposes ``rewrite(graph: onnx_graphsurgeon.Graph) -> list[Site]``: it edits the graph in
+place (the driver cleans up and sorts afterwards) and returns one Site per candidate it found, fused or
+left alone with one reason.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class Site:
+    """One candidate subgraph: what it is, whether it was fused, and the one reason if it was not."""
+
+    family: str                 # "attention" or "conv"
+    anchor: str                 # name of the node the match started from (e.g. the Softmax or the Conv)
+    fused: bool
+    op: str = ""                # the custom op emitted, e.g. "trt_fusedattn::FusedAttention"
+    node: str = ""              # name of the emitted node
+    shapes: dict = field(default_factory=dict)   # e.g. {"Q": [1, 8, 128, 64], ...} as far as known
+    details: dict = field(default_factory=dict)  # e.g. {"causal": 1, "mask": "bool", "layout": "BSHD"}
+    reason: str = ""            # why it was left alone (empty when fused)
+
+    def to_dict(self) -> dict:
+        return asdict(self)

@@ -89,15 +89,20 @@ class OpContract:
     def is_node(self, node: onnx.NodeProto) -> bool:
         return node.domain == self.domain and node.op_type == self.name
 
+    def explicit_attributes(self, **attrs) -> dict:
+        """The given attributes, checked, less those equal to their default (as ONNX leaves them out).
+
+        The form both ``onnx.helper.make_node`` and ``onnx_graphsurgeon.Node(attrs=...)`` take."""
+        resolved = self.resolve(attrs)
+        return {k: list(v) if isinstance(v, tuple) else v
+                for k, v in resolved.items() if k in attrs and v != self.attribute(k).default}
+
     def make_node(self, inputs: Sequence[str], outputs: Sequence[str], name: str = "", **attrs) -> onnx.NodeProto:
-        """An ONNX node of this op; attributes equal to their default are left out, as ONNX does."""
+        """An ONNX node of this op (a missing optional input in the middle is the empty name ``""``)."""
         if len(inputs) > len(self.inputs):
             raise ValueError(f"{self.qualified_name} takes at most {len(self.inputs)} inputs, got {len(inputs)}")
-        resolved = self.resolve(attrs)
-        explicit = {k: v for k, v in resolved.items() if k in attrs and v != self.attribute(k).default}
         return helper.make_node(self.name, list(inputs), list(outputs), name=name or None,
-                                domain=self.domain, **{k: list(v) if isinstance(v, tuple) else v
-                                                       for k, v in explicit.items()})
+                                domain=self.domain, **self.explicit_attributes(**attrs))
 
     def opset(self) -> onnx.OperatorSetIdProto:
         return helper.make_opsetid(self.domain, self.version)

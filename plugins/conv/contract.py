@@ -85,7 +85,7 @@ def fused_conv_reference(x, w, shift=None, scale=None, residual=None, *, strides
     xs = quantize_e4m3(x, input_scale) if input_scale else x
     y = conv_reference(xs, w, strides=strides or (1,) * nd, pads=pads or (0,) * 2 * nd,
                        dilations=dilations or (1,) * nd, group=group)
-    channel = (slice(None), slice(None)) + (None,) * nd
+    channel = (slice(None),) + (None,) * nd  # [K] -> [K, 1, ...], broadcast over [N, K, ...]
     if scale is not None:
         y = y * np.asarray(scale, np.float64)[channel]
     if shift is not None:

@@ -1,0 +1,195 @@
+"""Launch a LaunchPlan's kernel on the caller's stream through the CUDA driver API (cuda-python), as TensorRT would.
+
+    arch = device_arch(device)                           # "sm_90a" on H100/H200, "sm_80", "sm_86", "sm_89", ...
+    plan = plan_attention(shapes, dtypes, attrs, arch)   # ints only here
+    launch(plan, arch, [q.ptr, k.ptr, v.ptr], [o.ptr], stream=handle, device=q.device)
+
+The kernel's arguments are the input pointers (None entries, i.e. missing optional inputs, are dropped), then the
+plan's scalars as int32, then the output pointers: TensorRT's AOT plugin ABI. The device's primary context (the
+one torch and CuPy use) is made current for the launch. Compiled PTX is loaded once per (source, arch, defines,
+device) in this process: a source edited while the process runs is not reloaded.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+from typing import Sequence
+
+from trt_fusedattn.launcher.compile import compile_ptx
+from trt_fusedattn.launcher.plan import LaunchPlan
+
+DEFAULT_SHARED_LIMIT = 48 * 1024  # dynamic shared memory above this needs the opt-in attribute
+_INT32 = (-(2 ** 31), 2 ** 31 - 1)
+
+
+class LaunchError(RuntimeError):
+    """No usable GPU/driver/cuda-python, or a driver call failed; the message names the call and the error."""
+
+
+@functools.lru_cache(maxsize=None)
+def driver():
+    """cuda-python's driver module (``cuda.bindings.driver``, or ``cuda.cuda`` before cuda-bindings 12.6), initialised."""
+    try:
+        from cuda.bindings import driver as drv
+    except ImportError:
+        try:
+            from cuda import cuda as drv
+        except ImportError:
+            raise LaunchError("cuda-python is not installed: pip install 'cuda-bindings>=12.6' "
+                              "(or trt_fusedattn[gpu])") from None
+    try:
+        (err,) = drv.cuInit(0)
+    except Exception as exc:  # the driver library itself is missing (cuda.pathfinder raises)
+        raise LaunchError(f"no NVIDIA driver found ({type(exc).__name__}); install the NVIDIA driver and run on a "
+                          "machine with a GPU") from None
+    if err != drv.CUresult.CUDA_SUCCESS:
+        raise LaunchError(f"cuInit failed: {_error_text(drv, err)}; is an NVIDIA GPU visible "
+                          "(CUDA_VISIBLE_DEVICES, driver loaded)?")
+    return drv
+
+
+def _error_text(drv, err) -> str:
+    name = drv.cuGetErrorName(err)[1]
+    desc = drv.cuGetErrorString(err)[1]
+    decode = lambda b: b.decode() if isinstance(b, bytes) else str(b)  # noqa: E731
+    return f"{decode(name)} ({decode(desc)})"
+
+
+def check(result, what: str):
+    """Unpack a cuda-python result tuple ``(CUresult, *values)``; raise LaunchError naming ``what`` on failure."""
+    drv = driver()
+    err, *values = result if isinstance(result, tuple) else (result,)
+    if err != drv.CUresult.CUDA_SUCCESS:
+        raise LaunchError(f"{what} failed: {_error_text(drv, err)}")
+    return values[0] if len(values) == 1 else tuple(values) or None
+
+
+def device_count() -> int:
+    return check(driver().cuDeviceGetCount(), "cuDeviceGetCount")
+
+
+@functools.lru_cache(maxsize=None)
+def _device(ordinal: int):
+    count = device_count()
+    if not 0 <= ordinal < count:
+        raise LaunchError(f"no CUDA device {ordinal}: this machine has {count}")
+    return check(driver().cuDeviceGet(ordinal), f"cuDeviceGet({ordinal})")
+
+
+def device_attribute(ordinal: int, name: str) -> int:
+    """``cuDeviceGetAttribute`` by short name, e.g. ``MAX_SHARED_MEMORY_PER_BLOCK_OPTIN``."""
+    drv = driver()
+    attr = getattr(drv.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}")
+    return check(drv.cuDeviceGetAttribute(attr, _device(ordinal)), f"cuDeviceGetAttribute({name})")
+
+
+@functools.lru_cache(maxsize=None)
+def device_arch(ordinal: int = 0) -> str:
+    """The arch our kernels are compiled for on this device: ``sm_80``, ``sm_86``, ``sm_89``, ``sm_90a``, ...
+    (arch-specific ``a`` from Hopper on, since wgmma/tcgen05 need it)."""
+    major = device_attribute(ordinal, "COMPUTE_CAPABILITY_MAJOR")
+    minor = device_attribute(ordinal, "COMPUTE_CAPABILITY_MINOR")
+    return f"sm_{major}{minor}" + ("a" if major >= 9 else "")
+
+
+@functools.lru_cache(maxsize=None)
+def primary_context(ordinal: int):
+    """The device's primary context, retained for the life of the process (shared with torch, CuPy, the runtime)."""
+    return check(driver().cuDevicePrimaryCtxRetain(_device(ordinal)), f"cuDevicePrimaryCtxRetain({ordinal})")
+
+
+@contextlib.contextmanager
+def current_context(ordinal: int):
+    """Make device ``ordinal``'s primary context current for the block, restoring the caller's afterwards."""
+    drv = driver()
+    ctx = primary_context(ordinal)
+    current = check(drv.cuCtxGetCurrent(), "cuCtxGetCurrent")
+    if current is not None and int(current) == int(ctx):
+        yield ctx
+        return
+    check(drv.cuCtxPushCurrent(ctx), "cuCtxPushCurrent")
+    try:
+        yield ctx
+    finally:
+        check(drv.cuCtxPopCurrent(), "cuCtxPopCurrent")
+
+
+def pointer_device(ptr: int) -> int:
+    """The ordinal of the device that owns device pointer ``ptr``; 0 when no driver can be asked."""
+    try:
+        drv = driver()
+    except LaunchError:
+        return 0
+    attr = drv.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+    err, ordinal = drv.cuPointerGetAttribute(attr, ptr)
+    if err != drv.CUresult.CUDA_SUCCESS:
+        raise LaunchError(f"0x{ptr:x} is not a CUDA device pointer ({_error_text(drv, err)}); "
+                          "pass a CUDA device array")
+    return int(ordinal)
+
+
+@functools.lru_cache(maxsize=None)
+def _load_function(source: str, arch: str, defines: tuple, kernel: str, ordinal: int):
+    """(module, function, shared memory opt-in set so far) for one specialization on one device."""
+    drv = driver()
+    ptx = compile_ptx(source, arch, dict(defines))
+    with current_context(ordinal):
+        module = check(drv.cuModuleLoadData(ptx.encode() + b"\0"),
+                       f"cuModuleLoadData({source.rsplit('/', 1)[-1]}, {arch}) on device {ordinal} "
+                       f"({device_arch(ordinal)})")
+        function = check(drv.cuModuleGetFunction(module, kernel.encode()),
+                         f"cuModuleGetFunction({kernel!r}): is it declared extern \"C\" __global__?")
+    return module, function, [DEFAULT_SHARED_LIMIT]
+
+
+def _as_int(value, what: str) -> int:
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise LaunchError(f"{what} is {value!r}: the direct launcher needs plain ints (plan made with int shapes)")
+    return int(value)
+
+
+def _allow_shared_memory(function, opted_in: list, shared: int, ordinal: int):
+    if shared <= opted_in[0]:
+        return
+    limit = device_attribute(ordinal, "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN")
+    if shared > limit:
+        raise LaunchError(f"kernel wants {shared} bytes of shared memory; device {ordinal} allows {limit}")
+    drv = driver()
+    check(drv.cuFuncSetAttribute(function, drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                 shared), "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
+    opted_in[0] = shared
+
+
+def kernel_arguments(pointers_in: Sequence, scalars: Sequence, pointers_out: Sequence) -> list:
+    """ctypes values in the AOT ABI order: input pointers (None dropped), int32 scalars, output pointers."""
+    args = [ctypes.c_uint64(int(getattr(p, "ptr", p))) for p in pointers_in if p is not None]
+    for i, s in enumerate(scalars):
+        value = _as_int(s, f"scalar {i}")
+        if not _INT32[0] <= value <= _INT32[1]:
+            raise LaunchError(f"scalar {i} = {value} does not fit the kernel's int32 argument")
+        args.append(ctypes.c_int32(value))
+    return args + [ctypes.c_uint64(int(getattr(p, "ptr", p))) for p in pointers_out]
+
+
+def launch(plan: LaunchPlan, arch: str | None, pointers_in: Sequence, pointers_out: Sequence, *,
+           stream: int = 0, device: int = 0) -> None:
+    """Compile (cached), load (once) and launch ``plan``'s kernel on ``stream`` (a raw CUstream handle, 0 for the
+    legacy default) of ``device``. Pointers are ints or DeviceArrays; ``arch`` None means the device's. An empty
+    grid (a zero-sized dimension) launches nothing. Asynchronous, like any kernel launch."""
+    arch = arch or device_arch(device)
+    grid = tuple(_as_int(g, f"grid[{i}]") for i, g in enumerate(plan.grid))
+    block = tuple(_as_int(b, f"block[{i}]") for i, b in enumerate(plan.block))
+    grid, block = (grid + (1, 1))[:3], (block + (1, 1))[:3]
+    shared = _as_int(plan.shared_mem, "shared_mem")
+    args = kernel_arguments(pointers_in, plan.scalars, pointers_out)
+    if 0 in grid:
+        return
+    defines = tuple(sorted(plan.defines.items()))
+    _, function, opted_in = _load_function(str(plan.source), arch, defines, plan.kernel, device)
+    drv = driver()
+    params = (ctypes.c_void_p * len(args))(*[ctypes.addressof(a) for a in args])
+    with current_context(device):
+        _allow_shared_memory(function, opted_in, shared, device)
+        check(drv.cuLaunchKernel(function, *grid, *block, shared, drv.CUstream(stream), ctypes.addressof(params), 0),
+              f"cuLaunchKernel({plan.kernel}, grid={grid}, block={block}, shared={shared})")

@@ -1,0 +1,523 @@
+"""Conv family: [Pad] Conv [BatchNormalization | Add(per-channel constant)]* [activation] [Add(residual) [activation]]
+becomes one ``trt_fusedattn::FusedConv`` node.
+
+Matching follows dataflow from each Conv; every absorbed intermediate must be read only inside the chain (a tensor
+used elsewhere ends the chain before it, and the site says where and why in ``details["chain_end"]``). Constant
+epilogues fold in float64: BatchNorm into W and shift, bias and per-channel constant adds into shift; W is then cast
+back to its dtype and stored OHWI. A Conv the op cannot express is left alone with one reason.
+
+Residual rule: when both operands of the Add are ends of conv chains (a ResNet projection shortcut), the Conv
+later in topological order takes the Add, and the earlier chain's output becomes its residual input.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from trt_fusedattn.plugins.conv.contract import FUSED_CONV
+from trt_fusedattn.rewrites import Site
+from trt_fusedattn.rewrites._graph import (constant_value, consumers, is_graph_output, is_present, names_in_use,
+                                           producer, same_shape, scalar_value, sole_consumer, tensor_shapes,
+                                           unique_name)
+
+FAMILY = "conv"
+_WEIGHT_DTYPES = (np.float16, np.float32, np.float64)
+_SQRT_HALF = math.sqrt(0.5)
+_GELU_TANH_SCALE = math.sqrt(2.0 / math.pi)
+_GELU_TANH_CUBIC = 0.044715
+# Ops an activation subgraph is built from (each reads the chain's tensor or scalar constants only).
+_ELEMENTWISE = {"Mul", "Div", "Add", "Pow", "Erf", "Tanh", "Sigmoid", "HardSigmoid", "HardSwish", "Clip", "Relu",
+                "LeakyRelu", "Gelu", "Swish"}
+_ACTIVATION_DEPTH = 8  # the longest activation decomposition (gelu_tanh) spans 8 nodes
+
+
+class _Leave(Exception):
+    """A Conv the fused op cannot take; the message is the site's one reason."""
+
+
+@dataclass(frozen=True)
+class _Activation:
+    """An activation found in the graph: contract name and parameters, its output, the nodes it spans."""
+
+    name: str
+    alpha: float
+    beta: float
+    out: gs.Variable | None
+    nodes: tuple
+
+    def describe(self) -> str:
+        params = {"clip": (self.alpha, self.beta), "leaky_relu": (self.alpha,),
+                  "hard_sigmoid": (self.alpha, self.beta)}.get(self.name)
+        return f"{self.name}({', '.join(f'{p:g}' for p in params)})" if params else self.name
+
+
+_NO_ACTIVATION = _Activation("none", 0.0, 0.0, None, ())
+
+
+@dataclass
+class _Chain:
+    """One matched site: the Conv, its folded constants, and the tensors the fused node reads and writes."""
+
+    conv: gs.Node
+    x: gs.Variable
+    weight: np.ndarray                      # float64, ONNX layout [K, C/G, *kernel]
+    weight_dtype: np.dtype
+    shift: np.ndarray | None                # float64 [K]
+    conv_attrs: dict
+    tail: gs.Variable                       # output before the residual add
+    activation: _Activation = _NO_ACTIVATION
+    bn_folded: int = 0
+    pad_folded: bool = False
+    add: gs.Node | None = None
+    residual: gs.Variable | None = None
+    post_activation: _Activation = _NO_ACTIVATION
+    out: gs.Variable | None = None
+    chain_end: str = ""
+    details: dict = field(default_factory=dict)
+
+    def drop_residual(self, why: str) -> None:
+        self.add, self.residual, self.post_activation, self.out = None, None, _NO_ACTIVATION, self.tail
+        self.chain_end = why
+
+
+def rewrite(graph: gs.Graph) -> list[Site]:
+    """Replace every Conv chain the fused op can express with one FusedConv node; one Site per Conv."""
+    graph.toposort()
+    shapes = tensor_shapes(graph)
+    order = {id(node): i for i, node in enumerate(graph.nodes)}
+    chains, sites = [], []
+    for conv in [node for node in graph.nodes if node.op == "Conv" and not node.domain]:
+        try:
+            chains.append(_match(conv, graph, shapes))
+        except _Leave as leave:
+            sites.append(Site(FAMILY, conv.name, False, reason=str(leave),
+                              shapes={"X": shapes.get(conv.inputs[0].name)}))
+    _pair_conv_residuals(chains, order)
+    taken = names_in_use(graph)
+    for chain in chains:
+        sites.append(_replace(chain, graph, shapes, taken))
+    return sites
+
+
+def _match(conv: gs.Node, graph: gs.Graph, shapes: dict) -> _Chain:
+    x, w = conv.inputs[0], conv.inputs[1]
+    weight = constant_value(w)
+    if weight is None:
+        origin = producer(w)
+        raise _Leave(f"weights are not constant (W comes from {origin.op if origin else 'a graph input'})")
+    spatial = weight.ndim - 2
+    if spatial == 3:
+        raise _Leave("3-D convolution is not supported (FusedConv is 1-D or 2-D)")
+    if spatial not in (1, 2):
+        raise _Leave(f"weights of rank {weight.ndim} are not a 1-D or 2-D convolution")
+    if weight.dtype not in _WEIGHT_DTYPES:
+        raise _Leave(f"weights of dtype {weight.dtype} are not supported (float16/float32 expected)")
+    shift = None
+    if len(conv.inputs) > 2 and is_present(conv.inputs[2]):
+        shift = constant_value(conv.inputs[2])
+        if shift is None:
+            raise _Leave("bias is not constant")
+        shift = shift.astype(np.float64).reshape(-1)
+    chain = _Chain(conv, x, weight.astype(np.float64), weight.dtype, shift,
+                   _conv_attributes(conv, weight.shape, shapes.get(x.name)), conv.outputs[0])
+    _fold_pad(chain, graph)
+    chain.tail = _fold_constant_epilogue(chain, graph)
+    if chain.chain_end:
+        return _finish(chain)
+    chain.activation = _match_activation(chain.tail, graph) or _NO_ACTIVATION
+    chain.tail = chain.activation.out or chain.tail
+    _match_residual(chain, graph, shapes)
+    return _finish(chain)
+
+
+def _finish(chain: _Chain) -> _Chain:
+    chain.out = chain.out or chain.tail
+    return chain
+
+
+def _conv_attributes(conv: gs.Node, weight_shape: tuple, x_shape: list | None) -> dict:
+    """strides, pads, dilations, group of the Conv, with auto_pad resolved to explicit pads."""
+    spatial, kernel = len(weight_shape) - 2, tuple(weight_shape[2:])
+    if tuple(conv.attrs.get("kernel_shape", kernel)) != kernel:
+        raise _Leave(f"kernel_shape {conv.attrs['kernel_shape']} disagrees with the weights {list(weight_shape)}")
+    strides = tuple(conv.attrs.get("strides", (1,) * spatial))
+    dilations = tuple(conv.attrs.get("dilations", (1,) * spatial))
+    auto_pad = conv.attrs.get("auto_pad", "NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+    if auto_pad == "NOTSET":
+        pads = tuple(conv.attrs.get("pads", (0,) * 2 * spatial))
+    elif auto_pad == "VALID":
+        pads = (0,) * 2 * spatial
+    elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        sizes = None if x_shape is None else x_shape[2:]
+        if sizes is None or len(sizes) != spatial or not all(isinstance(d, int) and d > 0 for d in sizes):
+            raise _Leave(f"auto_pad {auto_pad} needs static spatial input dims, X is {x_shape}")
+        begin, end = [], []
+        for size, k, s, d in zip(sizes, kernel, strides, dilations):
+            total = max(0, (math.ceil(size / s) - 1) * s + (k - 1) * d + 1 - size)
+            small, large = total // 2, total - total // 2
+            begin.append(small if auto_pad == "SAME_UPPER" else large)
+            end.append(large if auto_pad == "SAME_UPPER" else small)
+        pads = tuple(begin + end)
+    else:
+        raise _Leave(f"auto_pad {auto_pad!r} is not an ONNX Conv auto_pad")
+    return {"strides": strides, "pads": pads, "dilations": dilations, "group": int(conv.attrs.get("group", 1))}
+
+
+def _fold_pad(chain: _Chain, graph: gs.Graph) -> None:
+    """Take a zero constant-mode Pad of the spatial axes feeding only this Conv into the Conv's pads."""
+    pad = producer(chain.x)
+    if pad is None or pad.op != "Pad" or pad.domain or sole_consumer(chain.x, graph) is not chain.conv:
+        return
+    mode = pad.attrs.get("mode", "constant")
+    if (mode.decode() if isinstance(mode, bytes) else mode) != "constant":
+        return
+    if "pads" in pad.attrs:  # opset < 11
+        amounts, value = np.asarray(pad.attrs["pads"]), float(pad.attrs.get("value", 0.0))
+    else:
+        amounts = constant_value(pad.inputs[1])
+        value = scalar_value(pad.inputs[2]) if len(pad.inputs) > 2 and is_present(pad.inputs[2]) else 0.0
+        if len(pad.inputs) > 3 and is_present(pad.inputs[3]):
+            return  # explicit axes: rare, and its ranks need the input's rank resolved; keep the Pad
+    spatial = len(chain.conv_attrs["strides"])
+    if amounts is None or value != 0.0 or amounts.size != 2 * (spatial + 2):
+        return
+    begin, end = amounts[:spatial + 2], amounts[spatial + 2:]
+    if begin[:2].any() or end[:2].any() or (amounts < 0).any():
+        return
+    conv_pads = chain.conv_attrs["pads"]
+    chain.conv_attrs["pads"] = tuple(int(p) + int(a) for p, a in zip(conv_pads, list(begin[2:]) + list(end[2:])))
+    chain.x, chain.pad_folded = pad.inputs[0], True
+
+
+def _fold_constant_epilogue(chain: _Chain, graph: gs.Graph) -> gs.Variable:
+    """Fold BatchNormalization and per-channel constant Adds that follow the Conv; return the tensor reached."""
+    tensor = chain.tail
+    channels = chain.weight.shape[0]
+    while True:
+        node = sole_consumer(tensor, graph)
+        if node is None:
+            chain.chain_end = _used_elsewhere(tensor, graph)
+            return tensor
+        if node.op == "BatchNormalization" and not node.domain and node.inputs[0] is tensor:
+            why = _fold_batch_norm(chain, node, channels)
+        elif node.op == "Add" and not node.domain:
+            bias = _per_channel(_other_operand(node, tensor), channels, chain.weight.ndim)
+            if bias is None:
+                return tensor
+            chain.shift, why = bias if chain.shift is None else chain.shift + bias, ""
+        else:
+            return tensor
+        if why:
+            chain.chain_end = why
+            return tensor
+        tensor = node.outputs[0]
+
+
+def _fold_batch_norm(chain: _Chain, bn: gs.Node, channels: int) -> str:
+    """Fold an inference-form BatchNormalization into W and shift; the reason it cannot be folded, or ''."""
+    if int(bn.attrs.get("training_mode", 0)) or any(consumers(out) for out in bn.outputs[1:]):
+        return f"BatchNormalization {bn.name} is in training form (its running statistics are outputs)"
+    params = [constant_value(t) for t in bn.inputs[1:5]]
+    if any(p is None for p in params):
+        return f"BatchNormalization {bn.name} has non-constant parameters"
+    gamma, beta, mean, var = (np.asarray(p, np.float64).reshape(-1) for p in params)
+    if not all(p.size == channels for p in (gamma, beta, mean, var)):
+        return f"BatchNormalization {bn.name} parameters do not have the Conv's {channels} channels"
+    factor = gamma / np.sqrt(var + float(bn.attrs.get("epsilon", 1e-5)))
+    chain.weight = chain.weight * factor.reshape((-1,) + (1,) * (chain.weight.ndim - 1))
+    chain.shift = ((0.0 if chain.shift is None else chain.shift) - mean) * factor + beta
+    chain.bn_folded += 1
+    return ""
+
+
+def _per_channel(tensor: gs.Tensor | None, channels: int, rank: int) -> np.ndarray | None:
+    """A constant that broadcasts over a rank-``rank`` [N, K, ...] output as one value per channel, as float64
+    [K]; None for anything else."""
+    value = constant_value(tensor)
+    if value is None or not np.issubdtype(value.dtype, np.floating) or value.ndim > rank:
+        return None
+    shape = (1,) * (rank - value.ndim) + value.shape
+    if shape[0] != 1 or shape[1] not in (1, channels) or any(d != 1 for d in shape[2:]):
+        return None
+    return np.broadcast_to(value.astype(np.float64).reshape(-1), (channels,)).copy()
+
+
+def _other_operand(node: gs.Node, tensor: gs.Tensor) -> gs.Tensor | None:
+    """The input of a two-input node that is not ``tensor`` (None when both are)."""
+    if len(node.inputs) != 2:
+        return None
+    a, b = node.inputs
+    return b if a is tensor and b is not tensor else a if b is tensor and a is not tensor else None
+
+
+def _used_elsewhere(tensor: gs.Tensor, graph: gs.Graph) -> str:
+    if is_graph_output(tensor, graph):
+        return f"{tensor.name} is a graph output"
+    readers = consumers(tensor)
+    return f"{tensor.name} is read by {len(readers)} nodes" if len(readers) > 1 else ""
+
+
+def _match_residual(chain: _Chain, graph: gs.Graph, shapes: dict) -> None:
+    add = sole_consumer(chain.tail, graph)
+    if add is None:
+        chain.chain_end = _used_elsewhere(chain.tail, graph)
+        return
+    if add.op != "Add" or add.domain:
+        return
+    other = _other_operand(add, chain.tail)
+    if other is None:
+        chain.chain_end = f"{add.name} adds {chain.tail.name} to itself"
+        return
+    if constant_value(other) is not None:
+        chain.chain_end = f"{add.name} adds a constant after the activation (not a residual, not foldable)"
+        return
+    y_shape, other_shape = shapes.get(chain.tail.name), shapes.get(other.name)
+    if not same_shape(y_shape, other_shape):
+        chain.chain_end = f"{add.name}'s other operand {other.name} {other_shape} is not provably of the output's " \
+                          f"shape {y_shape}"
+        return
+    chain.add, chain.residual, chain.out = add, other, add.outputs[0]
+    chain.post_activation = _match_activation(chain.out, graph) or _NO_ACTIVATION
+    chain.out = chain.post_activation.out or chain.out
+
+
+def _pair_conv_residuals(chains: list[_Chain], order: dict) -> None:
+    """Where one Add joins two conv chains, the later Conv (topological order) keeps it; the earlier one's output
+    becomes the residual."""
+    by_add: dict[int, list[_Chain]] = {}
+    for chain in chains:
+        if chain.add is not None:
+            by_add.setdefault(id(chain.add), []).append(chain)
+    for pair in by_add.values():
+        if len(pair) == 2:
+            earlier, later = sorted(pair, key=lambda c: order[id(c.conv)])
+            earlier.drop_residual(f"{later.add.name} is taken by {later.conv.name}, which reads this output as "
+                                  f"its residual")
+
+
+def _replace(chain: _Chain, graph: gs.Graph, shapes: dict, taken: set) -> Site:
+    """Emit the FusedConv node writing the chain's output; the bypassed nodes go with the driver's cleanup."""
+    name = unique_name(f"{chain.conv.name}_FusedConv", taken)
+    perm = (0, *range(2, chain.weight.ndim), 1)
+    weight = gs.Constant(unique_name(f"{name}.W", taken),
+                         np.ascontiguousarray(chain.weight.transpose(perm)).astype(chain.weight_dtype))
+    inputs = [chain.x, weight, gs.Variable.empty(), gs.Variable.empty()]
+    if chain.shift is not None:
+        inputs[2] = gs.Constant(unique_name(f"{name}.shift", taken), chain.shift.astype(np.float32))
+    if chain.residual is not None:
+        inputs.append(chain.residual)
+    while not is_present(inputs[-1]):
+        inputs.pop()
+    attrs = dict(chain.conv_attrs, activation=chain.activation.name, post_activation=chain.post_activation.name)
+    for prefix, act in (("activation", chain.activation), ("post_activation", chain.post_activation)):
+        if act.name in ("clip", "leaky_relu", "hard_sigmoid"):
+            attrs[f"{prefix}_alpha"] = act.alpha
+        if act.name in ("clip", "hard_sigmoid"):
+            attrs[f"{prefix}_beta"] = act.beta
+    out = chain.out
+    out.inputs.clear()
+    graph.nodes.append(gs.Node(op=FUSED_CONV.name, domain=FUSED_CONV.domain, name=name, inputs=inputs,
+                               outputs=[out], attrs=FUSED_CONV.explicit_attributes(**attrs)))
+    details = {"activation": chain.activation.describe(), "bn_folded": chain.bn_folded,
+               "bias": chain.shift is not None, "pad_folded": chain.pad_folded,
+               "residual": chain.residual.name if chain.residual is not None else "",
+               "post_activation": chain.post_activation.describe()}
+    if chain.chain_end:
+        details["chain_end"] = chain.chain_end
+    return Site(FAMILY, chain.conv.name, True, op=FUSED_CONV.qualified_name, node=name,
+                shapes={"X": shapes.get(chain.x.name), "W": list(weight.values.shape), "Y": shapes.get(out.name)},
+                details=details)
+
+
+# ---- activations --------------------------------------------------------------------------------------------------
+
+def _match_activation(tensor: gs.Variable, graph: gs.Graph) -> _Activation | None:
+    """The activation that reads all of ``tensor`` (and nothing else reads its insides), in any exporter's form."""
+    if is_graph_output(tensor, graph) or not consumers(tensor):
+        return None
+    for end in _reachable_ends(tensor):
+        for matcher in (_unary_activation, _product_activation):
+            found = matcher(end, tensor)
+            if found is not None and _is_closed(found, tensor, graph):
+                return found
+    return None
+
+
+def _reachable_ends(tensor: gs.Variable) -> list[gs.Variable]:
+    """Outputs of elementwise nodes reachable from ``tensor``, the farthest first (so the longest form wins)."""
+    depth, frontier = {}, [tensor]
+    for level in range(1, _ACTIVATION_DEPTH + 1):
+        next_frontier = []
+        for t in frontier:
+            for node in consumers(t):
+                if node.op in _ELEMENTWISE and not node.domain and len(node.outputs) == 1:
+                    out = node.outputs[0]
+                    if id(out) not in depth:
+                        depth[id(out)] = (level, out)
+                        next_frontier.append(out)
+        frontier = next_frontier
+    return [out for _, out in sorted(depth.values(), key=lambda item: -item[0])]
+
+
+def _is_closed(act: _Activation, tensor: gs.Variable, graph: gs.Graph) -> bool:
+    """Whether every reader of ``tensor`` and of each inner tensor of ``act`` lies inside ``act``."""
+    inside = {id(node) for node in act.nodes}
+    if any(id(node) not in inside for node in consumers(tensor)):
+        return False
+    for node in act.nodes:
+        for out in node.outputs:
+            if out is not act.out and (is_graph_output(out, graph) or
+                                       any(id(reader) not in inside for reader in consumers(out))):
+                return False
+    return True
+
+
+def _close(value: float | None, expected: float) -> bool:
+    return value is not None and abs(value - expected) <= 2e-3 * max(1.0, abs(expected))
+
+
+def _unary_activation(end: gs.Variable, x: gs.Variable) -> _Activation | None:
+    """One ONNX activation op applied to ``x``."""
+    node = producer(end)
+    if node is None or not node.inputs or node.inputs[0] is not x:
+        return None
+    op, attrs = node.op, node.attrs
+    simple = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "HardSwish": "hard_swish"}
+    if op in simple:
+        return _Activation(simple[op], 0.0, 0.0, end, (node,))
+    if op == "LeakyRelu":
+        return _Activation("leaky_relu", float(attrs.get("alpha", 0.01)), 0.0, end, (node,))
+    if op == "HardSigmoid":
+        return _Activation("hard_sigmoid", float(attrs.get("alpha", 0.2)), float(attrs.get("beta", 0.5)), end, (node,))
+    if op == "Swish" and _close(float(attrs.get("alpha", 1.0)), 1.0):
+        return _Activation("silu", 0.0, 0.0, end, (node,))
+    if op == "Gelu":
+        approximate = attrs.get("approximate", "none")
+        approximate = approximate.decode() if isinstance(approximate, bytes) else approximate
+        return _Activation("gelu" if approximate == "none" else "gelu_tanh", 0.0, 0.0, end, (node,))
+    if op == "Clip":
+        bounds = _clip_bounds(node)
+        if bounds is None:
+            return None
+        low, high = bounds
+        if low == 0.0 and high == math.inf:
+            return _Activation("relu", 0.0, 0.0, end, (node,))
+        return _Activation("clip", low, high, end, (node,))
+    return None
+
+
+def _clip_bounds(node: gs.Node) -> tuple[float, float] | None:
+    """(min, max) of a Clip with constant bounds, attributes (opset < 11) or inputs; missing bounds are infinite."""
+    if "min" in node.attrs or "max" in node.attrs:
+        return float(node.attrs.get("min", -math.inf)), float(node.attrs.get("max", math.inf))
+    bounds = []
+    for index, missing in ((1, -math.inf), (2, math.inf)):
+        if len(node.inputs) > index and is_present(node.inputs[index]):
+            value = scalar_value(node.inputs[index])
+            if value is None:
+                return None
+            bounds.append(value)
+        else:
+            bounds.append(missing)
+    return bounds[0], bounds[1]
+
+
+def _product(tensor: gs.Tensor, x: gs.Variable, top: bool = True) -> tuple[float, list, list]:
+    """``tensor`` as coefficient * product of factors, expanding Mul, Div by a constant and Pow by 2 or 3 through
+    tensors read once; ``x`` is never expanded. Returns (coefficient, factor tensors, nodes expanded)."""
+    node = producer(tensor)
+    if tensor is x or node is None or node.domain or (not top and len(consumers(tensor)) != 1):
+        return 1.0, [tensor], []
+    a, b = (node.inputs + [None, None])[:2]
+    if node.op == "Mul":
+        for const, other in ((scalar_value(a), b), (scalar_value(b), a)):
+            if const is not None:
+                coef, factors, nodes = _product(other, x, False)
+                return const * coef, factors, nodes + [node]
+        ca, fa, na = _product(a, x, False)
+        cb, fb, nb = _product(b, x, False) if b is not a else (ca, fa, [])
+        return ca * cb, fa + fb, na + nb + [node]
+    if node.op == "Div" and scalar_value(b):
+        coef, factors, nodes = _product(a, x, False)
+        return coef / scalar_value(b), factors, nodes + [node]
+    if node.op == "Pow" and scalar_value(b) in (2.0, 3.0):
+        power = int(scalar_value(b))
+        coef, factors, nodes = _product(a, x, False)
+        return coef ** power, factors * power, nodes + [node]
+    return 1.0, [tensor], []
+
+
+def _add_constant(tensor: gs.Tensor) -> tuple[float, gs.Tensor, gs.Node] | None:
+    """(c, y, node) when ``tensor`` is Add(y, c) or Add(c, y) with a scalar constant c."""
+    node = producer(tensor)
+    if node is None or node.op != "Add" or node.domain or len(node.inputs) != 2:
+        return None
+    a, b = node.inputs
+    for const, other in ((scalar_value(b), a), (scalar_value(a), b)):
+        if const is not None:
+            return const, other, node
+    return None
+
+
+def _product_activation(end: gs.Variable, x: gs.Variable) -> _Activation | None:
+    """x * f(x) forms: silu, hard_swish (x*HardSigmoid(x), x*Relu6(x+3)/6), gelu (erf) and gelu_tanh as exported."""
+    if producer(end) is None or producer(end).op not in ("Mul", "Div"):
+        return None
+    coef, factors, nodes = _product(end, x)
+    if len(factors) != 2 or sum(f is x for f in factors) != 1:
+        return None
+    gate = factors[1] if factors[0] is x else factors[0]
+    gate_node = producer(gate)
+    if gate_node is None:
+        return None
+    found = _gate_activation(gate_node, x, coef)
+    if found is None:
+        return None
+    name, gate_nodes = found
+    return _Activation(name, 0.0, 0.0, end, tuple(nodes + gate_nodes))
+
+
+def _gate_activation(gate: gs.Node, x: gs.Variable, coef: float) -> tuple[str, list] | None:
+    """The activation x * coef * gate(x) is, with the gate's nodes, or None."""
+    if gate.op == "Sigmoid" and gate.inputs[0] is x and _close(coef, 1.0):
+        return "silu", [gate]
+    if gate.op == "HardSigmoid" and gate.inputs[0] is x and _close(coef, 1.0) and \
+            _close(float(gate.attrs.get("alpha", 0.2)), 1 / 6) and _close(float(gate.attrs.get("beta", 0.5)), 0.5):
+        return "hard_swish", [gate]
+    if gate.op == "Clip" and _close(coef, 1 / 6) and _clip_bounds(gate) == (0.0, 6.0):
+        shifted = _add_constant(gate.inputs[0])
+        if shifted is not None and shifted[1] is x and _close(shifted[0], 3.0):
+            return "hard_swish", [gate, shifted[2]]
+        return None
+    one_plus = _add_constant(gate.outputs[0])
+    if one_plus is None or not _close(one_plus[0], 1.0) or not _close(coef, 0.5):
+        return None
+    inner = producer(one_plus[1])
+    if inner is None or inner.op not in ("Erf", "Tanh"):
+        return None
+    scale, factors, nodes = _product(inner.inputs[0], x, False)
+    if inner.op == "Erf" and factors == [x] and _close(scale, _SQRT_HALF):
+        return "gelu", [gate, inner] + nodes
+    if inner.op == "Tanh" and len(factors) == 1 and _close(scale, _GELU_TANH_SCALE):
+        cubic = _add_cubic(factors[0], x)
+        if cubic is not None:
+            return "gelu_tanh", [gate, inner] + nodes + cubic
+    return None
+
+
+def _add_cubic(tensor: gs.Tensor, x: gs.Variable) -> list | None:
+    """The nodes of x + 0.044715 * x^3 (either Add order, x^3 as Pow or products), or None."""
+    node = producer(tensor)
+    if node is None or node.op != "Add" or node.domain or len(consumers(tensor)) != 1:
+        return None
+    other = _other_operand(node, x)
+    if other is None:
+        return None
+    coef, factors, nodes = _product(other, x, False)
+    if len(factors) == 3 and all(f is x for f in factors) and _close(coef, _GELU_TANH_CUBIC):
+        return [node] + nodes
+    return None

@@ -135,7 +135,8 @@ def _load_function(source: str, arch: str, defines: tuple, kernel: str, ordinal:
     drv = driver()
     ptx = compile_ptx(source, arch, dict(defines))
     with current_context(ordinal):
-        module = check(drv.cuModuleLoadData(ptx.encode() + b"\0"),
+        image = ctypes.create_string_buffer(ptx.encode())  # NUL-terminated, alive during the call
+        module = check(drv.cuModuleLoadData(ctypes.addressof(image)),
                        f"cuModuleLoadData({source.rsplit('/', 1)[-1]}, {arch}) on device {ordinal} "
                        f"({device_arch(ordinal)})")
         function = check(drv.cuModuleGetFunction(module, kernel.encode()),

@@ -1,0 +1,198 @@
+"""Real architectures from `transformers` with small configs and seeded random weights (nothing is downloaded).
+
+Each builder takes config overrides and returns a `Sample`: the model wrapped to return plain tensors, a
+function that makes fresh random inputs, and the dynamic axes the exporters should keep.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import transformers
+
+
+@dataclass
+class Sample:
+    """A model ready to export: positional inputs in `input_names` order, tensors out in `output_names` order."""
+
+    name: str
+    model: torch.nn.Module
+    make_inputs: Callable[[int, int, torch.Generator], tuple[torch.Tensor, ...]]
+    input_names: tuple[str, ...]
+    output_names: tuple[str, ...]
+    dynamic_axes: dict[str, dict[int, str]]
+    dtype: torch.dtype = torch.float32
+
+
+class TensorOutputs(torch.nn.Module):
+    """Calls a transformers model with named inputs and returns the chosen output fields as a tuple."""
+
+    def __init__(self, model: torch.nn.Module, input_names: tuple[str, ...], output_names: tuple[str, ...]):
+        super().__init__()
+        self.model = model
+        self.input_names = input_names
+        self.output_names = output_names
+
+    def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        out = self.model(**dict(zip(self.input_names, inputs)))
+        return tuple(out[name] for name in self.output_names)
+
+
+def _randomize_norms(model: torch.nn.Module, generator: torch.Generator) -> None:
+    """Give norm layers non-trivial affine parameters and BN statistics, so folding them is really tested."""
+    for module in model.modules():
+        if isinstance(module, (torch.nn.BatchNorm2d, torch.nn.LayerNorm)) or type(module).__name__.endswith("RMSNorm"):
+            with torch.no_grad():
+                if getattr(module, "weight", None) is not None:
+                    module.weight.copy_(1 + 0.2 * torch.randn(module.weight.shape, generator=generator))
+                if getattr(module, "bias", None) is not None:
+                    module.bias.copy_(0.2 * torch.randn(module.bias.shape, generator=generator))
+                if isinstance(module, torch.nn.BatchNorm2d):
+                    module.running_mean.copy_(0.2 * torch.randn(module.running_mean.shape, generator=generator))
+                    module.running_var.copy_(0.5 + torch.rand(module.running_var.shape, generator=generator))
+
+
+def _build(name: str, model_class: type, config, seed: int, dtype: torch.dtype,
+           input_names: tuple[str, ...], output_names: tuple[str, ...], make_inputs, dynamic_axes) -> Sample:
+    torch.manual_seed(seed)
+    model = model_class(config)
+    _randomize_norms(model, torch.Generator().manual_seed(seed + 1))
+    model = TensorOutputs(model, input_names, output_names).eval().to(dtype)
+    return Sample(name, model, make_inputs, input_names, output_names, dynamic_axes, dtype)
+
+
+def _text_inputs(vocab_size: int, names: tuple[str, ...]):
+    """Token ids and right-padded attention masks (every row keeps at least one token)."""
+
+    def make(batch: int, seq: int, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
+        tensors = []
+        for name in names:
+            if name.endswith("input_ids"):
+                tensors.append(torch.randint(0, vocab_size, (batch, seq), generator=generator))
+            elif name == "position_ids":
+                tensors.append(torch.arange(seq).expand(batch, seq).contiguous())
+            else:
+                lengths = torch.randint(1, seq + 1, (batch,), generator=generator)
+                lengths[0] = seq
+                tensors.append((torch.arange(seq)[None, :] < lengths[:, None]).to(torch.int64))
+        return tuple(tensors)
+
+    return make
+
+
+def _text_axes(input_names, output_names, seq_dims: dict[str, str] | None = None) -> dict[str, dict[int, str]]:
+    seq_dims = seq_dims or {}
+    return {name: {0: "batch", 1: seq_dims.get(name, "seq")} for name in (*input_names, *output_names)}
+
+
+def _image_inputs(channels: int, size: int, dtype: torch.dtype):
+    def make(batch: int, seq: int, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
+        return (torch.randn(batch, channels, size, size, generator=generator).to(dtype),)
+
+    return make
+
+
+def bert(attn_implementation: str = "sdpa", layers: int = 2, hidden: int = 32, heads: int = 2,
+         intermediate: int | None = None, vocab: int = 128, max_positions: int = 128,
+         dtype: torch.dtype = torch.float32, seed: int = 0) -> Sample:
+    """BertModel (bidirectional self-attention with a padding mask)."""
+    config = transformers.BertConfig(
+        vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+        intermediate_size=intermediate or 4 * hidden, max_position_embeddings=max_positions,
+        attn_implementation=attn_implementation)
+    inputs, outputs = ("input_ids", "attention_mask"), ("last_hidden_state",)
+    return _build(f"bert_{attn_implementation}", transformers.BertModel, config, seed, dtype, inputs, outputs,
+                  _text_inputs(vocab, inputs), _text_axes(inputs, outputs))
+
+
+def gpt2(attn_implementation: str = "sdpa", layers: int = 2, hidden: int = 32, heads: int = 2,
+         vocab: int = 128, max_positions: int = 128, dtype: torch.dtype = torch.float32, seed: int = 0) -> Sample:
+    """GPT2Model (causal self-attention plus a padding mask, no KV cache)."""
+    config = transformers.GPT2Config(
+        vocab_size=vocab, n_embd=hidden, n_layer=layers, n_head=heads, n_positions=max_positions,
+        use_cache=False, attn_implementation=attn_implementation)
+    inputs, outputs = ("input_ids", "attention_mask"), ("last_hidden_state",)
+    name = "gpt2" if attn_implementation == "sdpa" else f"gpt2_{attn_implementation}"
+    return _build(name, transformers.GPT2Model, config, seed, dtype, inputs, outputs,
+                  _text_inputs(vocab, inputs), _text_axes(inputs, outputs))
+
+
+def llama_gqa(attn_implementation: str = "sdpa", layers: int = 2, hidden: int = 64, heads: int = 4,
+              kv_heads: int = 2, intermediate: int | None = None, vocab: int = 128, max_positions: int = 128,
+              dtype: torch.dtype = torch.float32, seed: int = 0) -> Sample:
+    """LlamaModel with grouped-query attention (kv_heads < heads), rotary embeddings, causal + padding mask.
+    position_ids is an input: without it the dynamo exporter's optimizer fuses the rotary embedding into an ONNX
+    RotaryEmbedding whose cos/sin caches have batch 1, which onnxruntime rejects for batch > 1."""
+    config = transformers.LlamaConfig(
+        vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+        num_key_value_heads=kv_heads, intermediate_size=intermediate or 2 * hidden,
+        max_position_embeddings=max_positions, use_cache=False, attn_implementation=attn_implementation)
+    inputs, outputs = ("input_ids", "attention_mask", "position_ids"), ("last_hidden_state",)
+    name = "llama_gqa" if attn_implementation == "sdpa" else f"llama_gqa_{attn_implementation}"
+    return _build(name, transformers.LlamaModel, config, seed, dtype, inputs, outputs,
+                  _text_inputs(vocab, inputs), _text_axes(inputs, outputs))
+
+
+def bart(attn_implementation: str = "sdpa", layers: int = 1, hidden: int = 32, heads: int = 2,
+         vocab: int = 128, max_positions: int = 128, dtype: torch.dtype = torch.float32, seed: int = 0) -> Sample:
+    """BartModel: encoder self-attention, causal decoder self-attention, decoder-to-encoder cross-attention."""
+    config = transformers.BartConfig(
+        vocab_size=vocab, d_model=hidden, encoder_layers=layers, decoder_layers=layers,
+        encoder_attention_heads=heads, decoder_attention_heads=heads, encoder_ffn_dim=2 * hidden,
+        decoder_ffn_dim=2 * hidden, max_position_embeddings=max_positions, use_cache=False,
+        attn_implementation=attn_implementation)
+    inputs = ("input_ids", "attention_mask", "decoder_input_ids", "decoder_attention_mask")
+    outputs = ("last_hidden_state",)
+    seq_dims = {"decoder_input_ids": "decoder_seq", "decoder_attention_mask": "decoder_seq",
+                "last_hidden_state": "decoder_seq"}
+    name = "bart" if attn_implementation == "sdpa" else f"bart_{attn_implementation}"
+
+    encoder_decoder_text = _text_inputs(vocab, inputs)
+
+    def make(batch: int, seq: int, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
+        ids, mask, _, _ = encoder_decoder_text(batch, seq, generator)
+        _, _, dec_ids, dec_mask = encoder_decoder_text(batch, max(1, seq - 2), generator)
+        return ids, mask, dec_ids, dec_mask
+
+    return _build(name, transformers.BartModel, config, seed, dtype, inputs, outputs, make,
+                  _text_axes(inputs, outputs, seq_dims))
+
+
+def vit(attn_implementation: str = "sdpa", layers: int = 2, hidden: int = 32, heads: int = 2,
+        image_size: int = 32, patch_size: int = 8, dtype: torch.dtype = torch.float32, seed: int = 0) -> Sample:
+    """ViTModel (patch-embedding Conv, then bidirectional self-attention without a mask)."""
+    config = transformers.ViTConfig(
+        image_size=image_size, patch_size=patch_size, hidden_size=hidden, num_hidden_layers=layers,
+        num_attention_heads=heads, intermediate_size=4 * hidden, attn_implementation=attn_implementation)
+    outputs = ("last_hidden_state",)
+    name = "vit" if attn_implementation == "sdpa" else f"vit_{attn_implementation}"
+    return _build(name, transformers.ViTModel, config, seed, dtype, ("pixel_values",), outputs,
+                  _image_inputs(3, image_size, dtype), {"pixel_values": {0: "batch"}, outputs[0]: {0: "batch"}})
+
+
+def resnet(depths: tuple[int, ...] = (1, 1, 1, 1), hidden_sizes: tuple[int, ...] = (32, 64, 128, 256),
+           embedding_size: int = 16, image_size: int = 64, dtype: torch.dtype = torch.float32,
+           seed: int = 0) -> Sample:
+    """ResNetModel with bottleneck blocks (ResNet-50 is depths (3, 4, 6, 3), ResNet-152 (3, 8, 36, 3),
+    hidden_sizes (256, 512, 1024, 2048), embedding_size 64, image_size 224)."""
+    config = transformers.ResNetConfig(
+        embedding_size=embedding_size, hidden_sizes=list(hidden_sizes), depths=list(depths),
+        layer_type="bottleneck")
+    outputs = ("last_hidden_state", "pooler_output")
+    axes = {name: {0: "batch"} for name in ("pixel_values", *outputs)}
+    return _build("resnet", transformers.ResNetModel, config, seed, dtype, ("pixel_values",), outputs,
+                  _image_inputs(3, image_size, dtype), axes)
+
+
+def mobilenetv2(depth_multiplier: float = 0.25, image_size: int = 64, finegrained_output: bool = False,
+                tf_padding: bool = True, dtype: torch.dtype = torch.float32, seed: int = 0) -> Sample:
+    """MobileNetV2Model: inverted residuals (1x1 expand, depthwise 3x3, 1x1 project), BN, ReLU6 as Clip."""
+    config = transformers.MobileNetV2Config(
+        image_size=image_size, depth_multiplier=depth_multiplier, finegrained_output=finegrained_output,
+        tf_padding=tf_padding)
+    outputs = ("last_hidden_state", "pooler_output")
+    axes = {name: {0: "batch"} for name in ("pixel_values", *outputs)}
+    return _build("mobilenetv2", transformers.MobileNetV2Model, config, seed, dtype, ("pixel_values",), outputs,
+                  _image_inputs(3, image_size, dtype), axes)

@@ -1,0 +1,112 @@
+"""Build the catalogue's architectures and export them with both torch exporters; optionally check each export
+against torch under onnxruntime.
+
+    python -m models.generate --out DIR [--only NAME ...] [--exporter torchscript|dynamo] [--fp16]
+                              [--layers N --hidden H --heads A ...] [--check]
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import time
+from functools import partial
+from pathlib import Path
+
+import torch
+
+from models import architectures
+from models.export import EXPORTERS, export, relative_error
+
+CATALOGUE = {
+    "bert_eager": partial(architectures.bert, "eager"),
+    "bert_sdpa": partial(architectures.bert, "sdpa"),
+    "gpt2": architectures.gpt2,
+    "gpt2_eager": partial(architectures.gpt2, "eager"),
+    "llama_gqa": architectures.llama_gqa,
+    "bart": architectures.bart,
+    "vit": architectures.vit,
+    "resnet": architectures.resnet,
+    "mobilenetv2": architectures.mobilenetv2,
+}
+# The committed fp16 samples, (name, exporter). The TorchScript exporter writes an invalid model for sdpa with a
+# boolean mask in fp16 (float32 0/-inf mask added to fp16 scores), so its fp16 samples use eager attention.
+FP16_SAMPLES = (("bert_eager", "torchscript"), ("gpt2_eager", "torchscript"), ("llama_gqa", "torchscript"),
+                ("bert_sdpa", "dynamo"), ("gpt2", "dynamo"))
+FP32_SAMPLES = tuple(name for name in CATALOGUE if name != "gpt2_eager")
+# ResNet-152's layout, for `architectures.resnet(**RESNET152)`.
+RESNET152 = dict(depths=(3, 8, 36, 3), hidden_sizes=(256, 512, 1024, 2048), embedding_size=64, image_size=224)
+
+
+def build(name: str, dtype: torch.dtype = torch.float32, **overrides) -> architectures.Sample:
+    """The catalogue's `name` with the config overrides its builder accepts (others are ignored)."""
+    if name not in CATALOGUE:
+        raise ValueError(f"unknown model {name!r}: choose from {', '.join(CATALOGUE)}")
+    builder = CATALOGUE[name]
+    accepted = inspect.signature(builder).parameters
+    return builder(dtype=dtype, **{k: v for k, v in overrides.items() if k in accepted and v is not None})
+
+
+def file_name(name: str, exporter: str, dtype: torch.dtype = torch.float32) -> str:
+    """`<arch>[_fp16]_<exporter>.onnx`, the samples' naming."""
+    precision = {torch.float32: "", torch.float16: "_fp16", torch.bfloat16: "_bf16"}[dtype]
+    return f"{name}{precision}_{exporter}.onnx"
+
+
+def generate(out: str | Path, names=tuple(CATALOGUE), exporters=tuple(EXPORTERS), dtype: torch.dtype = torch.float32,
+             check: bool = True, **overrides) -> list[dict]:
+    """Export every (name, exporter) pair into `out`; one record per file with size, export seconds and (with
+    `check`) the relative error of onnxruntime against torch."""
+    records = []
+    for name in names:
+        sample = build(name, dtype, **overrides)
+        for exporter in exporters:
+            path = Path(out) / file_name(name, exporter, dtype)
+            start = time.perf_counter()
+            export(sample, path, exporter)
+            record = {"file": str(path), "bytes": path.stat().st_size, "export_s": time.perf_counter() - start}
+            if check:
+                record["rel_err"] = relative_error(sample, path)
+            records.append(record)
+            print(" ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in record.items()),
+                  flush=True)
+    return records
+
+
+def write_samples(out: str | Path) -> list[dict]:
+    """The committed sample set: every FP32_SAMPLES model with both exporters, plus FP16_SAMPLES; all checked."""
+    records = generate(out, FP32_SAMPLES)
+    for name, exporter in FP16_SAMPLES:
+        records += generate(out, (name,), (exporter,), torch.float16)
+    return records
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="directory for the .onnx files")
+    parser.add_argument("--only", nargs="+", choices=list(CATALOGUE), default=list(CATALOGUE))
+    parser.add_argument("--exporter", nargs="+", choices=list(EXPORTERS), default=list(EXPORTERS))
+    parser.add_argument("--fp16", action="store_true", help="export in float16")
+    parser.add_argument("--check", action="store_true", help="compare onnxruntime with torch on random inputs")
+    parser.add_argument("--samples", action="store_true",
+                        help="write exactly the committed sample set (models/samples/), ignoring the other options")
+    for option in ("layers", "hidden", "heads", "kv-heads", "intermediate", "vocab", "image-size", "seed"):
+        parser.add_argument(f"--{option}", type=int)
+    parser.add_argument("--depths", type=int, nargs="+", help="ResNet blocks per stage, e.g. 3 8 36 3")
+    parser.add_argument("--hidden-sizes", type=int, nargs="+", help="ResNet stage widths, e.g. 256 512 1024 2048")
+    parser.add_argument("--embedding-size", type=int, help="ResNet stem width")
+    args = parser.parse_args(argv)
+    if args.samples:
+        write_samples(args.out)
+        return
+    overrides = {k: v for k, v in vars(args).items()
+                 if k not in ("out", "only", "exporter", "fp16", "check", "samples") and v is not None}
+    for key in ("depths", "hidden_sizes"):
+        if key in overrides:
+            overrides[key] = tuple(overrides[key])
+    generate(args.out, args.only, args.exporter, torch.float16 if args.fp16 else torch.float32, args.check,
+             **overrides)
+
+
+if __name__ == "__main__":
+    main()

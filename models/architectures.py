@@ -40,25 +40,26 @@ class TensorOutputs(torch.nn.Module):
         return tuple(out[name] for name in self.output_names)
 
 
-def _randomize_norms(model: torch.nn.Module, generator: torch.Generator) -> None:
-    """Give norm layers non-trivial affine parameters and BN statistics, so folding them is really tested."""
-    for module in model.modules():
-        if isinstance(module, (torch.nn.BatchNorm2d, torch.nn.LayerNorm)) or type(module).__name__.endswith("RMSNorm"):
-            with torch.no_grad():
-                if getattr(module, "weight", None) is not None:
-                    module.weight.copy_(1 + 0.2 * torch.randn(module.weight.shape, generator=generator))
-                if getattr(module, "bias", None) is not None:
-                    module.bias.copy_(0.2 * torch.randn(module.bias.shape, generator=generator))
-                if isinstance(module, torch.nn.BatchNorm2d):
-                    module.running_mean.copy_(0.2 * torch.randn(module.running_mean.shape, generator=generator))
-                    module.running_var.copy_(0.5 + torch.rand(module.running_var.shape, generator=generator))
+def _randomize_affine(model: torch.nn.Module, generator: torch.Generator) -> None:
+    """Give every bias, every norm scale and the BN statistics non-trivial random values (transformers initializes
+    them to 0 and 1), so that folding or dropping them is really tested."""
+    with torch.no_grad():
+        for module in model.modules():
+            is_norm = isinstance(module, (torch.nn.BatchNorm2d, torch.nn.LayerNorm)) or type(module).__name__.endswith("RMSNorm")
+            if is_norm and getattr(module, "weight", None) is not None:
+                module.weight.copy_(1 + 0.2 * torch.randn(module.weight.shape, generator=generator))
+            if isinstance(getattr(module, "bias", None), torch.nn.Parameter):
+                module.bias.copy_(0.2 * torch.randn(module.bias.shape, generator=generator))
+            if isinstance(module, torch.nn.BatchNorm2d):
+                module.running_mean.copy_(0.2 * torch.randn(module.running_mean.shape, generator=generator))
+                module.running_var.copy_(0.5 + torch.rand(module.running_var.shape, generator=generator))
 
 
 def _build(name: str, model_class: type, config, seed: int, dtype: torch.dtype,
            input_names: tuple[str, ...], output_names: tuple[str, ...], make_inputs, dynamic_axes) -> Sample:
     torch.manual_seed(seed)
     model = model_class(config)
-    _randomize_norms(model, torch.Generator().manual_seed(seed + 1))
+    _randomize_affine(model, torch.Generator().manual_seed(seed + 1))
     model = TensorOutputs(model, input_names, output_names).eval().to(dtype)
     return Sample(name, model, make_inputs, input_names, output_names, dynamic_axes, dtype)
 

@@ -24,3 +24,24 @@ class Site:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+FAMILIES = ("attention", "conv")  # the order the driver runs them in
+
+
+def run_all(graph, only=None) -> list[Site]:
+    """Run each family's rewrite on ``graph`` (all, or those named in ``only``); the sites of all, in order."""
+    import importlib
+
+    sites = []
+    for family in FAMILIES:
+        if only is not None and family not in only:
+            continue
+        try:
+            module = importlib.import_module(f"{__name__}.{family}")
+        except ModuleNotFoundError as err:  # a family still being written: run the others
+            if err.name != f"{__name__}.{family}":
+                raise
+            continue
+        sites.extend(module.rewrite(graph))
+    return sites

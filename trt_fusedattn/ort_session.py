@@ -1,0 +1,224 @@
+"""Run a model under onnxruntime (CPU) with our custom nodes evaluated by Python callables.
+
+Each ``trt_fusedattn`` node runs a callable taking numpy arrays (missing optional inputs as None) and the
+node's resolved attributes as keywords, returning numpy arrays: the contract's numpy reference by default,
+or any implementation the caller passes (e.g. our CUDA kernels, by the GPU tests). The bridge is
+onnxruntime-extensions' Python custom ops, whose limits are worked around on a copy of the model:
+- an op is registered with fixed input dtypes and count and string attributes only: each distinct
+  (op, inputs present, dtypes) gets its own registered op type, and the node's attributes travel as one
+  JSON string;
+- it cannot pass float16 outputs nor bfloat16/float8 at all: such tensors are carried as float32 by Cast
+  nodes around the custom node (exact both ways) and handed to the callable in their own dtype;
+- onnxruntime reads models of IR version <= 13: the copy is labelled 13 when newer.
+"""
+from __future__ import annotations
+
+import json
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper
+
+from trt_fusedattn import io
+from trt_fusedattn.contract import DOMAIN, OpContract
+from trt_fusedattn.errors import FuseError
+from trt_fusedattn.plugins import CONTRACTS
+
+MAX_IR_VERSION = 13
+_CARRIED_AS_FLOAT = {TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.FLOAT8E4M3FN,
+                     TensorProto.FLOAT8E4M3FNUZ, TensorProto.FLOAT8E5M2, TensorProto.FLOAT8E5M2FNUZ}
+_BY_OP = {(c.domain, c.name): c for c in CONTRACTS}
+_BY_KEY = {c.qualified_name: c for c in CONTRACTS}
+
+
+@dataclass(frozen=True)
+class _Signature:
+    """What onnxruntime-extensions fixes per registered op type."""
+
+    op: str                     # qualified name of the contract
+    present: tuple              # per contract input: given or not
+    input_types: tuple          # ONNX element types of the given inputs, as the node has them
+    output_types: tuple
+
+
+_REGISTERED: dict[_Signature, str] = {}   # signature -> op type registered (registration is process-wide)
+_ACTIVE: dict[str, Callable] = {}         # qualified name -> implementation of the run in progress
+_LOCK = threading.Lock()
+
+
+def implementation_key(key) -> str:
+    """``FUSED_ATTENTION``, ``"FusedAttention"`` or ``"trt_fusedattn::FusedAttention"`` -> the qualified name."""
+    name = key.qualified_name if isinstance(key, OpContract) else str(key)
+    name = name if "::" in name else f"{DOMAIN}::{name}"
+    if name not in _BY_KEY:
+        raise ValueError(f"no custom op {name}; known: {', '.join(_BY_KEY)}")
+    return name
+
+
+def _carrier(elem_type: int) -> int:
+    return TensorProto.FLOAT if elem_type in _CARRIED_AS_FLOAT else elem_type
+
+
+def _pyop_type(elem_type: int) -> int:
+    from onnxruntime_extensions import PyCustomOpDef
+
+    names = {TensorProto.FLOAT: "dt_float", TensorProto.DOUBLE: "dt_double", TensorProto.BOOL: "dt_bool",
+             TensorProto.INT32: "dt_int32", TensorProto.INT64: "dt_int64", TensorProto.INT8: "dt_int8",
+             TensorProto.UINT8: "dt_uint8"}
+    if elem_type not in names:
+        raise FuseError(f"custom node tensors of type {TensorProto.DataType.Name(elem_type)} cannot be evaluated "
+                        f"on the CPU; verify this model on a GPU")
+    return getattr(PyCustomOpDef, names[elem_type])
+
+
+def _evaluator(contract: OpContract, sig: _Signature) -> Callable:
+    in_np = [helper.tensor_dtype_to_np_dtype(t) for t in sig.input_types]
+    out_np = [helper.tensor_dtype_to_np_dtype(t) for t in sig.output_types]
+
+    def evaluate(*arrays, attributes):
+        given = iter(a.astype(t, copy=False) for a, t in zip(arrays, in_np))
+        args = [next(given) if present else None for present in sig.present]
+        implementation = _ACTIVE.get(contract.qualified_name, contract.reference)
+        results = implementation(*args, **contract.resolve(json.loads(attributes)))
+        results = results if isinstance(results, tuple) else (results,)
+        carried = []
+        for result, dtype, elem in zip(results, out_np, sig.output_types):
+            result = np.asarray(result)
+            if result.dtype != dtype:
+                raise TypeError(f"{contract.qualified_name} implementation returned {result.dtype}, "
+                                f"the node's output is {dtype}")
+            carried.append(np.ascontiguousarray(result.astype(helper.tensor_dtype_to_np_dtype(_carrier(elem)))))
+        return tuple(carried) if len(carried) > 1 else carried[0]
+
+    return evaluate
+
+
+def _registered_op_type(contract: OpContract, sig: _Signature) -> str:
+    if sig not in _REGISTERED:
+        from onnxruntime_extensions import PyCustomOpDef, onnx_op
+
+        op_type = f"{contract.name}_{len(_REGISTERED)}"
+        onnx_op(op_type=f"{contract.domain}::{op_type}",
+                inputs=[_pyop_type(_carrier(t)) for t in sig.input_types],
+                outputs=[_pyop_type(_carrier(t)) for t in sig.output_types],
+                attrs={"attributes": PyCustomOpDef.dt_string})(_evaluator(contract, sig))
+        _REGISTERED[sig] = op_type
+    return _REGISTERED[sig]
+
+
+def _attributes_json(node: onnx.NodeProto) -> str:
+    def plain(value):
+        if isinstance(value, bytes):
+            return value.decode()
+        if isinstance(value, (list, tuple)):
+            return [plain(v) for v in value]
+        return value
+    return json.dumps({a.name: plain(helper.get_attribute_value(a)) for a in node.attribute})
+
+
+def element_types(model: onnx.ModelProto) -> dict[str, int]:
+    """ONNX element type of every tensor of the main graph that inference can type.
+
+    Custom nodes are opaque to ONNX inference: an untyped output of one takes its first input's type
+    (true of every contract), and inference runs again from there."""
+    while True:
+        with io.large_tensors_detached(model):
+            inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+        graph = inferred.graph
+        types = {v.name: v.type.tensor_type.elem_type
+                 for v in [*graph.input, *graph.value_info, *graph.output] if v.type.tensor_type.elem_type}
+        types.update({t.name: t.data_type for t in model.graph.initializer})
+        typed = [helper.make_tensor_value_info(out, types[node.input[0]], None)
+                 for node in model.graph.node if (node.domain, node.op_type) in _BY_OP and node.input[0] in types
+                 for out in node.output if out and out not in types]
+        if not typed:
+            return types
+        model.graph.value_info.extend(typed)
+
+
+def bridged_model(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` onnxruntime can run with the custom nodes bridged to Python (see module doc)."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    types = element_types(copy)
+    nodes = []
+    for node in copy.graph.node:
+        contract = _BY_OP.get((node.domain, node.op_type))
+        if contract is None:
+            if node.domain == DOMAIN:
+                raise FuseError(f"node '{node.name}' is {DOMAIN}::{node.op_type}, an op this version does not know; "
+                                f"upgrade trt_fusedattn")
+            nodes.append(node)
+            continue
+        missing = [t for t in [*node.input, *node.output] if t and t not in types]
+        if missing:
+            raise FuseError(f"cannot tell the dtype of {missing[0]} at node '{node.name}'; "
+                            f"run shape inference on the model first")
+        inputs = list(node.input) + [""] * (len(contract.inputs) - len(node.input))
+        sig = _Signature(contract.qualified_name, tuple(bool(i) for i in inputs),
+                         tuple(types[i] for i in inputs if i), tuple(types[o] for o in node.output))
+        carried_in = []
+        for name in filter(None, inputs):
+            if types[name] in _CARRIED_AS_FLOAT:
+                nodes.append(helper.make_node("Cast", [name], [f"{name}__float_{node.name}"], to=TensorProto.FLOAT))
+                name = f"{name}__float_{node.name}"
+            carried_in.append(name)
+        carried_out = [f"{o}__float" if types[o] in _CARRIED_AS_FLOAT else o for o in node.output]
+        nodes.append(helper.make_node(_registered_op_type(contract, sig), carried_in, carried_out, name=node.name,
+                                      domain=contract.domain, attributes=_attributes_json(node)))
+        nodes.extend(helper.make_node("Cast", [c], [o], to=types[o])
+                     for c, o in zip(carried_out, node.output) if c != o)
+    del copy.graph.node[:]
+    copy.graph.node.extend(nodes)
+    copy.ir_version = min(copy.ir_version, MAX_IR_VERSION)
+    return copy
+
+
+def session(model: onnx.ModelProto) -> ort.InferenceSession:
+    """An onnxruntime CPU session of a model (as given: bridge it first if it has custom nodes)."""
+    from onnxruntime_extensions import get_library_path
+
+    options = ort.SessionOptions()
+    options.register_custom_ops_library(get_library_path())
+    options.log_severity_level = 3
+    try:
+        if io.tensor_bytes(model) <= io.PROTOBUF_LIMIT // 2:
+            return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        with tempfile.TemporaryDirectory() as folder:  # too large for one buffer: external data on disk
+            path = Path(folder) / "model.onnx"
+            io.save_model(model, path, external_data=True)
+            return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    except FuseError:
+        raise
+    except Exception as err:  # onnxruntime's own exception types
+        raise FuseError(f"onnxruntime cannot load the model: {_first_line(err)}") from err
+
+
+def _first_line(err: BaseException) -> str:
+    lines = str(err).strip().splitlines()
+    return lines[0] if lines else type(err).__name__
+
+
+def run_model(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
+              implementations: Mapping | None = None) -> dict[str, np.ndarray]:
+    """Outputs of ``model`` (name -> array) on ``feeds``; custom nodes run ``implementations``
+    (contract or op name -> callable), the numpy reference where none is given."""
+    active = {implementation_key(k): f for k, f in (implementations or {}).items()}
+    runner = session(bridged_model(model))
+    names = [o.name for o in runner.get_outputs()]
+    with _LOCK:
+        _ACTIVE.clear()
+        _ACTIVE.update(active)
+        try:
+            outputs = runner.run(names, dict(feeds))
+        except Exception as err:
+            raise FuseError(f"onnxruntime failed to run the model: {_first_line(err)}") from err
+        finally:
+            _ACTIVE.clear()
+    return dict(zip(names, outputs))

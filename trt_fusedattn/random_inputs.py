@@ -1,0 +1,92 @@
+"""Random inputs of a model's shapes, valid for what the inputs mean, for verification.
+
+Dynamic dimensions: batch 2, image height/width 32, any other (sequence) 17, an odd size so kernels' tails
+are exercised; a name shared by several inputs gets one size. Floats are standard normal; integer inputs
+read by a Gather (token ids) are valid row indices of its table, others small values; inputs whose name
+says mask are padding masks: ones, with trailing zeros on some rows, never a row of zeros only.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper
+
+BATCH, IMAGE_SIDE, SEQUENCE, SMALL_INT = 2, 32, 17, 4
+
+
+def graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """The inputs a caller feeds (initializers listed as inputs, as old exporters do, left out)."""
+    weights = {t.name for t in model.graph.initializer}
+    return [i for i in model.graph.input if i.name not in weights]
+
+
+def concrete_shape(value: onnx.ValueInfoProto, dims: dict) -> list[int]:
+    """Static shape for one input; fills ``dims`` with the sizes chosen for named dimensions."""
+    tensor = value.type.tensor_type
+    rank = len(tensor.shape.dim)
+    image = rank == 4 and tensor.elem_type in _FLOATS
+    shape = []
+    for axis, dim in enumerate(tensor.shape.dim):
+        if dim.HasField("dim_value") and dim.dim_value > 0:
+            shape.append(dim.dim_value)
+            continue
+        if "batch" in dim.dim_param.lower() or axis == 0:
+            size = BATCH
+        elif image and axis >= 2:
+            size = IMAGE_SIDE
+        else:
+            size = SEQUENCE
+        if dim.dim_param:
+            size = dims.setdefault(dim.dim_param, size)
+        shape.append(size)
+    return shape
+
+
+def table_rows(model: onnx.ModelProto, name: str) -> int | None:
+    """Rows of the smallest constant table a Gather reads with ``name`` as indices (a vocabulary size)."""
+    tables = {t.name: t.dims for t in model.graph.initializer}
+    rows = []
+    for node in model.graph.node:
+        if node.op_type == "Gather" and len(node.input) > 1 and node.input[1] == name and node.input[0] in tables:
+            axis = next((helper.get_attribute_value(a) for a in node.attribute if a.name == "axis"), 0)
+            dims = tables[node.input[0]]
+            rows.append(dims[axis % len(dims)])
+    return min(rows) if rows else None
+
+
+def padding_mask(shape: list[int]) -> np.ndarray:
+    """Ones with ``r * (L // 3) % L`` trailing zeros on row r of the last axis: row 0 unpadded, no row empty."""
+    mask = np.ones(shape, dtype=np.int64)
+    rows = mask.reshape(-1, shape[-1]) if shape and shape[-1] else mask.reshape(-1, 1)
+    length = rows.shape[1]
+    for r in range(rows.shape[0]):
+        pad = (r * (length // 3)) % length if length else 0
+        rows[r, length - pad:] = 0
+    return mask
+
+
+_FLOATS = {onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
+
+
+def random_inputs(model: onnx.ModelProto, seed: int = 0, dims: dict | None = None) -> dict[str, np.ndarray]:
+    """One array per graph input. ``dims`` (name -> size) overrides the size of named dynamic dimensions."""
+    rng = np.random.default_rng(seed)
+    dims = dict(dims or {})
+    feeds = {}
+    for value in graph_inputs(model):
+        if not value.type.HasField("tensor_type"):
+            raise ValueError(f"input '{value.name}' is not a tensor; pass inputs= explicitly")
+        elem = value.type.tensor_type.elem_type
+        shape = concrete_shape(value, dims)
+        dtype = helper.tensor_dtype_to_np_dtype(elem)
+        if "mask" in value.name.lower():
+            array = padding_mask(shape)
+        elif elem in _FLOATS:
+            array = rng.standard_normal(shape)
+        elif elem == onnx.TensorProto.BOOL:
+            array = rng.integers(0, 2, shape)
+        else:
+            rows = table_rows(model, value.name)
+            array = rng.integers(0, rows if rows else SMALL_INT, shape)
+        feeds[value.name] = array.astype(dtype)
+    return feeds

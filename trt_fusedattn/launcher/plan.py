@@ -19,6 +19,16 @@ Each op has ONE plan function, in ``plugins/<op>/plan.py``, with exactly this si
   ``shared_mem`` and ``scalars`` may be symbolic. Every scalar is passed as an int32 kernel argument.
 - Raise ``ValueError`` (one line: what is unsupported, what is) for a configuration no kernel serves.
 
+Each ``plugins/<op>/plan.py`` also exports, for the TensorRT layer (shape inference) and the direct API::
+
+    output_shape_<op>(input_shapes: list[tuple | None], attrs: dict) -> tuple   # ints or symbolic, same rules
+
+(the output dtype is input 0's). A plan function that can serve TensorRT's vectorized formats takes the keyword
+``formats: tuple[str, ...] | None`` (one per contract input, None when missing, then the output; names of
+``tensorrt.TensorFormat``: ``"LINEAR"``, ``"HWC8"``, ...); the direct launcher passes none (arrays as given).
+In TensorRT, a symbolic dimension supports ``+ - * //`` with ints on either side (the TensorRT layer wraps
+TensorRT's expressions so that ``1 * d`` and ``d * 1`` both work); ``bool()`` / ``%`` / comparisons raise.
+
 Kernel argument order (the AOT ABI): the pointers of the PRESENT inputs in contract order (missing optional
 inputs pass no pointer, so say in ``defines`` which are present), then ``scalars`` as int32, then the output
 pointers. ``source`` is a ``.cu`` file; ``kernel`` its ``extern "C" __global__`` name.

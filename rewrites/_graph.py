@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
+from onnx.reference import ReferenceEvaluator
 
 _CONSTANT_ATTRS = ("value", "value_float", "value_floats", "value_int", "value_ints")
 
@@ -33,6 +34,38 @@ def _constant_node_value(node: gs.Node) -> np.ndarray | None:
             value = node.attrs[name]
             return np.asarray(value.values if isinstance(value, gs.Constant) else value)
     return None  # sparse_value / string forms: not a number a rewrite can fold
+
+
+_NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial",
+                     "Bernoulli"}
+
+
+def folded_value(tensor: gs.Tensor | None, graph: gs.Graph, max_nodes: int = 64) -> np.ndarray | None:
+    """Like ``constant_value``, and also the value of a small subgraph computed from constants only (e.g. Pad
+    amounts an exporter builds with ConstantOfShape/Concat/Slice), evaluated with onnx's reference runtime."""
+    value = constant_value(tensor)
+    if value is not None or not isinstance(tensor, gs.Variable) or producer(tensor) is None:
+        return value
+    nodes, stack, seen = [], [producer(tensor)], set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if node.domain not in (None, "", "ai.onnx") or node.op in _NONDETERMINISTIC or len(nodes) == max_nodes:
+            return None
+        nodes.append(node)
+        for source in node.inputs:
+            if isinstance(source, gs.Variable) and not source.is_empty():
+                if producer(source) is None:
+                    return None  # reaches a graph input: not a constant
+                stack.append(producer(source))
+    sub = gs.Graph(nodes=nodes, outputs=[tensor], opset=graph.opset).toposort()
+    try:
+        model = gs.export_onnx(sub, do_type_check=False)
+        return np.asarray(ReferenceEvaluator(model).run(None, {})[0])
+    except Exception:  # noqa: BLE001 - an op the reference runtime lacks: treat the tensor as not constant
+        return None
 
 
 def scalar_value(tensor: gs.Tensor | None) -> float | None:
@@ -75,25 +108,36 @@ def is_present(tensor: gs.Tensor | None) -> bool:
     return tensor is not None and not (isinstance(tensor, gs.Variable) and tensor.is_empty())
 
 
-def tensor_shapes(graph: gs.Graph) -> dict[str, list]:
-    """Shapes of the graph's variables by name: those the graph records, completed by onnx shape inference.
+def tensor_shapes(graph: gs.Graph, wanted: list[gs.Tensor]) -> dict[str, list]:
+    """Shapes of the graph's tensors by name: those the graph records, completed by onnx shape inference.
 
-    Dims are ints or symbolic names (str); a dim inference could not name is None. Inference runs on an
-    exported copy and only when some variable lacks a shape; a model it cannot handle keeps what it has."""
-    shapes = {name: list(t.shape) for name, t in graph.tensors().items()
-              if isinstance(t, gs.Variable) and t.shape is not None}
-    if all(name in shapes for name, t in graph.tensors().items() if isinstance(t, gs.Variable) and not t.is_empty()):
+    Dims are ints, symbolic names (str), or None where unknown (inference's own ``unk__`` names count as
+    unknown). Inference runs on an exported copy, only when a ``wanted`` variable's shape is not fully known;
+    per tensor the better known of recorded and inferred shape wins. A model inference fails on keeps what it has."""
+    shapes = {name: _known_dims(t.shape) for name, t in graph.tensors().items() if t.shape is not None}
+    if all(t.name in shapes and None not in shapes[t.name] for t in wanted
+           if isinstance(t, gs.Variable) and not t.is_empty()):
         return shapes
     try:
-        model = onnx.shape_inference.infer_shapes(gs.export_onnx(graph, do_type_check=False), data_prop=True)
+        model = gs.export_onnx(graph, do_type_check=False)
+        del model.graph.value_info[:]  # stale shapes from before this pass's edits must not pin inference
+        model = onnx.shape_inference.infer_shapes(model, data_prop=True)
     except Exception:  # noqa: BLE001 - inference is a best effort; sites then report the unknown shape
         return shapes
-    for info in list(model.graph.value_info) + list(model.graph.output) + list(model.graph.input):
-        if info.name in shapes or not info.type.tensor_type.HasField("shape"):
+    for info in list(model.graph.value_info) + list(model.graph.output):
+        if not info.type.tensor_type.HasField("shape"):
             continue
-        shapes[info.name] = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
-                             for d in info.type.tensor_type.shape.dim]
+        inferred = _known_dims([d.dim_value if d.HasField("dim_value") else d.dim_param
+                                for d in info.type.tensor_type.shape.dim])
+        recorded = shapes.get(info.name)
+        if recorded is None or inferred.count(None) < recorded.count(None):
+            shapes[info.name] = inferred
     return shapes
+
+
+def _known_dims(shape) -> list:
+    return [d if isinstance(d, int) or (isinstance(d, str) and d and not d.startswith("unk__")) else None
+            for d in shape]
 
 
 def same_shape(a: list | None, b: list | None) -> bool:

@@ -12,14 +12,14 @@ later in topological order takes the Add, and the earlier chain's output becomes
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import onnx_graphsurgeon as gs
 
 from trt_fusedattn.plugins.conv.contract import FUSED_CONV
 from trt_fusedattn.rewrites import Site
-from trt_fusedattn.rewrites._graph import (constant_value, consumers, is_graph_output, is_present, names_in_use,
+from trt_fusedattn.rewrites._graph import (constant_value, consumers, folded_value, is_graph_output, is_present, names_in_use,
                                            producer, same_shape, scalar_value, sole_consumer, tensor_shapes,
                                            unique_name)
 
@@ -76,7 +76,6 @@ class _Chain:
     post_activation: _Activation = _NO_ACTIVATION
     out: gs.Variable | None = None
     chain_end: str = ""
-    details: dict = field(default_factory=dict)
 
     def drop_residual(self, why: str) -> None:
         self.add, self.residual, self.post_activation, self.out = None, None, _NO_ACTIVATION, self.tail
@@ -86,12 +85,28 @@ class _Chain:
 def rewrite(graph: gs.Graph) -> list[Site]:
     """Replace every Conv chain the fused op can express with one FusedConv node; one Site per Conv."""
     graph.toposort()
-    shapes = tensor_shapes(graph)
+    convs = [node for node in graph.nodes if node.op == "Conv" and not node.domain]
+    if not convs:
+        return []
+    weights, left, padded = {}, {}, set()
+    for conv in convs:  # first, so that shapes are inferred through the Pads this pass absorbs
+        try:
+            weights[id(conv)] = _constant_weights(conv)
+        except _Leave as leave:
+            left[id(conv)] = str(leave)
+            continue
+        if _absorb_pad(conv, graph):
+            padded.add(id(conv))
+    shapes = tensor_shapes(graph, [t for node in graph.nodes if node.op in ("Conv", "Add")
+                                   for t in node.inputs[:2] + node.outputs])
     order = {id(node): i for i, node in enumerate(graph.nodes)}
     chains, sites = [], []
-    for conv in [node for node in graph.nodes if node.op == "Conv" and not node.domain]:
+    for conv in convs:
         try:
-            chains.append(_match(conv, graph, shapes))
+            if id(conv) in left:
+                raise _Leave(left[id(conv)])
+            chains.append(_match(conv, weights[id(conv)], graph, shapes))
+            chains[-1].pad_folded = id(conv) in padded
         except _Leave as leave:
             sites.append(Site(FAMILY, conv.name, False, reason=str(leave),
                               shapes={"X": shapes.get(conv.inputs[0].name)}))
@@ -102,19 +117,24 @@ def rewrite(graph: gs.Graph) -> list[Site]:
     return sites
 
 
-def _match(conv: gs.Node, graph: gs.Graph, shapes: dict) -> _Chain:
-    x, w = conv.inputs[0], conv.inputs[1]
+def _constant_weights(conv: gs.Node) -> np.ndarray:
+    """The Conv's weights, when constant and of a 1-D or 2-D convolution FusedConv takes."""
+    w = conv.inputs[1]
     weight = constant_value(w)
     if weight is None:
         origin = producer(w)
         raise _Leave(f"weights are not constant (W comes from {origin.op if origin else 'a graph input'})")
-    spatial = weight.ndim - 2
-    if spatial == 3:
+    if weight.ndim == 5:
         raise _Leave("3-D convolution is not supported (FusedConv is 1-D or 2-D)")
-    if spatial not in (1, 2):
+    if weight.ndim not in (3, 4):
         raise _Leave(f"weights of rank {weight.ndim} are not a 1-D or 2-D convolution")
     if weight.dtype not in _WEIGHT_DTYPES:
         raise _Leave(f"weights of dtype {weight.dtype} are not supported (float16/float32 expected)")
+    return weight
+
+
+def _match(conv: gs.Node, weight: np.ndarray, graph: gs.Graph, shapes: dict) -> _Chain:
+    x = conv.inputs[0]
     shift = None
     if len(conv.inputs) > 2 and is_present(conv.inputs[2]):
         shift = constant_value(conv.inputs[2])
@@ -123,7 +143,6 @@ def _match(conv: gs.Node, graph: gs.Graph, shapes: dict) -> _Chain:
         shift = shift.astype(np.float64).reshape(-1)
     chain = _Chain(conv, x, weight.astype(np.float64), weight.dtype, shift,
                    _conv_attributes(conv, weight.shape, shapes.get(x.name)), conv.outputs[0])
-    _fold_pad(chain, graph)
     chain.tail = _fold_constant_epilogue(chain, graph)
     if chain.chain_end:
         return _finish(chain)
@@ -138,6 +157,11 @@ def _finish(chain: _Chain) -> _Chain:
     return chain
 
 
+def _auto_pad(conv: gs.Node) -> str:
+    value = conv.attrs.get("auto_pad", "NOTSET")
+    return value.decode() if isinstance(value, bytes) else value
+
+
 def _conv_attributes(conv: gs.Node, weight_shape: tuple, x_shape: list | None) -> dict:
     """strides, pads, dilations, group of the Conv, with auto_pad resolved to explicit pads."""
     spatial, kernel = len(weight_shape) - 2, tuple(weight_shape[2:])
@@ -145,8 +169,7 @@ def _conv_attributes(conv: gs.Node, weight_shape: tuple, x_shape: list | None) -
         raise _Leave(f"kernel_shape {conv.attrs['kernel_shape']} disagrees with the weights {list(weight_shape)}")
     strides = tuple(conv.attrs.get("strides", (1,) * spatial))
     dilations = tuple(conv.attrs.get("dilations", (1,) * spatial))
-    auto_pad = conv.attrs.get("auto_pad", "NOTSET")
-    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+    auto_pad = _auto_pad(conv)
     if auto_pad == "NOTSET":
         pads = tuple(conv.attrs.get("pads", (0,) * 2 * spatial))
     elif auto_pad == "VALID":
@@ -167,30 +190,35 @@ def _conv_attributes(conv: gs.Node, weight_shape: tuple, x_shape: list | None) -
     return {"strides": strides, "pads": pads, "dilations": dilations, "group": int(conv.attrs.get("group", 1))}
 
 
-def _fold_pad(chain: _Chain, graph: gs.Graph) -> None:
-    """Take a zero constant-mode Pad of the spatial axes feeding only this Conv into the Conv's pads."""
-    pad = producer(chain.x)
-    if pad is None or pad.op != "Pad" or pad.domain or sole_consumer(chain.x, graph) is not chain.conv:
-        return
+def _absorb_pad(conv: gs.Node, graph: gs.Graph) -> bool:
+    """Move a zero constant-mode Pad of the spatial axes, read only by this Conv, into the Conv's own pads
+    (an equivalent Conv; the Pad is removed, its pads' subgraph goes with cleanup). Skipped under SAME auto_pad, whose pads depend on size."""
+    x, auto_pad = conv.inputs[0], _auto_pad(conv)
+    pad = producer(x)
+    if pad is None or pad.op != "Pad" or pad.domain or auto_pad not in ("NOTSET", "VALID") \
+            or sole_consumer(x, graph) is not conv:
+        return False
     mode = pad.attrs.get("mode", "constant")
     if (mode.decode() if isinstance(mode, bytes) else mode) != "constant":
-        return
-    if "pads" in pad.attrs:  # opset < 11
-        amounts, value = np.asarray(pad.attrs["pads"]), float(pad.attrs.get("value", 0.0))
-    else:
-        amounts = constant_value(pad.inputs[1])
-        value = scalar_value(pad.inputs[2]) if len(pad.inputs) > 2 and is_present(pad.inputs[2]) else 0.0
-        if len(pad.inputs) > 3 and is_present(pad.inputs[3]):
-            return  # explicit axes: rare, and its ranks need the input's rank resolved; keep the Pad
-    spatial = len(chain.conv_attrs["strides"])
-    if amounts is None or value != 0.0 or amounts.size != 2 * (spatial + 2):
-        return
-    begin, end = amounts[:spatial + 2], amounts[spatial + 2:]
-    if begin[:2].any() or end[:2].any() or (amounts < 0).any():
-        return
-    conv_pads = chain.conv_attrs["pads"]
-    chain.conv_attrs["pads"] = tuple(int(p) + int(a) for p, a in zip(conv_pads, list(begin[2:]) + list(end[2:])))
-    chain.x, chain.pad_folded = pad.inputs[0], True
+        return False
+    if len(pad.inputs) < 2 or len(pad.inputs) > 3 and is_present(pad.inputs[3]):
+        return False  # opset < 11 attribute form, or explicit axes (opset 18): kept as a Pad node
+    amounts = folded_value(pad.inputs[1], graph)
+    value = folded_value(pad.inputs[2], graph) if len(pad.inputs) > 2 and is_present(pad.inputs[2]) else 0.0
+    rank = conv.inputs[1].shape and len(conv.inputs[1].shape) or constant_value(conv.inputs[1]).ndim
+    if amounts is None or value is None or np.any(value) or amounts.size != 2 * rank or (amounts < 0).any() \
+            or amounts[:2].any() or amounts[rank:rank + 2].any():
+        return False
+    spatial = rank - 2
+    own = conv.attrs.get("pads", (0,) * 2 * spatial) if auto_pad == "NOTSET" else (0,) * 2 * spatial
+    added = list(amounts[2:rank]) + list(amounts[rank + 2:])
+    conv.attrs["pads"] = [int(p) + int(a) for p, a in zip(own, added)]
+    conv.attrs["auto_pad"] = "NOTSET"
+    conv.inputs[0] = pad.inputs[0]
+    pad.inputs.clear()  # so that it is nobody's reader while this pass decides on single consumers
+    pad.outputs.clear()
+    graph.nodes.remove(pad)
+    return True
 
 
 def _fold_constant_epilogue(chain: _Chain, graph: gs.Graph) -> gs.Variable:

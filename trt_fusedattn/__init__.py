@@ -34,3 +34,9 @@ def attention(q, k, v, **kwargs):
     imported on first call so ``import trt_fusedattn`` needs no GPU libraries."""
     from trt_fusedattn.plugins.attention.api import attention as run
     return run(q, k, v, **kwargs)
+
+
+def conv2d(x, w, bias=None, **kwargs):
+    """FusedConv on channels-last GPU arrays (see ``trt_fusedattn.plugins.conv.api.conv2d``); imports on call."""
+    from trt_fusedattn.plugins.conv.api import conv2d as _conv2d
+    return _conv2d(x, w, bias, **kwargs)

@@ -1,0 +1,30 @@
+// The element type of a FusedConv specialization (CONV_BF16 = 0: float16, 1: bfloat16) and its conversions.
+#pragma once
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+#if CONV_BF16
+typedef __nv_bfloat16 elem_t;
+typedef __nv_bfloat162 elem2_t;
+__device__ __forceinline__ float to_float(elem_t v) { return __bfloat162float(v); }
+__device__ __forceinline__ elem_t from_float(float v) { return __float2bfloat16_rn(v); }
+__device__ __forceinline__ elem2_t pack2(float a, float b) { return __floats2bfloat162_rn(a, b); }
+#else
+typedef __half elem_t;
+typedef __half2 elem2_t;
+__device__ __forceinline__ float to_float(elem_t v) { return __half2float(v); }
+__device__ __forceinline__ elem_t from_float(float v) { return __float2half_rn(v); }
+__device__ __forceinline__ elem2_t pack2(float a, float b) { return __floats2half2_rn(a, b); }
+#endif
+
+// VEC consecutive elements moved as one 16/8/4/2-byte access.
+template <int VEC> struct VecBits;
+template <> struct VecBits<8> { typedef uint4 type; };
+template <> struct VecBits<4> { typedef uint2 type; };
+template <> struct VecBits<2> { typedef unsigned type; };
+template <> struct VecBits<1> { typedef unsigned short type; };
+
+template <int VEC>
+struct ElemVec {
+  union { typename VecBits<VEC>::type bits; elem_t e[VEC]; };
+};

@@ -1,0 +1,114 @@
+// The FusedConv epilogue, shared by the implicit-GEMM and depthwise kernels: per-output-channel scale and shift,
+// activation, residual add, activation after the add. The activation structs are named exactly as the contract's
+// ACTIVATIONS keys, so the plan passes the attribute string straight through as -DACTIVATION=<name>.
+//
+// Compile-time inputs: ACTIVATION, ACTIVATION_ALPHA, ACTIVATION_BETA, POST_ACTIVATION, POST_ACTIVATION_ALPHA,
+// POST_ACTIVATION_BETA, HAS_SHIFT, HAS_SCALE, HAS_RESIDUAL, ACC_SCALE (the FP8 input scale, 1 otherwise).
+#pragma once
+#include "element.cuh"
+
+namespace act {
+struct none { static __device__ __forceinline__ float apply(float x, float, float) { return x; } };
+struct relu { static __device__ __forceinline__ float apply(float x, float, float) { return fmaxf(x, 0.f); } };
+struct clip {
+  static __device__ __forceinline__ float apply(float x, float lo, float hi) { return fminf(fmaxf(x, lo), hi); }
+};
+struct leaky_relu {
+  static __device__ __forceinline__ float apply(float x, float a, float) { return x >= 0.f ? x : a * x; }
+};
+struct sigmoid {
+  static __device__ __forceinline__ float apply(float x, float, float) { return 1.f / (1.f + __expf(-x)); }
+};
+struct silu {
+  static __device__ __forceinline__ float apply(float x, float, float) { return x / (1.f + __expf(-x)); }
+};
+struct hard_sigmoid {
+  static __device__ __forceinline__ float apply(float x, float a, float b) {
+    return fminf(fmaxf(a * x + b, 0.f), 1.f);
+  }
+};
+struct hard_swish {
+  static __device__ __forceinline__ float apply(float x, float, float) {
+    return x * fminf(fmaxf(x * (1.f / 6.f) + 0.5f, 0.f), 1.f);
+  }
+};
+struct gelu {
+  static __device__ __forceinline__ float apply(float x, float, float) {
+    return 0.5f * x * (1.f + erff(x * 0.70710678118654752f));
+  }
+};
+struct gelu_tanh {
+  static __device__ __forceinline__ float apply(float x, float, float) {
+    return 0.5f * x * (1.f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+  }
+};
+struct tanh { static __device__ __forceinline__ float apply(float x, float, float) { return tanhf(x); } };
+}  // namespace act
+
+#ifndef ACC_SCALE
+#define ACC_SCALE 1.0
+#endif
+
+// The optional per-channel inputs as kernel parameters, in contract order (shift, scale, residual).
+#if HAS_SHIFT
+#define SHIFT_PARAM , const float* __restrict__ shift
+#define SHIFT_ARG shift
+#else
+#define SHIFT_PARAM
+#define SHIFT_ARG nullptr
+#endif
+#if HAS_SCALE
+#define SCALE_PARAM , const float* __restrict__ scale
+#define SCALE_ARG scale
+#else
+#define SCALE_PARAM
+#define SCALE_ARG nullptr
+#endif
+#if HAS_RESIDUAL
+#define RESIDUAL_PARAM , const elem_t* __restrict__ residual
+#else
+#define RESIDUAL_PARAM
+#endif
+
+// y = act(acc * ACC_SCALE * scale[ch] + shift[ch]); absent inputs are compiled out.
+struct ChannelAffine {
+  const float* scale_ptr;
+  const float* shift_ptr;
+
+  __device__ __forceinline__ float apply(float acc, int ch) const {
+    float v = acc * float(ACC_SCALE);
+#if HAS_SCALE
+    v *= __ldg(scale_ptr + ch);
+#endif
+#if HAS_SHIFT
+    v += __ldg(shift_ptr + ch);
+#endif
+    return act::ACTIVATION::apply(v, float(ACTIVATION_ALPHA), float(ACTIVATION_BETA));
+  }
+};
+
+// post_act(y + residual): only called when HAS_RESIDUAL.
+__device__ __forceinline__ float add_residual(float y, float res) {
+  return act::POST_ACTIVATION::apply(y + res, float(POST_ACTIVATION_ALPHA), float(POST_ACTIVATION_BETA));
+}
+
+// Finish VEC consecutive output channels of one pixel from their activated values: residual add and
+// post-activation (when present), rounding, one VEC-wide store. `offset` is the element offset in Y (and residual).
+template <int VEC>
+__device__ __forceinline__ void store_output(const float (&v)[VEC], elem_t* __restrict__ y, long long offset
+#if HAS_RESIDUAL
+                                             , const elem_t* __restrict__ residual
+#endif
+) {
+  ElemVec<VEC> out;
+#if HAS_RESIDUAL
+  ElemVec<VEC> res;
+  res.bits = __ldg(reinterpret_cast<const typename VecBits<VEC>::type*>(residual + offset));
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) out.e[i] = from_float(add_residual(v[i], to_float(res.e[i])));
+#else
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) out.e[i] = from_float(v[i]);
+#endif
+  *reinterpret_cast<typename VecBits<VEC>::type*>(y + offset) = out.bits;
+}

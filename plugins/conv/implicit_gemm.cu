@@ -1,0 +1,322 @@
+// FusedConv as an implicit GEMM (cuDNN's formulation): NHWC activations, OHWI weights, the epilogue fused.
+//
+//   GEMM rows    m = (n, p, q)           M = N*P*Q output pixels
+//   GEMM columns k_out in the group      Kg = K / GROUPS (grid.z walks the groups)
+//   reduction    kg = (r, s, c)          KH*KW*Cg, flattened in OHWI order, so W is a plain [Kg, KH*KW*Cg] matrix
+// The lowered input matrix exists only tile by tile in shared memory: each thread precomputes, once, the input
+// offset and the top-left input coordinate of the output pixels it loads for, and per reduction tile turns kg into
+// (r, s, c) with one fast division by Cg (fast_divmod.cuh). Tiles stream through a STAGES-deep cp.async pipeline
+// into XOR-swizzled shared memory, are read with ldmatrix and multiplied with mma.sync m16n8k16 (fp32 accumulate).
+// The epilogue (epilogue.cuh) runs on the accumulators, stages the tile through shared memory and leaves as
+// OUT_VEC-wide stores, with the residual read the same way.
+//
+// Loaders: IN_VEC = 8 (Cg % 8 == 0) moves 16-byte chunks of 8 channels with cp.async (zero-filled outside the
+// image); IN_VEC = 1 (any Cg, e.g. the 3-channel stem) gathers elements into registers one tile ahead and stores
+// them after the tile's MMAs.
+//
+// Compile-time: CONV_BF16, KH, KW, STRIDE_H, STRIDE_W, DIL_H, DIL_W, GROUPS, BLOCK_M, BLOCK_N, BLOCK_K (32|64),
+// WARPS_M, WARPS_N, STAGES, IN_VEC, OUT_VEC, and the epilogue's defines.
+// Arguments (AOT plugin ABI): x [N,H,W,C], w [K,KH,KW,C/G], shift?, scale?, residual? [N,P,Q,K];
+// int32 N, H, W, C, K, P, Q, pad_h, pad_w; y [N,P,Q,K]. Tensors must hold < 2^31 elements.
+#include "element.cuh"
+#include "fast_divmod.cuh"
+#include "epilogue.cuh"
+
+constexpr int kThreads = WARPS_M * WARPS_N * 32;
+constexpr int kWarpM = BLOCK_M / WARPS_M, kWarpN = BLOCK_N / WARPS_N;
+constexpr int kMI = kWarpM / 16, kNI = kWarpN / 8;
+constexpr int kChunks = BLOCK_K / 8;                      // 16-byte chunks per shared-memory row
+constexpr int kStageElems = (BLOCK_M + BLOCK_N) * BLOCK_K;
+constexpr int kCStride = BLOCK_N + 8;                     // padded row of the staged output tile
+static_assert(BLOCK_K == 32 || BLOCK_K == 64, "BLOCK_K is 32 or 64");
+static_assert(kWarpM % 16 == 0 && kWarpN % 16 == 0, "warp tile must be a multiple of 16x16");
+static_assert(STAGES >= 2, "at least two pipeline stages");
+
+// Element index of (row, 16-byte chunk) in a swizzled [rows][BLOCK_K] tile: the 8 rows one ldmatrix phase reads
+// land in 8 different bank groups.
+__device__ __forceinline__ int smem_index(int row, int chunk) {
+  const int swizzle = kChunks == 8 ? (row & 7) : ((row >> 1) & 3);
+  return (row * kChunks + (chunk ^ swizzle)) * 8;
+}
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return unsigned(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void cp_async_16(unsigned dst, const void* src, bool pred) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(pred ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+
+__device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+#if CONV_BF16
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+               "{%0,%1,%2,%3};\n"
+#else
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+               "{%0,%1,%2,%3};\n"
+#endif
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// One stage's MMAs: the warp's kWarpM x kWarpN accumulators += A[rows, :] * B[cols, :]^T over BLOCK_K.
+__device__ __forceinline__ void mma_stage(float (&acc)[kMI][kNI][4], const elem_t* a_tile, const elem_t* b_tile,
+                                          int warp_m, int warp_n, int lane) {
+  const unsigned a_base = smem_addr(a_tile), b_base = smem_addr(b_tile);
+#pragma unroll
+  for (int kk = 0; kk < BLOCK_K / 16; ++kk) {
+    unsigned a[kMI][4], b[kNI][2];
+#pragma unroll
+    for (int mi = 0; mi < kMI; ++mi) {
+      const int row = warp_m * kWarpM + mi * 16 + (lane & 15);
+      ldmatrix_x4(a[mi], a_base + 2 * smem_index(row, kk * 2 + (lane >> 4)));
+    }
+#pragma unroll
+    for (int nj = 0; nj < kNI / 2; ++nj) {
+      const int row = warp_n * kWarpN + nj * 16 + (lane & 7) + ((lane >> 4) << 3);
+      unsigned r[4];
+      ldmatrix_x4(r, b_base + 2 * smem_index(row, kk * 2 + ((lane >> 3) & 1)));
+      b[2 * nj][0] = r[0]; b[2 * nj][1] = r[1]; b[2 * nj + 1][0] = r[2]; b[2 * nj + 1][1] = r[3];
+    }
+#pragma unroll
+    for (int mi = 0; mi < kMI; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < kNI; ++ni) mma_16816(acc[mi][ni], a[mi], b[ni]);
+  }
+}
+
+// The input pixel window of one output row m: element offset of (n, h0, w0, group's first channel) and h0, w0.
+// Rows past M get an h0 no filter tap can bring inside the image.
+struct RowOrigin {
+  int offset, h0, w0;
+  __device__ __forceinline__ RowOrigin(int m, int M, const FastDivmod& pq_div, const FastDivmod& q_div, int H, int W,
+                                       int C, int pad_h, int pad_w, int channel0) {
+    int pq, q;
+    const int n = pq_div.divmod(m, &pq);
+    const int p = q_div.divmod(pq, &q);
+    const int h = p * STRIDE_H - pad_h;
+    w0 = q * STRIDE_W - pad_w;
+    offset = ((n * H + h) * W + w0) * C + channel0;
+    h0 = m < M ? h : -(1 << 28);
+  }
+};
+
+#if IN_VEC == 8
+// cp.async loader: thread owns one 16-byte chunk column and kRows rows of the A (and kBRows of the B) tile.
+struct TileLoader {
+  static constexpr int kRows = BLOCK_M * kChunks / kThreads;
+  static constexpr int kBRows = BLOCK_N * kChunks / kThreads;
+  static_assert(kRows >= 1 && kBRows >= 1, "tile too small for the thread count");
+  int a_offset[kRows], a_h0[kRows], a_w0[kRows];
+  int b_offset[kBRows];
+  unsigned b_valid;
+  int chunk, row0;
+
+  __device__ __forceinline__ TileLoader(int tid, int m0, int n0, int g, int M, int Kg, int Kgemm, int H, int W,
+                                        int C, int Cg, int pad_h, int pad_w, const FastDivmod& pq_div,
+                                        const FastDivmod& q_div) {
+    chunk = tid % kChunks;
+    row0 = tid / kChunks;
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      const RowOrigin o(m0 + row0 + i * (kThreads / kChunks), M, pq_div, q_div, H, W, C, pad_h, pad_w, g * Cg);
+      a_offset[i] = o.offset; a_h0[i] = o.h0; a_w0[i] = o.w0;
+    }
+    b_valid = 0;
+#pragma unroll
+    for (int j = 0; j < kBRows; ++j) {
+      const int kout = n0 + row0 + j * (kThreads / kChunks);
+      b_offset[j] = (g * Kg + kout) * Kgemm;
+      b_valid |= unsigned(kout < Kg) << j;
+    }
+  }
+
+  __device__ __forceinline__ void load(elem_t* stage, int k0, const elem_t* x, const elem_t* w, int H, int W,
+                                       int C, int Kgemm, const FastDivmod& cg_div) {
+    const int kg = k0 + chunk * 8;
+    int c;
+    const int rs = cg_div.divmod(kg, &c);
+    const int r = rs / KW, s = rs - (rs / KW) * KW;
+    const int dh = r * DIL_H, dw = s * DIL_W;
+    const int delta = (dh * W + dw) * C + c;
+    const bool k_ok = kg < Kgemm;
+    const unsigned a_base = smem_addr(stage), b_base = smem_addr(stage + BLOCK_M * BLOCK_K);
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      const int row = row0 + i * (kThreads / kChunks);
+      const bool ok = k_ok && unsigned(a_h0[i] + dh) < unsigned(H) && unsigned(a_w0[i] + dw) < unsigned(W);
+      cp_async_16(a_base + 2 * smem_index(row, chunk), ok ? x + a_offset[i] + delta : x, ok);
+    }
+#pragma unroll
+    for (int j = 0; j < kBRows; ++j) {
+      const int row = row0 + j * (kThreads / kChunks);
+      const bool ok = k_ok && ((b_valid >> j) & 1);
+      cp_async_16(b_base + 2 * smem_index(row, chunk), ok ? w + b_offset[j] + kg : w, ok);
+    }
+  }
+};
+#else
+// Element gather for channel counts that are not multiples of 8: thread owns one A row (and one B row) and a run
+// of kA (kB) consecutive reduction indices, walked incrementally through (r, s, c).
+struct TileLoader {
+  static constexpr int kASegs = kThreads / BLOCK_M, kA = BLOCK_K / kASegs;
+  static constexpr int kBSegs = kThreads / BLOCK_N, kB = BLOCK_K / kBSegs;
+  static_assert(kThreads % BLOCK_M == 0 && kThreads % BLOCK_N == 0 && kA % 8 == 0 && kB % 8 == 0,
+                "element gather needs BLOCK_M, BLOCK_N dividing the thread count in runs of 8");
+  RowOrigin a;
+  int a_row, a_seg, b_row, b_seg, b_offset;
+  bool b_ok;
+  elem_t a_vals[kA], b_vals[kB];
+
+  __device__ __forceinline__ TileLoader(int tid, int m0, int n0, int g, int M, int Kg, int Kgemm, int H, int W,
+                                        int C, int Cg, int pad_h, int pad_w, const FastDivmod& pq_div,
+                                        const FastDivmod& q_div)
+      : a(m0 + tid % BLOCK_M, M, pq_div, q_div, H, W, C, pad_h, pad_w, g * Cg) {
+    a_row = tid % BLOCK_M; a_seg = tid / BLOCK_M;
+    b_row = tid % BLOCK_N; b_seg = tid / BLOCK_N;
+    b_ok = n0 + b_row < Kg;
+    b_offset = (g * Kg + n0 + b_row) * Kgemm;
+  }
+
+  __device__ __forceinline__ void gather(int k0, const elem_t* x, const elem_t* w, int H, int W, int C, int Cg,
+                                         int Kgemm, const FastDivmod& cg_div) {
+    const elem_t zero = from_float(0.f);
+    int kg = k0 + a_seg * kA, c;
+    const int rs = cg_div.divmod(kg, &c);
+    int r = rs / KW, s = rs - (rs / KW) * KW;
+#pragma unroll
+    for (int j = 0; j < kA; ++j) {
+      const int h = a.h0 + r * DIL_H, wi = a.w0 + s * DIL_W;
+      const bool ok = kg + j < Kgemm && unsigned(h) < unsigned(H) && unsigned(wi) < unsigned(W);
+      a_vals[j] = ok ? x[a.offset + (r * DIL_H * W + s * DIL_W) * C + c] : zero;
+      if (++c == Cg) { c = 0; if (++s == KW) { s = 0; ++r; } }
+    }
+    const int kb = k0 + b_seg * kB;
+#pragma unroll
+    for (int j = 0; j < kB; ++j) b_vals[j] = b_ok && kb + j < Kgemm ? w[b_offset + kb + j] : zero;
+  }
+
+  __device__ __forceinline__ void store(elem_t* stage) const {
+#pragma unroll
+    for (int j = 0; j < kA / 8; ++j) {
+      ElemVec<8> v;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v.e[e] = a_vals[j * 8 + e];
+      *reinterpret_cast<uint4*>(stage + smem_index(a_row, a_seg * (kA / 8) + j)) = v.bits;
+    }
+#pragma unroll
+    for (int j = 0; j < kB / 8; ++j) {
+      ElemVec<8> v;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v.e[e] = b_vals[j * 8 + e];
+      *reinterpret_cast<uint4*>(stage + BLOCK_M * BLOCK_K + smem_index(b_row, b_seg * (kB / 8) + j)) = v.bits;
+    }
+  }
+};
+#endif
+
+extern "C" __global__ void __launch_bounds__(kThreads)
+fused_conv_implicit_gemm(const elem_t* __restrict__ x, const elem_t* __restrict__ w SHIFT_PARAM SCALE_PARAM
+                         RESIDUAL_PARAM, int N, int H, int W, int C, int K, int P, int Q, int pad_h, int pad_w,
+                         elem_t* __restrict__ y) {
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  elem_t* smem = reinterpret_cast<elem_t*>(smem_raw);
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int warp_m = warp % WARPS_M, warp_n = warp / WARPS_M;
+  const int Cg = C / GROUPS, Kg = K / GROUPS;
+  const int M = N * P * Q, Kgemm = KH * KW * Cg;
+  const int m0 = blockIdx.x * BLOCK_M, n0 = blockIdx.y * BLOCK_N, g = blockIdx.z;
+  const FastDivmod pq_div(P * Q), q_div(Q), cg_div(Cg);
+
+  TileLoader loader(tid, m0, n0, g, M, Kg, Kgemm, H, W, C, Cg, pad_h, pad_w, pq_div, q_div);
+
+  float acc[kMI][kNI][4];
+#pragma unroll
+  for (int mi = 0; mi < kMI; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < kNI; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.f;
+
+  const int k_tiles = (Kgemm + BLOCK_K - 1) / BLOCK_K;
+#pragma unroll
+  for (int st = 0; st < STAGES - 1; ++st) {
+    if (st < k_tiles) {
+#if IN_VEC == 8
+      loader.load(smem + st * kStageElems, st * BLOCK_K, x, w, H, W, C, Kgemm, cg_div);
+#else
+      loader.gather(st * BLOCK_K, x, w, H, W, C, Cg, Kgemm, cg_div);
+      loader.store(smem + st * kStageElems);
+#endif
+    }
+    cp_async_commit();
+  }
+
+  for (int it = 0; it < k_tiles; ++it) {
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    const int ahead = it + STAGES - 1;
+#if IN_VEC == 8
+    if (ahead < k_tiles) loader.load(smem + (ahead % STAGES) * kStageElems, ahead * BLOCK_K, x, w, H, W, C, Kgemm,
+                                     cg_div);
+    cp_async_commit();
+#else
+    if (ahead < k_tiles) loader.gather(ahead * BLOCK_K, x, w, H, W, C, Cg, Kgemm, cg_div);
+#endif
+    const elem_t* stage = smem + (it % STAGES) * kStageElems;
+    mma_stage(acc, stage, stage + BLOCK_M * BLOCK_K, warp_m, warp_n, lane);
+#if IN_VEC != 8
+    if (ahead < k_tiles) loader.store(smem + (ahead % STAGES) * kStageElems);
+#endif
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+
+  // Epilogue: scale, shift, activation on the accumulators; the tile goes through shared memory so that the
+  // residual read and the output store are OUT_VEC wide.
+  elem_t* tile = smem;
+  const ChannelAffine affine{SCALE_ARG, SHIFT_ARG};
+  const int channel0 = g * Kg + n0;
+#pragma unroll
+  for (int ni = 0; ni < kNI; ++ni) {
+    const int col = warp_n * kWarpN + ni * 8 + (lane & 3) * 2;
+    const bool ok0 = n0 + col < Kg, ok1 = n0 + col + 1 < Kg;
+#pragma unroll
+    for (int mi = 0; mi < kMI; ++mi)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = warp_m * kWarpM + mi * 16 + (lane >> 2) + half * 8;
+        const float v0 = ok0 ? affine.apply(acc[mi][ni][half * 2], channel0 + col) : 0.f;
+        const float v1 = ok1 ? affine.apply(acc[mi][ni][half * 2 + 1], channel0 + col + 1) : 0.f;
+        *reinterpret_cast<elem2_t*>(tile + row * kCStride + col) = pack2(v0, v1);
+      }
+  }
+  __syncthreads();
+  constexpr int kVecsPerRow = BLOCK_N / OUT_VEC;
+#pragma unroll 4
+  for (int idx = tid; idx < BLOCK_M * kVecsPerRow; idx += kThreads) {
+    const int row = idx / kVecsPerRow, col = (idx % kVecsPerRow) * OUT_VEC;
+    const int m = m0 + row;
+    if (m < M && n0 + col < Kg) {
+      ElemVec<OUT_VEC> staged;
+      staged.bits = *reinterpret_cast<const typename VecBits<OUT_VEC>::type*>(tile + row * kCStride + col);
+      float v[OUT_VEC];
+#pragma unroll
+      for (int e = 0; e < OUT_VEC; ++e) v[e] = to_float(staged.e[e]);
+      store_output<OUT_VEC>(v, y, (long long)m * K + channel0 + col
+#if HAS_RESIDUAL
+                            , residual
+#endif
+      );
+    }
+  }
+}

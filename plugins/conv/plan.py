@@ -1,0 +1,155 @@
+"""Launch plan of ``trt_fusedattn::FusedConv``: dimensions and attributes -> kernel specialization, grid, scalars.
+
+One function serves the direct launcher (plain ints) and TensorRT (symbolic batch/spatial dims): channel counts
+and the filter are static (they come from the weights), so every choice of kernel and tile is made on them and on
+attributes; dims that may be symbolic only enter ``+ - * //`` arithmetic for the grid and the int32 scalars.
+Activations are NHWC in memory ("channels-last"), weights OHWI, output NHWC.
+
+Kernels: ``depthwise.cu`` when each group has one input channel (group == C > 1); ``implicit_gemm.cu`` otherwise.
+Tile (implicit GEMM): BLOCK_M = 128 output pixels; BLOCK_N = 128/64/32 output channels by K/G; BLOCK_K = 64 when
+C/G is a multiple of 64, else 32; 16-byte cp.async loads when C/G is a multiple of 8, an element gather otherwise.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from trt_fusedattn.launcher.plan import LaunchPlan
+
+HERE = Path(__file__).resolve().parent
+IMPLICIT_GEMM = HERE / "implicit_gemm.cu"
+DEPTHWISE = HERE / "depthwise.cu"
+ELEMENT_DTYPES = ("float16", "bfloat16")
+ARGUMENT_ORDER = "X, W, shift?, scale?, residual?; N, H, W, C, K, P, Q, pad_h, pad_w; Y"
+
+
+def float_literal(value: float) -> str:
+    """A C++ expression for ``value`` exactly (hex float; infinities as bit patterns)."""
+    value = float(value)
+    if math.isinf(value):
+        return "__int_as_float(0x7f800000)" if value > 0 else "__int_as_float(0xff800000)"
+    if math.isnan(value):
+        raise ValueError("activation parameter is NaN; give a finite number or +-inf")
+    return value.hex()
+
+
+def _static(value, what: str) -> int:
+    if not isinstance(value, int):
+        raise ValueError(f"FusedConv needs {what} static (known when the engine is built); got {value!r}")
+    return value
+
+
+def _largest_vector(*counts: int) -> int:
+    """The widest access (8, 4, 2 or 1 elements) that divides every count."""
+    return next(v for v in (8, 4, 2, 1) if all(c % v == 0 for c in counts))
+
+
+def conv_geometry(x_shape, w_shape, attrs) -> dict:
+    """Static conv facts and (maybe symbolic) sizes, 1-D mapped onto 2-D with H = kH = 1."""
+    nd = len(x_shape) - 2
+    if nd not in (1, 2) or len(w_shape) != nd + 2:
+        raise ValueError(f"FusedConv takes 1-D or 2-D convolutions (X [N,C,(H,)W], W [K,(kH,)kW,C/G]); "
+                         f"got X {tuple(x_shape)}, W {tuple(w_shape)}")
+    k_out, *kernel, cg = (_static(d, "W's shape") for d in w_shape)
+    group = attrs["group"]
+    c = group * cg
+    if isinstance(x_shape[1], int) and x_shape[1] != c:
+        raise ValueError(f"X has {x_shape[1]} channels but W [K,...,C/G] = {tuple(w_shape)} with group={group} "
+                         f"needs {c}")
+    if k_out % group:
+        raise ValueError(f"output channels K={k_out} are not a multiple of group={group}")
+    strides = attrs["strides"] or (1,) * nd
+    pads = attrs["pads"] or (0,) * (2 * nd)
+    dilations = attrs["dilations"] or (1,) * nd
+    if len(strides) != nd or len(pads) != 2 * nd or len(dilations) != nd:
+        raise ValueError(f"strides {strides}, pads {pads}, dilations {dilations} do not fit a {nd}-D convolution")
+    if min(strides) < 1 or min(dilations) < 1 or min(pads) < 0:
+        raise ValueError(f"strides {strides} and dilations {dilations} must be >= 1, pads {pads} >= 0")
+    if nd == 1:
+        kernel, strides, dilations = [1, *kernel], (1, *strides), (1, *dilations)
+        pads, spatial = (0, pads[0], 0, pads[1]), (1, x_shape[2])
+    else:
+        spatial = tuple(x_shape[2:])
+    sizes = [(spatial[i] + pads[i] + pads[i + 2] - dilations[i] * (kernel[i] - 1) - 1) // strides[i] + 1
+             for i in range(2)]
+    return dict(N=x_shape[0], C=c, H=spatial[0], W=spatial[1], K=k_out, P=sizes[0], Q=sizes[1], G=group, Cg=cg,
+                Kg=k_out // group, KH=kernel[0], KW=kernel[1], strides=strides, dilations=dilations, pads=pads)
+
+
+def epilogue_defines(attrs, has_shift: bool, has_scale: bool, has_residual: bool) -> dict:
+    """-D defines of epilogue.cuh (activation names pass straight through: the kernels name theirs alike)."""
+    return {
+        "ACTIVATION": attrs["activation"],
+        "ACTIVATION_ALPHA": float_literal(attrs["activation_alpha"]),
+        "ACTIVATION_BETA": float_literal(attrs["activation_beta"]),
+        "POST_ACTIVATION": attrs["post_activation"],
+        "POST_ACTIVATION_ALPHA": float_literal(attrs["post_activation_alpha"]),
+        "POST_ACTIVATION_BETA": float_literal(attrs["post_activation_beta"]),
+        "HAS_SHIFT": int(has_shift), "HAS_SCALE": int(has_scale), "HAS_RESIDUAL": int(has_residual),
+    }
+
+
+def gemm_tile(cg: int, kg: int) -> dict:
+    """Tile of the implicit GEMM, chosen on the static channel counts per group."""
+    block_n, warps_m, warps_n = (128, 2, 2) if kg > 64 else (64, 2, 2) if kg > 32 else (32, 4, 1)
+    in_vec = 8 if cg % 8 == 0 else 1
+    block_k = 64 if in_vec == 8 and cg % 64 == 0 else 32
+    return dict(BLOCK_M=128, BLOCK_N=block_n, BLOCK_K=block_k, WARPS_M=warps_m, WARPS_N=warps_n,
+                STAGES=3 if block_k == 64 else 4, IN_VEC=in_vec, OUT_VEC=_largest_vector(kg))
+
+
+def gemm_shared_bytes(tile: dict) -> int:
+    """Dynamic shared memory of implicit_gemm.cu: the pipeline stages, reused for the staged output tile."""
+    stages = tile["STAGES"] * (tile["BLOCK_M"] + tile["BLOCK_N"]) * tile["BLOCK_K"] * 2
+    return max(stages, tile["BLOCK_M"] * (tile["BLOCK_N"] + 8) * 2)
+
+
+def depthwise_tile(c: int, k: int) -> dict:
+    mult = k // c
+    vec = _largest_vector(c) if mult == 1 else 1
+    groups_of_vec = -(-k // vec)
+    chunks = min(8 if vec > 1 else 32, 1 << max(0, groups_of_vec - 1).bit_length())
+    return dict(CH_MULT=mult, DW_VEC=vec, CHUNKS=chunks)
+
+
+def plan_conv(input_shapes, input_dtypes, attrs, arch: str) -> LaunchPlan:
+    """The FusedConv launch (kernel arguments: ``X, W, shift?, scale?, residual?``, then int32
+    ``N, H, W, C, K, P, Q, pad_h, pad_w``, then ``Y``)."""
+    x_shape, w_shape, shift_shape, scale_shape, residual_shape = (list(input_shapes) + [None] * 5)[:5]
+    x_dtype, w_dtype = input_dtypes[0], input_dtypes[1]
+    if attrs["input_scale"]:
+        raise ValueError("FP8 FusedConv (input_scale != 0) has no kernel yet; run the layer in float16/bfloat16")
+    if x_dtype not in ELEMENT_DTYPES or w_dtype != x_dtype:
+        raise ValueError(f"FusedConv kernels take float16 or bfloat16 X with W of the same dtype; got X {x_dtype}, "
+                         f"W {w_dtype} (cast float32 models to float16/bfloat16)")
+    for name, shape, dtype in (("shift", shift_shape, input_dtypes[2:3]), ("scale", scale_shape, input_dtypes[3:4])):
+        if shape is not None and (list(dtype) != ["float32"] or len(shape) != 1):
+            raise ValueError(f"{name} must be float32 [K]; got {dtype[0] if dtype else None} {tuple(shape)}")
+    if residual_shape is not None and input_dtypes[4] != x_dtype:
+        raise ValueError(f"residual must have X's dtype {x_dtype}; got {input_dtypes[4]}")
+    geo = conv_geometry(x_shape, w_shape, attrs)
+    for name, shape in (("shift", shift_shape), ("scale", scale_shape)):
+        if shape is not None and isinstance(shape[0], int) and shape[0] != geo["K"]:
+            raise ValueError(f"{name} has {shape[0]} entries; W has K={geo['K']} output channels")
+
+    defines = {"CONV_BF16": int(x_dtype == "bfloat16"), "KH": geo["KH"], "KW": geo["KW"],
+               "STRIDE_H": geo["strides"][0], "STRIDE_W": geo["strides"][1],
+               "DIL_H": geo["dilations"][0], "DIL_W": geo["dilations"][1],
+               **epilogue_defines(attrs, shift_shape is not None, scale_shape is not None,
+                                  residual_shape is not None)}
+    scalars = (geo["N"], geo["H"], geo["W"], geo["C"], geo["K"], geo["P"], geo["Q"], geo["pads"][0], geo["pads"][1])
+    pixels = geo["N"] * geo["P"] * geo["Q"]
+    if geo["Cg"] == 1 and geo["G"] > 1:
+        tile = depthwise_tile(geo["C"], geo["K"])
+        block_pixels, block_channels = 256 // tile["CHUNKS"], tile["CHUNKS"] * tile["DW_VEC"]
+        return LaunchPlan(source=DEPTHWISE, kernel="fused_conv_depthwise", defines={**defines, **tile},
+                          grid=((pixels + block_pixels - 1) // block_pixels,
+                                (geo["K"] + block_channels - 1) // block_channels, 1),
+                          block=(256, 1, 1), shared_mem=0, scalars=scalars)
+    tile = gemm_tile(geo["Cg"], geo["Kg"])
+    return LaunchPlan(source=IMPLICIT_GEMM, kernel="fused_conv_implicit_gemm",
+                      defines={**defines, "GROUPS": geo["G"], **tile},
+                      grid=((pixels + tile["BLOCK_M"] - 1) // tile["BLOCK_M"],
+                            (geo["Kg"] + tile["BLOCK_N"] - 1) // tile["BLOCK_N"], geo["G"]),
+                      block=(tile["WARPS_M"] * tile["WARPS_N"] * 32, 1, 1), shared_mem=gemm_shared_bytes(tile),
+                      scalars=scalars)

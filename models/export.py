@@ -18,9 +18,11 @@ EXAMPLE_BATCH, EXAMPLE_SEQ = 2, 8
 TWO_GB = 2**31
 
 
-def export(sample: Sample, path: str | os.PathLike, exporter: str, opset: int | None = None) -> Path:
+def export(sample: Sample, path: str | os.PathLike, exporter: str, opset: int | None = None,
+           fold_constants: bool = True) -> Path:
     """Write `sample` to `path` with the TorchScript (dynamo=False) or dynamo exporter; weights go to external
-    data (`<file>.data`) only when the model is over 2 GB."""
+    data (`<file>.data`) only when the model is over 2 GB. `fold_constants=False` (TorchScript only) keeps
+    BatchNormalization nodes that constant folding would merge into the Conv weights."""
     if exporter not in EXPORTERS:
         raise ValueError(f"unknown exporter {exporter!r}: use one of {sorted(EXPORTERS)}")
     path = Path(path)
@@ -34,7 +36,7 @@ def export(sample: Sample, path: str | os.PathLike, exporter: str, opset: int | 
             torch.onnx.export(
                 sample.model, args, str(path), dynamo=False, opset_version=opset,
                 input_names=list(sample.input_names), output_names=list(sample.output_names),
-                dynamic_axes=sample.dynamic_axes, do_constant_folding=True)
+                dynamic_axes=sample.dynamic_axes, do_constant_folding=fold_constants)
         else:
             program = torch.onnx.export(
                 sample.model, args, dynamo=True, opset_version=opset, input_names=list(sample.input_names),

@@ -1,0 +1,139 @@
+"""FusedAttention forward TFLOP/s beside torch SDPA's flash (FlashAttention-2) and cuDNN backends, one run, one GPU.
+
+The FlashAttention-2 grid: batch * seq = 16k tokens, hidden 2048 (head dim 64 -> 32 heads, 128 -> 16), causal and
+not, seq 512..16k, bf16 and fp16. Each kernel is captured 10x in a CUDA graph (no launch gaps), warmed up, and the
+median of event-timed replays is reported. FLOPs: 4 * B * H * S^2 * D, halved when causal.
+
+    python benchmarks/attention.py --out benchmarks/results/attention_h100.md [--quick] [--tiles 64:128x64x4,...]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import platform
+import statistics
+import subprocess
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from trt_fusedattn.launcher import device_arch, launch
+from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION
+from trt_fusedattn.plugins.attention.plan import plan_attention
+
+TOKENS, HIDDEN = 16384, 2048
+SEQS = (512, 1024, 2048, 4096, 8192, 16384)
+
+
+def time_ms(fn, reps_in_graph: int = 10, replays: int = 15) -> float:
+    """Median milliseconds of one ``fn()`` call, from replays of a CUDA graph holding ``reps_in_graph`` calls."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()  # warm-up: compile, load, autotune outside the graph
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        for _ in range(reps_in_graph):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / reps_in_graph)
+    return statistics.median(times)
+
+
+def ours(q, k, v, out, causal: bool, tile=None):
+    """A closure launching our kernel on BSHD q/k/v into ``out`` (plan made once, like an engine)."""
+    attrs = FUSED_ATTENTION.resolve({"layout": "BSHD", "causal": int(causal)})
+    arch = device_arch(q.device.index or 0)
+    plan = plan_attention([tuple(q.shape), tuple(k.shape), tuple(v.shape), None, None],
+                          [str(q.dtype).removeprefix("torch.")] * 3 + [None, None], attrs, arch, tile=tile)
+    ptrs = [q.data_ptr(), k.data_ptr(), v.data_ptr(), None, None]
+    return lambda: launch(plan, arch, ptrs, [out.data_ptr()],
+                          stream=torch.cuda.current_stream().cuda_stream, device=q.device.index or 0)
+
+
+def sdpa(q, k, v, causal: bool, backend):
+    qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))  # BSHD memory viewed as [B, H, S, D], as FA2 takes it
+
+    def run():
+        with sdpa_kernel(backend):
+            return torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+    return run
+
+
+def versions() -> str:
+    driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                            capture_output=True, text=True).stdout.strip()
+    return (f"device {torch.cuda.get_device_name()}, driver {driver}, CUDA {torch.version.cuda}, torch {torch.__version__}"
+            f", cuDNN {torch.backends.cudnn.version()}, python {platform.python_version()}, "
+            f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
+
+
+def parse_tiles(text: str) -> dict:
+    """'64:128x64x4,128:128x128x8' -> {64: [(128, 64, 4)], 128: [(128, 128, 8)]} extra tile configs to time."""
+    tiles: dict = {}
+    for item in filter(None, text.split(",")):
+        dim, cfg = item.split(":")
+        tiles.setdefault(int(dim), []).append(tuple(int(x) for x in cfg.split("x")))
+    return tiles
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", help="markdown file for the table")
+    parser.add_argument("--quick", action="store_true", help="bf16 only, seq 2k and 8k")
+    parser.add_argument("--tiles", default="", help="extra tile configs to time, e.g. 64:128x64x4")
+    args = parser.parse_args()
+    extra = parse_tiles(args.tiles)
+    dtypes = (torch.bfloat16,) if args.quick else (torch.bfloat16, torch.float16)
+    seqs = (2048, 8192) if args.quick else SEQS
+    header = ["dtype", "hd", "causal", "seq", "ours", "flash (FA2)", "cuDNN", "ours/FA2", "ours/cuDNN", "err vs FA2"]
+    header += [f"tile {d}:{'x'.join(map(str, t))}" for d, ts in extra.items() for t in ts]
+    rows = []
+    for dtype in dtypes:
+        for dim in (64, 128):
+            heads = HIDDEN // dim
+            for causal in (False, True):
+                for seq in seqs:
+                    batch = TOKENS // seq
+                    q, k, v = (torch.randn(batch, seq, heads, dim, device="cuda", dtype=dtype) for _ in range(3))
+                    out = torch.full_like(q, float("nan"))
+                    flops = 4 * batch * heads * seq * seq * dim / (2 if causal else 1)
+                    tflops = lambda ms: flops / ms / 1e9  # noqa: E731
+                    t_ours = time_ms(ours(q, k, v, out, causal))
+                    ref = sdpa(q, k, v, causal, SDPBackend.FLASH_ATTENTION)().transpose(1, 2)
+                    err = ((out.float() - ref.float()).norm() / ref.float().norm()).item()
+                    t_fa2 = time_ms(sdpa(q, k, v, causal, SDPBackend.FLASH_ATTENTION))
+                    try:
+                        t_cudnn = time_ms(sdpa(q, k, v, causal, SDPBackend.CUDNN_ATTENTION))
+                    except RuntimeError:
+                        t_cudnn = float("nan")
+                    row = [str(dtype).removeprefix("torch."), dim, int(causal), seq, f"{tflops(t_ours):.0f}",
+                           f"{tflops(t_fa2):.0f}", f"{tflops(t_cudnn):.0f}", f"{t_fa2 / t_ours:.2f}",
+                           f"{t_cudnn / t_ours:.2f}", f"{err:.1e}"]
+                    for d, ts in extra.items():
+                        for t in ts:
+                            row.append(f"{tflops(time_ms(ours(q, k, v, out, causal, t))):.0f}" if d == dim else "")
+                    rows.append(row)
+                    print(" | ".join(map(str, row)), flush=True)
+    table = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    table += ["| " + " | ".join(map(str, r)) + " |" for r in rows]
+    text = (f"# FusedAttention forward, TFLOP/s\n\n{versions()}\n\nbatch x seq = {TOKENS} tokens, hidden {HIDDEN}, "
+            f"BSHD; CUDA-graph replays, median; FLOPs 4*B*H*S^2*D (/2 causal).\n\n" + "\n".join(table) + "\n")
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+
+
+if __name__ == "__main__":
+    main()

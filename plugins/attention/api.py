@@ -1,0 +1,51 @@
+"""``attention(q, k, v, ...)``: the FusedAttention kernel on the caller's device arrays (torch, CuPy, pycuda,
+``__cuda_array_interface__`` or DLPack), on the caller's stream, returning an output of the same kind.
+
+It launches exactly the PTX and launch plan a TensorRT engine would (``plan_attention``)."""
+from __future__ import annotations
+
+from trt_fusedattn.launcher import (ArrayError, caller_stream, device_arch, device_array, empty_like_kind, launch,
+                                    require, same_device)
+from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION
+from trt_fusedattn.plugins.attention.plan import plan_attention
+
+
+def _aligned(array, name: str) -> None:
+    if array.ptr % 16:
+        raise ArrayError(f"{name} starts at 0x{array.ptr:x}, not 16-byte aligned; pass an array that owns its "
+                         "memory (e.g. .contiguous() of a fresh tensor)")
+
+
+def attention(q, k, v, *, mask=None, key_lengths=None, scale: float = 0.0, causal: bool = False,
+              causal_alignment: str = "top_left", layout: str = "BSHD", out=None, stream=None):
+    """Scaled dot-product attention as ``trt_fusedattn::FusedAttention`` defines it (see its contract).
+
+    q: [B, Lq, Hq, D] (BSHD) or [B, Hq, Lq, D] (BHSD); k, v: the same with Lkv, Hkv (Hq % Hkv == 0); float16 or
+    bfloat16, contiguous. mask: additive (q's dtype) or bool (True = attend), broadcastable to [B, Hq, Lq, Lkv].
+    key_lengths: int32 [B]. scale 0 means 1/sqrt(D). Returns ``out`` (allocated like q when None)."""
+    names = ("q", "k", "v", "mask", "key_lengths")
+    given = (q, k, v, mask, key_lengths)
+    arrays = [None if x is None else device_array(x, n) for x, n in zip(given, names)]
+    for a, n in zip(arrays[:3], names):
+        require(a, n, ndim=4, contiguous=True)
+        _aligned(a, n)
+    if arrays[3] is not None:
+        require(arrays[3], "mask", contiguous=True)
+    if arrays[4] is not None:
+        require(arrays[4], "key_lengths", dtypes=("int32",), ndim=1, contiguous=True)
+    device = same_device(arrays, names)
+    arch = device_arch(device)
+    attrs = FUSED_ATTENTION.resolve({"layout": layout, "scale": float(scale), "causal": int(bool(causal)),
+                                     "causal_alignment": causal_alignment})
+    plan = plan_attention([None if a is None else a.shape for a in arrays],
+                          [None if a is None else a.dtype for a in arrays], attrs, arch)
+    q_arr = arrays[0]
+    if out is None:
+        o = empty_like_kind(q_arr, q_arr.shape, q_arr.dtype)
+    else:
+        o = require(device_array(out, "out"), "out", dtypes=(q_arr.dtype,), contiguous=True)
+        if o.shape != q_arr.shape or o.device != device:
+            raise ArrayError(f"out has shape {o.shape} on cuda:{o.device}; expected {q_arr.shape} on cuda:{device}")
+        _aligned(o, "out")
+    launch(plan, arch, arrays, [o], stream=caller_stream(q_arr, stream), device=device)
+    return o.obj

@@ -1,0 +1,111 @@
+// trt_fusedattn::FusedAttention forward kernel (FlashAttention-2 algorithm, sm_80+): one thread block computes
+// kBlockM query rows of one (batch, head); K/V tiles stream past it through shared memory, S and P live only in
+// registers, the softmax is online (running max and sum), accumulation is fp32.
+//
+// AOT plugin ABI: input pointers (Q, K, V[, mask][, key_lengths]), int32 scalars, output pointer. Strides are in
+// elements; the output has Q's strides. Everything else is a -D constant chosen by plan.py.
+#include "attention_tile_scheduler.cuh"
+#include "attention_mainloop.cuh"
+#include "attention_softmax.cuh"
+#include "attention_epilogue.cuh"
+
+extern "C" __global__ void __launch_bounds__(kThreads) fused_attention(
+    const elem_t* __restrict__ Q, const elem_t* __restrict__ K, const elem_t* __restrict__ V,
+#if MASK_KIND != MASK_NONE
+    const mask_t* __restrict__ mask,
+#endif
+#if HAS_KEY_LENGTHS
+    const int* __restrict__ key_lengths,
+#endif
+    int batch, int heads_q, int heads_kv, int len_q, int len_kv,
+    int q_stride_b, int q_stride_h, int q_stride_s, int kv_stride_b, int kv_stride_h, int kv_stride_s,
+#if MASK_KIND != MASK_NONE
+    int mask_stride_b, int mask_stride_h, int mask_stride_q, int mask_stride_k,
+#endif
+    elem_t* __restrict__ O) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  elem_t* sQ = reinterpret_cast<elem_t*>(smem);
+  elem_t* sK = sQ + kBlockM * kRowPitch;
+  elem_t* sV = sK + kBlockN * kRowPitch;
+
+  const AttentionTile tile = schedule_tile(heads_q);
+  if (tile.batch >= batch) return;
+  const int head_kv = tile.head / (heads_q / heads_kv);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int m0 = tile.m_block * kBlockM;
+
+  const int64_t q_off = static_cast<int64_t>(tile.batch) * q_stride_b + static_cast<int64_t>(tile.head) * q_stride_h;
+  const int64_t kv_off = static_cast<int64_t>(tile.batch) * kv_stride_b + static_cast<int64_t>(head_kv) * kv_stride_h;
+  const elem_t* q_base = Q + q_off;
+  const elem_t* k_base = K + kv_off;
+  const elem_t* v_base = V + kv_off;
+
+  // Keys [0, kv_end) can be attended by some row of this block; later keys are never loaded.
+  int kv_end = len_kv;
+#if HAS_KEY_LENGTHS
+  kv_end = min(kv_end, max(key_lengths[tile.batch], 0));
+#endif
+  const int causal_offset = CAUSAL_BOTTOM_RIGHT ? len_kv - len_q : 0;
+#if CAUSAL
+  kv_end = min(kv_end, min(m0 + kBlockM, len_q) + causal_offset);
+#endif
+  const int n_tiles = kv_end > 0 ? (kv_end + kBlockN - 1) / kBlockN : 0;
+
+#if MASK_KIND != MASK_NONE
+  const mask_t* mask_base = mask + static_cast<int64_t>(tile.batch) * mask_stride_b +
+                            static_cast<int64_t>(tile.head) * mask_stride_h;
+#else
+  const mask_t* mask_base = nullptr;
+  const int mask_stride_q = 0, mask_stride_k = 0;
+#endif
+
+  load_tile_async<kBlockM>(sQ, q_base, q_stride_s, m0, len_q);
+  if (n_tiles > 0) load_tile_async<kBlockN>(sK, k_base, kv_stride_s, (n_tiles - 1) * kBlockN, len_kv);
+  cp_async_commit();
+
+  float o[kMAtoms][kDTiles][4];
+  float row_max[kMAtoms][2], row_sum[kMAtoms][2];
+#pragma unroll
+  for (int mt = 0; mt < kMAtoms; ++mt) {
+#pragma unroll
+    for (int dt = 0; dt < kDTiles; ++dt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[mt][dt][e] = 0.f;
+    row_max[mt][0] = row_max[mt][1] = -INFINITY;
+    row_sum[mt][0] = row_sum[mt][1] = 0.f;
+  }
+
+  FragmentCoords coords;
+  coords.row0 = m0 + warp * kWarpRows + lane / 4;
+  // Tiles are visited from the last to the first, so the ones needing bounds/causal checks come first.
+  for (int t = n_tiles - 1; t >= 0; --t) {
+    const int n0 = t * kBlockN;
+    cp_async_wait_all();
+    __syncthreads();  // K tile t is in smem; every warp is done with V tile t + 1
+    load_tile_async<kBlockN>(sV, v_base, kv_stride_s, n0, len_kv);
+    cp_async_commit();
+
+    float s[kMAtoms][kNTiles][4];
+    gemm_qk(s, sQ, sK, warp, lane);
+    const bool check_bounds = n0 + kBlockN > kv_end || (CAUSAL && n0 + kBlockN - 1 > m0 + causal_offset);
+    if (check_bounds || MASK_KIND != MASK_NONE || kPrescale) {
+      coords.col0 = n0 + (lane % 4) * 2;
+      mask_scores(s, coords, check_bounds, kv_end, causal_offset, len_q, mask_base, mask_stride_q, mask_stride_k);
+    }
+
+    cp_async_wait_all();
+    __syncthreads();  // V tile t is in smem; every warp is done with K tile t
+    if (t > 0) {
+      load_tile_async<kBlockN>(sK, k_base, kv_stride_s, n0 - kBlockN, len_kv);
+      cp_async_commit();
+    }
+    online_softmax(s, row_max, row_sum, o);
+    gemm_pv(o, s, sV, lane);
+  }
+
+  cp_async_wait_all();  // the Q load is still in flight when there was no tile
+  __syncthreads();      // every warp is done reading sQ/sV: sQ becomes the output staging buffer
+  stage_output(sQ, o, row_sum, warp, lane);
+  __syncthreads();
+  store_output(O + q_off, sQ, q_stride_s, m0, len_q);
+}

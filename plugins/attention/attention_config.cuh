@@ -1,0 +1,50 @@
+// Compile-time specialization of the fused attention kernel (every -D the launch plan sets), element types,
+// and the tile geometry that follows from them.
+#pragma once
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+#if !defined(HEAD_DIM) || !defined(DTYPE_BF16) || !defined(CAUSAL) || !defined(CAUSAL_BOTTOM_RIGHT) || \
+    !defined(MASK_KIND) || !defined(HAS_KEY_LENGTHS) || !defined(SCALE_LOG2) || !defined(BLOCK_M) ||  \
+    !defined(BLOCK_N) || !defined(NUM_WARPS)
+#error "attention.cu needs HEAD_DIM DTYPE_BF16 CAUSAL CAUSAL_BOTTOM_RIGHT MASK_KIND HAS_KEY_LENGTHS SCALE_LOG2 BLOCK_M BLOCK_N NUM_WARPS (plan_attention sets them)"
+#endif
+
+#define MASK_NONE 0
+#define MASK_ADDITIVE 1
+#define MASK_BOOL 2
+
+#if DTYPE_BF16
+typedef __nv_bfloat16 elem_t;
+#else
+typedef __half elem_t;
+#endif
+#if MASK_KIND == MASK_BOOL
+typedef unsigned char mask_t;  // numpy/torch bool: one byte, nonzero = attend
+#else
+typedef elem_t mask_t;         // additive mask: the dtype of Q
+#endif
+
+constexpr int kHeadDim = HEAD_DIM;
+constexpr int kBlockM = BLOCK_M;          // query rows per thread block
+constexpr int kBlockN = BLOCK_N;          // keys per K/V tile
+constexpr int kWarps = NUM_WARPS;
+constexpr int kThreads = kWarps * 32;
+constexpr int kWarpRows = kBlockM / kWarps;   // query rows owned by one warp
+constexpr int kMAtoms = kWarpRows / 16;       // m16 MMA tiles per warp
+constexpr int kNTiles = kBlockN / 8;          // n8 MMA tiles of S per row block
+constexpr int kDTiles = kHeadDim / 8;         // n8 MMA tiles of O
+constexpr int kRowPitch = kHeadDim + 8;       // smem row pitch in elements: 16 bytes of padding keep ldmatrix conflict-free
+constexpr int kChunksPerRow = kHeadDim / 8;   // 16-byte chunks per row of Q/K/V
+constexpr float kScaleLog2 = SCALE_LOG2;      // scale * log2(e): softmax runs on exp2
+constexpr float kLog2e = 1.4426950408889634f;
+// Additive masks (and a negative scale, which flips the row max) need scores scaled before the row max.
+constexpr bool kPrescale = MASK_KIND == MASK_ADDITIVE || SCALE_LOG2 < 0;
+constexpr float kSoftmaxScale = kPrescale ? 1.0f : kScaleLog2;
+
+static_assert(kHeadDim % 32 == 0 && kHeadDim <= 256, "head dim must be 32, 64, 96, 128 or 256");
+static_assert(kWarpRows % 16 == 0 && kMAtoms >= 1, "BLOCK_M must give each warp a multiple of 16 rows");
+static_assert(kBlockN % 16 == 0, "BLOCK_N must be a multiple of 16");
+static_assert((kBlockN * kChunksPerRow) % kThreads == 0 && (kBlockM * kChunksPerRow) % kThreads == 0,
+              "tile loads must split evenly over the threads");

@@ -1,0 +1,34 @@
+// Normalize O by the softmax row sums and store it: registers -> smem (element type) -> 16-byte coalesced stores.
+#pragma once
+#include "attention_softmax.cuh"
+
+// Writes this warp's rows of O / rowsum into sO ([kBlockM][kRowPitch]); rows with an all-masked key set get 0.
+__device__ __forceinline__ void stage_output(elem_t* sO, const float (&o)[kMAtoms][kDTiles][4],
+                                             const float (&row_sum)[kMAtoms][2], int warp, int lane) {
+#pragma unroll
+  for (int mt = 0; mt < kMAtoms; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float l = quad_sum(row_sum[mt][half]);
+      const float inv = l > 0.f ? 1.f / l : 0.f;
+      const int row = warp * kWarpRows + mt * 16 + half * 8 + lane / 4;
+      uint32_t* dst = reinterpret_cast<uint32_t*>(sO + row * kRowPitch + (lane % 4) * 2);
+#pragma unroll
+      for (int dt = 0; dt < kDTiles; ++dt)
+        dst[dt * 4] = pack_elem2(o[mt][dt][half * 2] * inv, o[mt][dt][half * 2 + 1] * inv);
+    }
+}
+
+// Copies the staged rows [m0, m0 + kBlockM) that exist (< len_q) to global memory, 16 bytes per thread per step.
+__device__ __forceinline__ void store_output(elem_t* out, const elem_t* sO, int64_t stride, int m0, int len_q) {
+  constexpr int kPerThread = kBlockM * kChunksPerRow / kThreads;
+#pragma unroll
+  for (int i = 0; i < kPerThread; ++i) {
+    const int idx = threadIdx.x + i * kThreads;
+    const int row = idx / kChunksPerRow;
+    const int chunk = idx % kChunksPerRow;
+    if (m0 + row < len_q)
+      *reinterpret_cast<uint4*>(out + (m0 + row) * stride + chunk * 8) =
+          *reinterpret_cast<const uint4*>(sO + row * kRowPitch + chunk * 8);
+  }
+}

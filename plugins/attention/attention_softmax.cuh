@@ -1,0 +1,95 @@
+// Score masking and the online softmax. Each thread holds, per m16 tile, two rows (lane/4 and lane/4 + 8) and
+// two adjacent columns per n8 tile; a row is spread over the 4 lanes of a quad, reduced with shuffles.
+#pragma once
+#include "attention_mma.cuh"
+
+// Where this thread's scores sit: row = row0 + mt*16 + half*8, column = col0 + nt*8 + e.
+struct FragmentCoords {
+  int row0;  // first query row of the thread (absolute)
+  int col0;  // first key of the thread in the tile (absolute)
+};
+
+// Turn raw Q.K into softmax inputs: scale (when the mask is additive), add the bias, and set masked keys to -inf.
+// `check_bounds` is false for tiles wholly inside the causal and length limits (only the explicit mask applies).
+__device__ __forceinline__ void mask_scores(float (&s)[kMAtoms][kNTiles][4], FragmentCoords c, bool check_bounds,
+                                            int kv_end, int causal_offset, int len_q, const mask_t* mask_row_base,
+                                            int mask_stride_q, int mask_stride_k) {
+#pragma unroll
+  for (int mt = 0; mt < kMAtoms; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = c.row0 + mt * 16 + half * 8;
+#if MASK_KIND != MASK_NONE
+      const bool row_valid = row < len_q;
+      const mask_t* mrow = mask_row_base + static_cast<int64_t>(row) * mask_stride_q;
+#endif
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int col = c.col0 + nt * 8 + e;
+          float& v = s[mt][nt][half * 2 + e];
+          if (kPrescale) v *= kScaleLog2;
+#if MASK_KIND != MASK_NONE
+          if (row_valid && col < kv_end) {
+            const mask_t m = mrow[static_cast<int64_t>(col) * mask_stride_k];
+#if MASK_KIND == MASK_ADDITIVE
+            v += static_cast<float>(m) * kLog2e;
+#else
+            if (!m) v = -INFINITY;
+#endif
+          }
+#endif
+          if (check_bounds) {
+            bool masked = col >= kv_end;
+#if CAUSAL
+            masked |= col > row + causal_offset;
+#endif
+            if (masked) v = -INFINITY;
+          }
+        }
+    }
+}
+
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffff, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffff, x, 1);
+  return x + __shfl_xor_sync(0xffffffff, x, 2);
+}
+
+// One online-softmax step: update the running row max, rescale O and the partial row sums, and replace the
+// scores by p = exp2(s * scale - max * scale). A row with no unmasked key so far keeps max -inf and p = 0.
+__device__ __forceinline__ void online_softmax(float (&s)[kMAtoms][kNTiles][4], float (&row_max)[kMAtoms][2],
+                                               float (&row_sum)[kMAtoms][2], float (&o)[kMAtoms][kDTiles][4]) {
+#pragma unroll
+  for (int mt = 0; mt < kMAtoms; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float tile_max = row_max[mt][half];
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt)
+        tile_max = fmaxf(tile_max, fmaxf(s[mt][nt][half * 2], s[mt][nt][half * 2 + 1]));
+      const float new_max = quad_max(tile_max);
+      const float base = new_max == -INFINITY ? 0.f : new_max * kSoftmaxScale;
+      const float alpha = exp2_approx(row_max[mt][half] * kSoftmaxScale - base);
+      row_max[mt][half] = new_max;
+      float sum = row_sum[mt][half] * alpha;
+#pragma unroll
+      for (int dt = 0; dt < kDTiles; ++dt) {
+        o[mt][dt][half * 2] *= alpha;
+        o[mt][dt][half * 2 + 1] *= alpha;
+      }
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float p = exp2_approx(fmaf(s[mt][nt][half * 2 + e], kSoftmaxScale, -base));
+          s[mt][nt][half * 2 + e] = p;
+          sum += p;
+        }
+      row_sum[mt][half] = sum;
+    }
+}

@@ -1,0 +1,132 @@
+"""``plan_attention``: the one launch plan of the FusedAttention kernel (``attention.cu``), shared by the direct
+launcher and the TensorRT layer: specialization defines, grid, block, shared memory and int32 scalars.
+
+Dimensions may be TensorRT symbolic expressions, so only ``+ - * //`` touch them; checks that need a value
+(head dim, matching batch/heads) run only where the dimension is a plain int.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from trt_fusedattn.launcher.plan import LaunchPlan
+from trt_fusedattn.plugins.attention.contract import HEAD_DIMS
+
+SOURCE = Path(__file__).with_name("attention.cu")
+KERNEL = "fused_attention"
+ELEMENT_TYPES = ("float16", "bfloat16")
+MASK_KINDS = {None: 0, "additive": 1, "bool": 2}
+LOG2E = 1.4426950408889634
+
+# (BLOCK_M, BLOCK_N, NUM_WARPS) per head dim: no register spills (ptxas -v), 2 blocks/SM where smem allows.
+TILES = {32: (128, 128, 8), 64: (128, 128, 8), 96: (128, 64, 8), 128: (128, 64, 8), 256: (128, 32, 8)}
+# GPUs with 99 KB of shared memory per block (sm_86, sm_87, sm_89) get smaller head-dim-256 tiles.
+TILES_SMALL_SMEM = {**TILES, 256: (64, 32, 4)}
+SMEM_LIMIT = {"sm_80": 163 * 1024, "sm_86": 99 * 1024, "sm_87": 163 * 1024, "sm_89": 99 * 1024}
+SMEM_LIMIT_DEFAULT = 227 * 1024  # sm_90 and newer
+
+
+def shared_mem_bytes(head_dim: int, block_m: int, block_n: int) -> int:
+    """Q tile + one K tile + one V tile, rows padded by 16 bytes (what attention.cu lays out)."""
+    return (block_m + 2 * block_n) * (head_dim + 8) * 2
+
+
+def _bshd(shape, layout: str):
+    """(batch, seq, heads, head_dim) of a rank-4 Q/K/V shape in ``layout``."""
+    b, x, y, d = shape
+    return (b, x, y, d) if layout == "BSHD" else (b, y, x, d)
+
+
+def _strides(seq: object, heads: object, dim: int, layout: str) -> tuple:
+    """(batch, head, seq) element strides of a contiguous tensor in ``layout``."""
+    if layout == "BSHD":
+        return seq * heads * dim, dim, heads * dim
+    return heads * seq * dim, seq * dim, dim
+
+
+def _check_equal(what: str, a, b) -> None:
+    if isinstance(a, int) and isinstance(b, int) and a != b:
+        raise ValueError(f"FusedAttention: {what} differ ({a} vs {b}); Q, K, V and the mask must agree")
+
+
+def _mask_strides(mask_shape, batch, heads_q, len_q, len_kv) -> tuple:
+    """(batch, head, query, key) element strides of a contiguous mask broadcast to [B, H_q, L_q, L_kv]."""
+    if not 2 <= len(mask_shape) <= 4:
+        raise ValueError(f"FusedAttention: mask must have rank 2, 3 or 4 (got shape {tuple(mask_shape)})")
+    dims = (1,) * (4 - len(mask_shape)) + tuple(mask_shape)
+    for name, d, full in zip(("batch", "heads", "query length", "key length"), dims, (batch, heads_q, len_q, len_kv)):
+        if not (isinstance(d, int) and d == 1):
+            _check_equal(f"mask {name} and attention {name}", d, full)
+    strides, step = [], 1
+    for d in reversed(dims):
+        strides.append(0 if isinstance(d, int) and d == 1 else step)
+        step = step * d
+    return tuple(reversed(strides))
+
+
+def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tile: tuple | None = None) -> LaunchPlan:
+    """Launch plan of FusedAttention for these inputs (Q, K, V, mask, key_lengths; None when absent).
+    ``tile`` = (BLOCK_M, BLOCK_N, NUM_WARPS) overrides the per-head-dim choice (benchmarks)."""
+    q_shape, k_shape, v_shape, mask_shape, lengths_shape = (list(input_shapes) + [None] * 5)[:5]
+    q_dtype, k_dtype, v_dtype, mask_dtype, lengths_dtype = (list(input_dtypes) + [None] * 5)[:5]
+    layout = attrs.get("layout", "BSHD")
+    if layout not in ("BSHD", "BHSD"):
+        raise ValueError(f"FusedAttention: layout must be BSHD or BHSD, got {layout!r}")
+    if q_dtype not in ELEMENT_TYPES:
+        raise ValueError(f"FusedAttention kernel takes float16 or bfloat16 Q, got {q_dtype}: cast Q, K, V (and a float mask)")
+    if k_dtype != q_dtype or v_dtype != q_dtype:
+        raise ValueError(f"FusedAttention: K and V must have Q's dtype {q_dtype} (got {k_dtype}, {v_dtype})")
+    for name, shape in (("Q", q_shape), ("K", k_shape), ("V", v_shape)):
+        if shape is None or len(shape) != 4:
+            raise ValueError(f"FusedAttention: {name} must be rank 4 ({layout}), got shape {shape}")
+    batch, len_q, heads_q, dim = _bshd(q_shape, layout)
+    kb, len_kv, heads_kv, kdim = _bshd(k_shape, layout)
+    vb, vlen, vheads, vdim = _bshd(v_shape, layout)
+    if not isinstance(dim, int) or dim not in HEAD_DIMS:
+        raise ValueError(f"FusedAttention kernel supports head dims {HEAD_DIMS}, got {dim} (it must be static)")
+    for what, a, b in (("Q and K head dims", dim, kdim), ("Q and V head dims", dim, vdim), ("Q and K batch", batch, kb),
+                       ("K and V batch", kb, vb), ("K and V lengths", len_kv, vlen), ("K and V heads", heads_kv, vheads)):
+        _check_equal(what, a, b)
+    if isinstance(heads_q, int) and isinstance(heads_kv, int) and heads_q % heads_kv:
+        raise ValueError(f"FusedAttention: query heads ({heads_q}) must be a multiple of key/value heads ({heads_kv})")
+
+    if mask_shape is None:
+        mask_kind = None
+    elif mask_dtype == "bool":
+        mask_kind = "bool"
+    elif mask_dtype == q_dtype:
+        mask_kind = "additive"
+    else:
+        raise ValueError(f"FusedAttention: mask must be bool or Q's dtype {q_dtype}, got {mask_dtype}")
+    if lengths_shape is not None:
+        if lengths_dtype != "int32" or len(lengths_shape) != 1:
+            raise ValueError(f"FusedAttention: key_lengths must be int32 [batch], got {lengths_dtype} {lengths_shape}")
+        _check_equal("key_lengths and batch", lengths_shape[0], batch)
+
+    small_smem = SMEM_LIMIT.get(arch, SMEM_LIMIT_DEFAULT) < 128 * 1024
+    block_m, block_n, warps = tile or (TILES_SMALL_SMEM if small_smem else TILES)[dim]
+    smem = shared_mem_bytes(dim, block_m, block_n)
+    if smem > SMEM_LIMIT.get(arch, SMEM_LIMIT_DEFAULT):
+        raise ValueError(f"FusedAttention: tile {block_m}x{block_n} at head dim {dim} needs {smem} B of shared memory, "
+                         f"more than {arch} has")
+    scale = float(attrs.get("scale", 0.0)) or 1.0 / math.sqrt(dim)
+    causal = int(attrs.get("causal", 0))
+    defines = {
+        "HEAD_DIM": dim,
+        "DTYPE_BF16": int(q_dtype == "bfloat16"),
+        "CAUSAL": causal,
+        "CAUSAL_BOTTOM_RIGHT": int(causal and attrs.get("causal_alignment", "top_left") == "bottom_right"),
+        "MASK_KIND": MASK_KINDS[mask_kind],
+        "HAS_KEY_LENGTHS": int(lengths_shape is not None),
+        "SCALE_LOG2": f"{scale * LOG2E:.9g}f",
+        "BLOCK_M": block_m,
+        "BLOCK_N": block_n,
+        "NUM_WARPS": warps,
+    }
+    scalars = (batch, heads_q, heads_kv, len_q, len_kv,
+               *_strides(len_q, heads_q, dim, layout), *_strides(len_kv, heads_kv, dim, layout))
+    if mask_kind is not None:
+        scalars += _mask_strides(mask_shape, batch, heads_q, len_q, len_kv)
+    return LaunchPlan(source=SOURCE, kernel=KERNEL, defines=defines,
+                      grid=(batch * heads_q, (len_q + block_m - 1) // block_m, 1),
+                      block=(warps * 32, 1, 1), shared_mem=smem, scalars=scalars)

@@ -1,0 +1,87 @@
+"""FusedAttention cases the GPU tests run and the compile test builds: one place, so CI compiles exactly what the
+GPU tests launch. A case is shapes + dtypes + attributes; inputs are drawn fresh per run."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION
+from trt_fusedattn.plugins.attention.plan import plan_attention
+
+
+@dataclass(frozen=True)
+class AttentionCase:
+    name: str
+    batch: int = 2
+    heads_q: int = 4
+    heads_kv: int = 4
+    len_q: int = 127
+    len_kv: int = 127
+    dim: int = 64
+    dtype: str = "bfloat16"
+    layout: str = "BSHD"
+    causal: int = 0
+    alignment: str = "top_left"
+    scale: float = 0.0
+    mask: str | None = None          # None, "additive" or "bool"
+    mask_shape: tuple | None = None  # broadcastable to [B, Hq, Lq, Lkv]; default full
+    key_lengths: bool = False
+    small: bool = field(default=False)  # also run under compute-sanitizer
+
+    def qkv_shapes(self):
+        def shape(length, heads):
+            return ((self.batch, length, heads, self.dim) if self.layout == "BSHD"
+                    else (self.batch, heads, length, self.dim))
+        return shape(self.len_q, self.heads_q), shape(self.len_kv, self.heads_kv)
+
+    def full_mask_shape(self):
+        return self.mask_shape or (self.batch, self.heads_q, self.len_q, self.len_kv)
+
+    def attrs(self) -> dict:
+        return FUSED_ATTENTION.resolve({"layout": self.layout, "scale": self.scale, "causal": self.causal,
+                                        "causal_alignment": self.alignment})
+
+    def plan(self, arch: str):
+        q_shape, kv_shape = self.qkv_shapes()
+        mask_dtype = None if self.mask is None else ("bool" if self.mask == "bool" else self.dtype)
+        return plan_attention(
+            [q_shape, kv_shape, kv_shape, None if self.mask is None else self.full_mask_shape(),
+             (self.batch,) if self.key_lengths else None],
+            [self.dtype] * 3 + [mask_dtype, "int32" if self.key_lengths else None], self.attrs(), arch)
+
+
+def _cases():
+    cases = [AttentionCase(f"hd{d}-{t}", dim=d, dtype=t, small=True)
+             for d in (32, 64, 96, 128, 256) for t in ("float16", "bfloat16")]
+    for lq, lkv in ((1, 1), (7, 7), (1, 300), (7, 127), (127, 7), (200, 1000), (1000, 64)):
+        cases.append(AttentionCase(f"len{lq}x{lkv}", len_q=lq, len_kv=lkv, dtype="float16"))
+    for lq, lkv in ((127, 127), (100, 300), (300, 100), (1, 129)):
+        for al in ("top_left", "bottom_right"):
+            for d in (64, 128):
+                cases.append(AttentionCase(f"causal-{al}-{lq}x{lkv}-hd{d}", len_q=lq, len_kv=lkv, dim=d, causal=1,
+                                           alignment=al, small=(lq, lkv) == (100, 300)))
+    cases += [
+        AttentionCase("long-kv-16534", batch=1, heads_q=2, heads_kv=2, len_q=7, len_kv=16534),
+        AttentionCase("long-q-16534", batch=1, heads_q=2, heads_kv=1, len_q=16534, len_kv=127, dim=128),
+        AttentionCase("causal-16534", batch=1, heads_q=1, heads_kv=1, len_q=16534, len_kv=16534, causal=1),
+        AttentionCase("gqa", heads_q=8, heads_kv=2, small=True),
+        AttentionCase("mqa-bhsd", heads_q=6, heads_kv=1, layout="BHSD", dtype="float16", dim=128),
+        AttentionCase("cross-bhsd", len_q=77, len_kv=333, layout="BHSD", small=True),
+        AttentionCase("scale", scale=0.37, dtype="float16"),
+        AttentionCase("negative-scale", scale=-0.2, dtype="float16"),
+        AttentionCase("key-lengths", key_lengths=True, len_kv=300, small=True),
+        AttentionCase("key-lengths-causal-br", key_lengths=True, len_q=90, len_kv=300, causal=1,
+                      alignment="bottom_right", dim=128, dtype="float16"),
+        AttentionCase("additive-full", mask="additive", small=True),
+        AttentionCase("additive-2d", mask="additive", mask_shape=(127, 127), dtype="float16"),
+        AttentionCase("additive-b11k", mask="additive", mask_shape=(2, 1, 1, 127), dim=128),
+        AttentionCase("additive-1hqk-gqa", mask="additive", mask_shape=(1, 8, 127, 127), heads_q=8, heads_kv=2),
+        AttentionCase("bool-full", mask="bool", small=True, dtype="float16"),
+        AttentionCase("bool-3d-causal", mask="bool", mask_shape=(1, 127, 200), len_kv=200, causal=1, dim=128),
+        AttentionCase("bool-keylen-bhsd", mask="bool", mask_shape=(2, 1, 1, 127), key_lengths=True, layout="BHSD"),
+        AttentionCase("additive-hd256-causal", mask="additive", dim=256, causal=1, dtype="float16"),
+        AttentionCase("bool-hd32-cross", mask="bool", dim=32, len_q=50, len_kv=260),
+    ]
+    return cases
+
+
+CASES = _cases()

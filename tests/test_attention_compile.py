@@ -1,0 +1,36 @@
+"""Every FusedAttention specialization the GPU tests launch compiles with the local nvcc for sm_80 and sm_90a,
+without register spills (CPU: catches compile errors and spills in CI, no GPU needed)."""
+from __future__ import annotations
+
+import re
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from _attention_cases import CASES
+from trt_fusedattn.launcher import CompileError, compile_cubin
+from trt_fusedattn.launcher.compile import nvcc_path
+
+ARCHES = ("sm_80", "sm_90a")
+
+
+def _nvcc_missing() -> bool:
+    try:
+        return not nvcc_path()
+    except CompileError:
+        return True
+
+
+@pytest.mark.skipif(_nvcc_missing(), reason="nvcc not found (CUDA toolkit)")
+def test_every_tested_specialization_compiles_without_spills():
+    plans = {}
+    for case in CASES:
+        for arch in ARCHES:
+            plan = case.plan(arch)
+            plans[(arch, tuple(sorted(plan.defines.items())))] = plan
+    with ThreadPoolExecutor(max_workers=4) as pool:  # nvcc is single-threaded; the cache makes reruns instant
+        reports = dict(zip(plans, pool.map(lambda kv: compile_cubin(kv[1].source, kv[0][0], kv[1].defines)[1],
+                                           plans.items())))
+    for (arch, defines), report in reports.items():
+        spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", report)]
+        assert spills and max(spills) == 0, f"{arch} {dict(defines)}: register spills\n{report}"

@@ -1,0 +1,115 @@
+"""FusedAttention kernel on the GPU: every contract feature against the float64 numpy reference on fresh random
+inputs (outputs poisoned with NaN first), the direct API's array kinds and its errors."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from _attention_cases import CASES, AttentionCase
+from trt_fusedattn.plugins.attention.contract import fused_attention_reference
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.gpu
+
+TOLERANCE = {"bfloat16": 1e-2, "float16": 2e-3}
+
+
+def relative_error(out: np.ndarray, ref: np.ndarray) -> float:
+    return float(np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-30))
+
+
+def make_inputs(case: AttentionCase, gen: torch.Generator) -> dict:
+    """Fresh random device inputs for ``case``: q, k, v, and the mask / key lengths it asks for, with masked-out
+    rows (every key masked) planted so the zero-row rule is exercised."""
+    dtype = getattr(torch, case.dtype)
+    q_shape, kv_shape = case.qkv_shapes()
+    rand = lambda shape: torch.randn(shape, generator=gen, device="cuda", dtype=torch.float32)  # noqa: E731
+    inputs = {"q": rand(q_shape).to(dtype), "k": rand(kv_shape).to(dtype), "v": rand(kv_shape).to(dtype)}
+    if case.mask is not None:
+        shape = case.full_mask_shape()
+        allowed = torch.rand(shape, generator=gen, device="cuda") > 0.3
+        if shape[-2] > 3:
+            allowed[..., 3, :] = False  # a query row with every key masked
+        if case.mask == "bool":
+            inputs["mask"] = allowed
+        else:
+            bias = 2 * rand(shape)
+            inputs["mask"] = torch.where(allowed, bias, torch.full_like(bias, -float("inf"))).to(dtype)
+    if case.key_lengths:
+        lengths = torch.randint(1, case.len_kv + 1, (case.batch,), generator=gen, device="cuda", dtype=torch.int32)
+        lengths[0] = 0 if case.batch > 1 else lengths[0]  # a batch with no keys at all
+        inputs["key_lengths"] = lengths
+    return inputs
+
+
+def host(t) -> np.ndarray:
+    t = t.detach().cpu()
+    return (t if t.dtype in (torch.bool, torch.int32) else t.float()).numpy()
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name + ("-small" if c.small else "") for c in CASES])
+def test_matches_float64_reference(case):
+    import trt_fusedattn
+    gen = torch.Generator(device="cuda").manual_seed(hash(case.name) % 2**31)
+    inputs = make_inputs(case, gen)
+    out = torch.full_like(inputs["q"], float("nan"))  # poisoned: every element must be written
+    result = trt_fusedattn.attention(inputs["q"], inputs["k"], inputs["v"], mask=inputs.get("mask"),
+                                     key_lengths=inputs.get("key_lengths"), scale=case.scale, causal=case.causal,
+                                     causal_alignment=case.alignment, layout=case.layout, out=out)
+    assert result is out
+    torch.cuda.synchronize()
+    got = host(out)
+    assert np.isfinite(got).all(), "output has NaN/inf (unwritten or a masked row went NaN)"
+    ref = fused_attention_reference(*(host(inputs[n]) for n in ("q", "k", "v")),
+                                    mask=host(inputs["mask"]) if "mask" in inputs else None,
+                                    key_lengths=host(inputs["key_lengths"]) if "key_lengths" in inputs else None,
+                                    layout=case.layout, scale=case.scale, causal=case.causal,
+                                    causal_alignment=case.alignment)
+    err = relative_error(got, ref)
+    assert err <= TOLERANCE[case.dtype], f"relative Frobenius error {err:.2e} > {TOLERANCE[case.dtype]}"
+    if case.mask is not None and case.full_mask_shape()[-2] > 3:  # the planted all-masked row is exactly zero
+        row = got[:, 3] if case.layout == "BSHD" else got[:, :, 3]
+        assert not row.any()
+
+
+def test_allocates_output_and_uses_callers_stream():
+    import trt_fusedattn
+    q, k, v = (torch.randn(2, 65, 4, 64, device="cuda", dtype=torch.float16) for _ in range(3))
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        out = trt_fusedattn.attention(q, k, v, causal=True)
+    stream.synchronize()
+    assert isinstance(out, torch.Tensor) and out.shape == q.shape and out.dtype == q.dtype
+    ref = torch.nn.functional.scaled_dot_product_attention(*(t.transpose(1, 2).double() for t in (q, k, v)),
+                                                           is_causal=True).transpose(1, 2)
+    assert relative_error(host(out), ref.cpu().numpy()) <= TOLERANCE["float16"]
+
+
+def test_cupy_arrays_give_cupy_output():
+    cupy = pytest.importorskip("cupy")
+    import trt_fusedattn
+    rng = np.random.default_rng(7)
+    q, k, v = (rng.standard_normal((1, 3, 50, 32)).astype(np.float16) for _ in range(3))
+    out = trt_fusedattn.attention(*(cupy.asarray(x) for x in (q, k, v)), layout="BHSD")
+    assert isinstance(out, cupy.ndarray)
+    ref = fused_attention_reference(q.astype(np.float32), k.astype(np.float32), v.astype(np.float32), layout="BHSD")
+    assert relative_error(cupy.asnumpy(out).astype(np.float32), ref) <= TOLERANCE["float16"]
+
+
+@pytest.mark.parametrize("bad, message", [
+    (dict(q=("float32",)), "float16 or bfloat16"),
+    (dict(dim=48), "head dims"),
+    (dict(k_len=9, v_len=10), "K and V lengths"),
+    (dict(host=True), "host array"),
+    (dict(heads_kv=3), "multiple of key/value heads"),
+])
+def test_rejects_bad_arguments(bad, message):
+    import trt_fusedattn
+    dim = bad.get("dim", 64)
+    dt = getattr(torch, bad.get("q", ("float16",))[0])
+    device = "cpu" if bad.get("host") else "cuda"
+    q = torch.randn(1, 8, 4, dim, device=device, dtype=dt)
+    k = torch.randn(1, bad.get("k_len", 8), bad.get("heads_kv", 4), dim, device=device, dtype=torch.float16)
+    v = torch.randn(1, bad.get("v_len", 8), bad.get("heads_kv", 4), dim, device=device, dtype=torch.float16)
+    with pytest.raises(ValueError, match=message):
+        trt_fusedattn.attention(q, k, v)

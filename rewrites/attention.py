@@ -1,0 +1,758 @@
+"""Attention family: each Softmax(scale·Q·Kᵀ + mask)·V subgraph and each ONNX ``Attention`` node becomes one
+``trt_fusedattn::FusedAttention`` node.
+
+Sites are matched by dataflow, not by names: a Softmax over the last axis whose input comes, through scalar
+scales, additive or boolean masks and Casts, from a rank-4 MatMul, and whose output reaches (through Casts,
+Dropout and the sdpa NaN guard) the left operand of a second MatMul. Scales on the scores or on Q and K
+fold into ``scale``; K/V head repeats (GQA) are undone; constant and Trilu-built causal masks become
+``causal``; head split/merge Transposes are absorbed by the layout (BSHD or BHSD) that needs fewest new ones.
+A site whose checks fail is left as it was and reported with one reason.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx_graphsurgeon as gs
+from onnx import TensorProto, helper
+
+from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION
+from trt_fusedattn.rewrites import Site
+from trt_fusedattn.rewrites._graph import (consumers, constant_value, is_graph_output, is_present, names_in_use,
+                                           producer, scalar_value, unique_name)
+
+FAMILY = "attention"
+HEAD_SPLIT = (0, 2, 1, 3)           # BSHD <-> BHSD, its own inverse
+KEY_TRANSPOSE = (0, 1, 3, 2)        # BHSD keys -> Kᵀ
+SPLIT_KEY_TRANSPOSE = (0, 2, 3, 1)  # BSHD keys -> Kᵀ in one step
+MASKED_FILL_LIMIT = -1.0e4          # a fill at or below this removes a key from the softmax (exp underflows)
+_FLOAT_DTYPES = {np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)}
+_SCORE_STEPS = {"Cast", "Mul", "Div", "Add", "Where"}
+
+
+class _Skip(Exception):
+    """A site check failed; the message is the one reason reported."""
+
+
+def _is_op(node: gs.Node | None, op: str) -> bool:
+    return node is not None and node.op == op and node.domain in (None, "", "ai.onnx")
+
+
+def _perm(node: gs.Node | None) -> tuple | None:
+    """The permutation of a Transpose node, else None."""
+    return tuple(node.attrs.get("perm", ())) if _is_op(node, "Transpose") else None
+
+
+def _shape(tensor: gs.Tensor) -> list | None:
+    return None if tensor.shape is None else list(tensor.shape)
+
+
+def _rank(tensor: gs.Tensor) -> int | None:
+    return None if tensor.shape is None else len(tensor.shape)
+
+
+def _dtype(tensor: gs.Tensor):
+    return None if tensor.dtype is None else np.dtype(tensor.dtype) if not isinstance(tensor.dtype, int) \
+        else np.dtype(helper.tensor_dtype_to_np_dtype(tensor.dtype))
+
+
+def _dim(tensor: gs.Tensor, axis: int):
+    """A static dim of a tensor (int) or None when unknown or symbolic."""
+    shape = _shape(tensor)
+    if shape is None or not -len(shape) <= axis < len(shape):
+        return None
+    value = shape[axis]
+    return value if isinstance(value, int) and value >= 0 else None
+
+
+# ----------------------------------------------------------------------------------------------------------
+# What a match found: operands in the forms the graph holds them, the mask, the scale
+
+
+@dataclass
+class _Operand:
+    """Q, K or V as the graph holds it: [B,H,S,D] (``bhsd``), [B,S,H,D] (``bshd``), keys as [B,H,D,S]
+    (``kt``), or [B,S,H*D] with ``heads`` heads (``flat``, the 3-D ONNX Attention form)."""
+
+    bhsd: gs.Tensor | None = None
+    bshd: gs.Tensor | None = None
+    kt: gs.Tensor | None = None
+    flat: gs.Tensor | None = None
+    heads: int | None = None
+    repeats: int | None = 1  # K/V heads repeated this many times by the graph (GQA, None: unknown), undone
+
+    def any(self) -> gs.Tensor:
+        return next(t for t in (self.bshd, self.bhsd, self.kt, self.flat) if t is not None)
+
+    def cost(self, layout: str) -> int:
+        """Transposes needed to hand this operand over in ``layout``."""
+        return 0 if getattr(self, layout.lower()) is not None else 1
+
+
+@dataclass
+class _Output:
+    """The attention output: the tensor consumers read ([B,H,S,D] or, for 3-D Attention, [B,S,H*D]) and the
+    [B,S,H,D] tensor of a head-merge Transpose reading it, when all of its readers are such Transposes."""
+
+    bhsd: gs.Tensor | None = None
+    bshd: gs.Tensor | None = None
+    flat: gs.Tensor | None = None
+    producer: gs.Node | None = None
+    merges: list = field(default_factory=list)  # head-merge Transposes absorbed in BSHD
+
+    def cost(self, layout: str) -> int:
+        if self.flat is not None:
+            return 0
+        return 0 if layout == "BHSD" or self.bshd is not None else 1
+
+
+@dataclass
+class _Match:
+    anchor: gs.Node
+    q: _Operand
+    k: _Operand
+    v: _Operand
+    out: _Output
+    scale: float = 0.0                 # 0: the contract's 1/sqrt(D)
+    float_masks: list = field(default_factory=list)
+    keep_masks: list = field(default_factory=list)  # (tensor, negate): boolean, True = attend (after negate)
+    causal: int = 0
+    causal_alignment: str = "top_left"
+    details: dict = field(default_factory=dict)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Operand tracing: scalar scales, head split Transposes, GQA repeats
+
+
+def _scalar_factor(node: gs.Node, tensor_side: int) -> float | None:
+    """For Mul/Div of a tensor by a one-element constant: the factor the tensor is multiplied by, else None."""
+    other = node.inputs[1 - tensor_side]
+    value = scalar_value(other)
+    if value is None:
+        return None
+    if _is_op(node, "Mul"):
+        return value
+    if _is_op(node, "Div") and tensor_side == 0 and value != 0:
+        return 1.0 / value
+    return None
+
+
+def _peel_scale(tensor: gs.Tensor) -> tuple[gs.Tensor, float]:
+    """Follow Mul/Div by scalar constants upward: the unscaled tensor and the product of the factors."""
+    factor = 1.0
+    while True:
+        node = producer(tensor)
+        if not (_is_op(node, "Mul") or _is_op(node, "Div")):
+            return tensor, factor
+        for side in (0, 1):
+            f = _scalar_factor(node, side)
+            if f is not None and not isinstance(node.inputs[side], gs.Constant):
+                factor *= f
+                tensor = node.inputs[side]
+                break
+        else:
+            return tensor, factor
+
+
+def _unrepeat_heads(tensor: gs.Tensor, axis: int) -> tuple[gs.Tensor, int]:
+    """Undo a K/V head repeat on ``axis`` (the heads axis of a rank-4 tensor): Reshape(Expand|Tile(Unsqueeze(x,
+    axis+1))) merging the new axis into the heads, or Tile on the heads axis of a single head (MQA).
+    Returns (tensor with the original heads, repeat count or None when only the graph's shapes at run time
+    know it); a repeat in h % H order raises _Skip."""
+    node = producer(tensor)
+    if _is_op(node, "Tile"):
+        reps = constant_value(node.inputs[1])
+        if reps is None or reps.size != 4 or any(int(r) != 1 for i, r in enumerate(reps) if i != axis):
+            return tensor, 1
+        if _dim(node.inputs[0], axis) != 1:
+            raise _Skip(f"Tile '{node.name}' repeats K/V heads in h % H_kv order; FusedAttention groups query "
+                        f"head h with key/value head h // (H_q / H_kv)")
+        return node.inputs[0], int(reps[axis])
+    if not _is_op(node, "Reshape") or _rank(tensor) not in (None, 4):
+        return tensor, 1
+    grown = producer(node.inputs[0])
+    if not (_is_op(grown, "Expand") or _is_op(grown, "Tile")):
+        return tensor, 1
+    unsq = producer(grown.inputs[0])
+    if not _is_op(unsq, "Unsqueeze"):
+        return tensor, 1
+    axes = constant_value(unsq.inputs[1]) if len(unsq.inputs) > 1 else np.asarray(unsq.attrs.get("axes", []))
+    if axes is None or axes.size != 1 or int(axes.reshape(())) % 5 != axis + 1:
+        return tensor, 1
+    source = unsq.inputs[0]
+    repeats = _dim(grown.outputs[0], axis + 1)
+    if repeats is None and _is_op(grown, "Tile"):
+        reps = constant_value(grown.inputs[1])
+        repeats = int(reps[axis + 1]) if reps is not None and reps.size == 5 else None
+    if repeats is None:
+        expand_shape = constant_value(grown.inputs[1])
+        repeats = int(expand_shape[axis + 1]) if expand_shape is not None and expand_shape.size == 5 else None
+    heads, merged = _dim(source, axis), _dim(tensor, axis)
+    if repeats is None and heads and merged:
+        repeats = merged // heads
+    if repeats is not None and heads and merged and heads * repeats != merged:
+        raise _Skip(f"Reshape '{node.name}' does not merge the repeated K/V heads into the heads axis")
+    for a in (0, 2, 3) if axis == 1 else (0, 1, 3):
+        if _dim(source, a) is not None and _dim(tensor, a) is not None and _dim(source, a) != _dim(tensor, a):
+            raise _Skip(f"Reshape '{node.name}' changes more than the heads axis of the repeated K/V")
+    return source, repeats
+
+
+def _trace_bhsd(tensor: gs.Tensor, allow_repeat: bool) -> tuple[_Operand, float]:
+    """A [B,H,S,D] operand traced upward: scalar scales, K/V head repeats, the head split Transpose."""
+    tensor, factor = _peel_scale(tensor)
+    repeats = 1
+    if allow_repeat:
+        tensor, repeats = _unrepeat_heads(tensor, axis=1)
+        tensor, more = _peel_scale(tensor)
+        factor *= more
+    operand = _Operand(bhsd=tensor, repeats=repeats)
+    split = producer(tensor)
+    if _perm(split) == HEAD_SPLIT and _rank(split.inputs[0]) in (None, 4):
+        operand.bshd = split.inputs[0]
+    return operand, factor
+
+
+def _trace_keys(kt: gs.Tensor) -> tuple[_Operand, float]:
+    """The keys from the right operand of Q·Kᵀ ([B,H,D,S])."""
+    kt, factor = _peel_scale(kt)
+    node = producer(kt)
+    perm = _perm(node)
+    if perm == KEY_TRANSPOSE:
+        keys, more = _trace_bhsd(node.inputs[0], allow_repeat=True)
+        return keys, factor * more
+    if perm == SPLIT_KEY_TRANSPOSE:
+        source, more = _peel_scale(node.inputs[0])
+        source, repeats = _unrepeat_heads(source, axis=2)
+        return _Operand(bshd=source, repeats=repeats), factor * more
+    return _Operand(kt=kt), factor
+
+
+def _trace_output(out: gs.Tensor, graph: gs.Graph) -> _Output:
+    """The output in BHSD and, when every reader is a head-merge Transpose, its BSHD form."""
+    result = _Output(bhsd=out, producer=producer(out))
+    readers = consumers(out)
+    if readers and not is_graph_output(out, graph) and all(_perm(n) == HEAD_SPLIT for n in readers):
+        result.merges = readers
+        result.bshd = readers[0].outputs[0]
+    return result
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Softmax sites
+
+
+def _reaches_scores(tensor: gs.Tensor, depth: int = 8) -> bool:
+    """Whether ``tensor`` is computed, through score steps (Cast, scale, mask), from a MatMul."""
+    node = producer(tensor)
+    if node is None or depth == 0:
+        return False
+    if _is_op(node, "MatMul"):
+        return True
+    if node.op in _SCORE_STEPS and node.domain in (None, "", "ai.onnx"):
+        inputs = node.inputs[1:] if node.op == "Where" else node.inputs
+        return any(_reaches_scores(t, depth - 1) for t in inputs if not isinstance(t, gs.Constant))
+    return False
+
+
+def _is_masked_fill(value: float | None) -> bool:
+    return value is not None and (value == -math.inf or value <= MASKED_FILL_LIMIT)
+
+
+def _walk_scores(softmax: gs.Node, graph: gs.Graph, match: _Match) -> gs.Node:
+    """From the Softmax input up to the Q·Kᵀ MatMul, recording scales, masks and Casts; returns the MatMul."""
+    tensor, scale = softmax.inputs[0], 1.0
+    while True:
+        node = producer(tensor)
+        if node is None:
+            raise _Skip("the Softmax input is not computed from a MatMul (not attention)")
+        readers = consumers(tensor)
+        if len(readers) != 1 or is_graph_output(tensor, graph):
+            others = sorted({n.op for n in readers if n is not softmax} | ({"graph output"} if
+                            is_graph_output(tensor, graph) else set()))
+            raise _Skip(f"the attention scores '{tensor.name}' are also read by {', '.join(others)}")
+        if _is_op(node, "MatMul"):
+            match.scale = scale
+            return node
+        if _is_op(node, "Cast"):
+            if np.dtype(helper.tensor_dtype_to_np_dtype(node.attrs["to"])) not in _FLOAT_DTYPES \
+                    and node.attrs["to"] != TensorProto.BFLOAT16:
+                raise _Skip(f"Cast '{node.name}' on the scores is not to a float type")
+            match.details["casts"] = match.details.get("casts", 0) + 1
+            tensor = node.inputs[0]
+        elif _is_op(node, "Mul") or _is_op(node, "Div"):
+            sides = [s for s in (0, 1) if _scalar_factor(node, s) is not None]
+            if not sides:
+                raise _Skip(f"{node.op} '{node.name}' scales the scores by a non-constant or non-scalar")
+            scale *= _scalar_factor(node, sides[0])
+            if scale <= 0:
+                raise _Skip(f"{node.op} '{node.name}' scales the scores by a non-positive factor")
+            tensor = node.inputs[sides[0]]
+        elif _is_op(node, "Add"):
+            sides = [s for s in (0, 1) if _reaches_scores(node.inputs[s])]
+            if len(sides) != 1:
+                raise _Skip(f"cannot tell the scores from the mask in Add '{node.name}'")
+            if scale != 1.0:
+                raise _Skip(f"the mask of Add '{node.name}' is added before the scores are scaled")
+            match.float_masks.append(node.inputs[1 - sides[0]])
+            tensor = node.inputs[sides[0]]
+        elif _is_op(node, "Where"):
+            cond, a, b = node.inputs
+            if _reaches_scores(a) and _is_masked_fill(scalar_value(b)):
+                match.keep_masks.append((cond, False))
+                tensor = a
+            elif _reaches_scores(b) and _is_masked_fill(scalar_value(a)):
+                match.keep_masks.append((cond, True))
+                tensor = b
+            else:
+                raise _Skip(f"Where '{node.name}' does not fill masked scores with -inf or a large negative")
+        else:
+            raise _Skip(f"{node.op} '{node.name}' between the Q·Kᵀ MatMul and the Softmax is not an attention step")
+
+
+def _walk_probabilities(softmax: gs.Node, graph: gs.Graph) -> gs.Node:
+    """From the Softmax output down to the MatMul with V, through Casts, Dropout and the NaN guard."""
+    tensor = softmax.outputs[0]
+    while True:
+        if is_graph_output(tensor, graph):
+            raise _Skip(f"the attention probabilities '{tensor.name}' are a graph output")
+        readers = consumers(tensor)
+        if len(readers) == 1 and (_is_op(readers[0], "Cast") or _is_op(readers[0], "Dropout")):
+            node = readers[0]
+            if _is_op(node, "Dropout") and (len(node.outputs) > 1 and node.outputs[1].outputs
+                                            or len(node.inputs) > 2 and is_present(node.inputs[2])
+                                            and scalar_value(node.inputs[2]) != 0):
+                raise _Skip(f"Dropout '{node.name}' on the probabilities runs in training mode")
+            tensor = node.outputs[0]
+            continue
+        guard = _nan_guard(tensor, readers)
+        if guard is not None:
+            tensor = guard.outputs[0]
+            continue
+        if len(readers) == 1 and _is_op(readers[0], "MatMul") and readers[0].inputs[0] is tensor \
+                and readers[0].inputs[1] is not tensor:
+            return readers[0]
+        names = ", ".join(sorted({f"{n.op}" for n in readers})) or "nothing"
+        raise _Skip(f"the attention probabilities '{tensor.name}' are read by {names}, not only by the MatMul with V")
+
+
+def _nan_guard(tensor: gs.Tensor, readers: list) -> gs.Node | None:
+    """The Where(IsNaN(p), 0, p) the sdpa export puts after Softmax (fully masked rows -> 0), else None."""
+    if len(readers) != 2:
+        return None
+    isnan = next((n for n in readers if _is_op(n, "IsNaN")), None)
+    where = next((n for n in readers if _is_op(n, "Where")), None)
+    if isnan is None or where is None or consumers(isnan.outputs[0]) != [where]:
+        return None
+    if where.inputs[0] is isnan.outputs[0] and where.inputs[2] is tensor and scalar_value(where.inputs[1]) == 0:
+        return where
+    return None
+
+
+def _peel_float_cast(tensor: gs.Tensor) -> gs.Tensor:
+    """The input of a Cast between float types (fp16 exports cast V up for the MatMul), else ``tensor``."""
+    node = producer(tensor)
+    if _is_op(node, "Cast") and _is_float(_dtype(node.inputs[0])) and _is_float(_dtype(tensor)):
+        return node.inputs[0]
+    return tensor
+
+
+def _is_float(dtype) -> bool:
+    return dtype is not None and (dtype in _FLOAT_DTYPES or dtype.name == "bfloat16")
+
+
+def _match_softmax(softmax: gs.Node, graph: gs.Graph) -> _Match:
+    match = _Match(anchor=softmax, q=_Operand(), k=_Operand(), v=_Operand(), out=_Output())
+    scores_mm = _walk_scores(softmax, graph, match)
+    qb, kt = scores_mm.inputs
+    rank = _rank(qb) or _rank(kt) or _rank(scores_mm.outputs[0])
+    if rank != 4:
+        raise _Skip(f"the Q·Kᵀ MatMul '{scores_mm.name}' has inputs of rank {rank or 'unknown'}, not 4")
+    axis = softmax.attrs.get("axis", -1)
+    if axis not in (-1, rank - 1):
+        raise _Skip(f"Softmax '{softmax.name}' normalizes axis {axis}, not the last (keys) axis")
+    pv_mm = _walk_probabilities(softmax, graph)
+    match.q, q_factor = _trace_bhsd(qb, allow_repeat=False)
+    match.k, k_factor = _trace_keys(kt)
+    values = _peel_float_cast(pv_mm.inputs[1])
+    match.v, v_factor = _trace_bhsd(values, allow_repeat=True)
+    if v_factor != 1.0:
+        match.v = _Operand(bhsd=values)  # scaled values: keep the scaled tensor
+    match.scale *= q_factor * k_factor
+    match.out = _trace_output(pv_mm.outputs[0], graph)
+    if _rank(pv_mm.outputs[0]) not in (None, 4):
+        raise _Skip(f"the MatMul with V '{pv_mm.name}' is not rank 4")
+    return match
+
+
+# ----------------------------------------------------------------------------------------------------------
+# ONNX Attention (opset 23+)
+
+
+def _match_onnx_attention(node: gs.Node, graph: gs.Graph) -> _Match:
+    inputs = list(node.inputs) + [None] * (7 - len(node.inputs))
+    q, k, v, mask, past_key, past_value, nonpad = inputs[:7]
+    if is_present(past_key) or is_present(past_value):
+        raise _Skip("Attention with past_key/past_value (KV cache) is not supported by FusedAttention")
+    for index, what in ((1, "present_key"), (2, "present_value"), (3, "qk_matmul_output")):
+        if len(node.outputs) > index and (node.outputs[index].outputs or is_graph_output(node.outputs[index], graph)):
+            raise _Skip(f"Attention output {what} is in use; FusedAttention returns only the attention output")
+    if node.attrs.get("softcap", 0.0):
+        raise _Skip(f"Attention softcap={node.attrs['softcap']} is not supported by FusedAttention")
+    if node.attrs.get("left_window_size", -1) >= 0 or node.attrs.get("right_window_size", -1) >= 0:
+        raise _Skip("Attention with a sliding window is not supported by FusedAttention")
+    match = _Match(anchor=node, q=_Operand(), k=_Operand(), v=_Operand(), out=_Output())
+    rank = _rank(q)
+    if rank == 4:
+        match.q, q_factor = _trace_bhsd(q, allow_repeat=False)
+        match.k, k_factor = _trace_bhsd(k, allow_repeat=True)
+        match.v, v_factor = _trace_bhsd(v, allow_repeat=True)
+        if v_factor != 1.0:
+            match.v = _Operand(bhsd=v)
+        match.out = _trace_output(node.outputs[0], graph)
+    elif rank == 3:
+        hq, hkv = node.attrs.get("q_num_heads"), node.attrs.get("kv_num_heads")
+        if not hq or not hkv:
+            raise _Skip("3-D Attention without q_num_heads/kv_num_heads")
+        match.q, match.k, match.v = _Operand(flat=q, heads=hq), _Operand(flat=k, heads=hkv), _Operand(flat=v, heads=hkv)
+        q_factor = k_factor = 1.0
+        match.out = _Output(flat=node.outputs[0], producer=node)
+    else:
+        raise _Skip(f"Attention inputs of rank {rank or 'unknown'} (3 or 4 expected)")
+    base = node.attrs.get("scale")
+    if base is None or base == 0:
+        dim = _dim(q, 3) if rank == 4 else (_dim(q, 2) // hq if _dim(q, 2) else None)
+        if q_factor * k_factor != 1.0 and dim is None:
+            raise _Skip("cannot fold the Q/K scale without the head dim")
+        base = 1.0 / math.sqrt(dim) if dim else 0.0
+    match.scale = base * q_factor * k_factor if base else 0.0
+    if is_present(mask):
+        if _dtype(mask) == np.dtype(bool):
+            match.keep_masks.append((mask, False))
+        else:
+            match.float_masks.append(mask)
+        if _dim(mask, -1) is not None and _dim(k, 2 if rank == 4 else 1) is not None \
+                and _dim(mask, -1) not in (1, _dim(k, 2 if rank == 4 else 1)):
+            raise _Skip("Attention mask is shorter than the keys (padded mask) - not supported")
+    if is_present(nonpad):
+        raise _Skip("Attention nonpad_kv_seqlen is not supported by this rewrite")
+    if node.attrs.get("is_causal", 0):
+        match.causal = 1
+    return match
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Masks: constant triangles and Trilu become ``causal``; all-pass constants vanish; And chains split
+
+
+def _triangle(keep: np.ndarray) -> str | None:
+    """The causal alignment a constant boolean [..., Lq, Lkv] keep-mask is, else None."""
+    if keep.ndim < 2:
+        return None
+    lq, lkv = keep.shape[-2:]
+    if not (keep == keep.reshape(-1, lq, lkv)[0]).all():
+        return None
+    plane = keep.reshape(-1, lq, lkv)[0]
+    rows, cols = np.arange(lq)[:, None], np.arange(lkv)[None, :]
+    if (plane == (cols <= rows)).all():
+        return "top_left"
+    if (plane == (cols <= rows + lkv - lq)).all():
+        return "bottom_right"
+    return None
+
+
+def _constant_keep(tensor: gs.Tensor, negate: bool) -> np.ndarray | None:
+    value = constant_value(tensor)
+    if value is None:
+        return None
+    keep = value.astype(bool) if value.dtype == bool else value != 0
+    return ~keep if negate else keep
+
+
+def _trilu_keep(tensor: gs.Tensor, negate: bool, scores_lq, scores_lkv) -> str | None:
+    """Causal alignment of a Trilu-of-ones keep mask (possibly compared with 0, cast, negated), else None."""
+    node = producer(tensor)
+    while _is_op(node, "Cast") or _is_op(node, "Not") or _is_op(node, "Equal"):
+        if _is_op(node, "Equal"):
+            sides = [s for s in (0, 1) if scalar_value(node.inputs[s]) == 0]
+            if not sides:
+                return None
+            tensor = node.inputs[1 - sides[0]]
+        else:
+            tensor = node.inputs[0]
+        negate ^= not _is_op(node, "Cast")
+        node = producer(tensor)
+    if not _is_op(node, "Trilu"):
+        return None
+    ones = producer(node.inputs[0])
+    filled = constant_value(node.inputs[0])
+    if filled is None and _is_op(ones, "ConstantOfShape"):
+        fill = ones.attrs.get("value")
+        filled = np.asarray(fill.values if isinstance(fill, gs.Constant) else 0.0)
+    if filled is None or not (np.asarray(filled) == 1).all():
+        return None
+    diagonal = scalar_value(node.inputs[1]) if len(node.inputs) > 1 and is_present(node.inputs[1]) else 0.0
+    upper = node.attrs.get("upper", 1)
+    # keep j <= i + d  is  lower(diagonal=d) kept, or upper(diagonal=d+1) negated
+    if upper and negate:
+        offset = diagonal - 1
+    elif not upper and not negate:
+        offset = diagonal
+    else:
+        return None
+    if offset == 0 and (scores_lq is None or scores_lq == scores_lkv or scores_lkv is None):
+        return "top_left"
+    if scores_lq is not None and scores_lkv is not None and offset == scores_lkv - scores_lq:
+        return "bottom_right"
+    return None
+
+
+def _split_and(tensor: gs.Tensor, negate: bool) -> list:
+    """A keep-mask And chain as its (tensor, negate) factors (De Morgan through Or of negated parts)."""
+    node = producer(tensor)
+    if not negate and _is_op(node, "And") or negate and _is_op(node, "Or"):
+        return _split_and(node.inputs[0], negate) + _split_and(node.inputs[1], negate)
+    if _is_op(node, "Not"):
+        return _split_and(node.inputs[0], not negate)
+    return [(tensor, negate)]
+
+
+def _classify_masks(match: _Match, lq, lkv) -> None:
+    """Turn recognized causal triangles into ``causal`` and drop all-pass constants."""
+    keeps = [part for keep in match.keep_masks for part in _split_and(*keep)]
+    floats = []
+    for mask in match.float_masks:
+        value = constant_value(mask)
+        cond = producer(mask)
+        if value is not None:
+            if not value.any():
+                continue  # all-zero additive mask
+            blocked = (value == -np.inf) | (value <= MASKED_FILL_LIMIT)
+            if ((value == 0) | blocked).all():
+                keeps.append((gs.Constant(f"{mask.name}_keep", ~blocked), False))
+                continue
+        elif _is_op(cond, "Where") and scalar_value(cond.inputs[1]) == 0 and _is_masked_fill(scalar_value(cond.inputs[2])):
+            parts = _split_and(cond.inputs[0], False)
+            causal = [p for p in parts if _causal_of(p, lq, lkv)]
+            if causal and scalar_value(cond.inputs[2]) == -math.inf:
+                keeps.extend(parts)
+                continue
+        floats.append(mask)
+    rest = []
+    for tensor, negate in keeps:
+        alignment = _causal_of((tensor, negate), lq, lkv)
+        if alignment and (not match.causal or match.causal_alignment == alignment):
+            match.causal, match.causal_alignment = 1, alignment
+            continue
+        constant = _constant_keep(tensor, negate)
+        if constant is not None and constant.all():
+            continue
+        rest.append((tensor, negate))
+    match.float_masks, match.keep_masks = floats, rest
+
+
+def _causal_of(part, lq, lkv) -> str | None:
+    tensor, negate = part
+    constant = _constant_keep(tensor, negate)
+    if constant is not None:
+        if (lq is not None and constant.shape[-2:] != (lq, lkv)) or constant.ndim < 2:
+            return None
+        return _triangle(constant)
+    return _trilu_keep(tensor, negate, lq, lkv)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Replacement
+
+
+class _Emitter:
+    """Adds the new nodes of one site, with names derived from the anchor's."""
+
+    def __init__(self, graph: gs.Graph, base: str, taken: set[str]):
+        self.graph, self.base, self.taken = graph, base, taken
+
+    def tensor(self, what: str, dtype=None) -> gs.Variable:
+        return gs.Variable(unique_name(f"{self.base}/{what}", self.taken), dtype=dtype)
+
+    def node(self, op: str, inputs: list, what: str, dtype=None, attrs=None, outputs=None) -> gs.Tensor:
+        outputs = outputs or [self.tensor(what, dtype)]
+        self.graph.nodes.append(gs.Node(op=op, name=unique_name(f"{self.base}/{what}", self.taken),
+                                        attrs=attrs or {}, inputs=inputs, outputs=outputs))
+        return outputs[0]
+
+    def transpose(self, tensor: gs.Tensor, perm: tuple, what: str) -> gs.Tensor:
+        return self.node("Transpose", [tensor], what, _dtype(tensor), {"perm": list(perm)})
+
+    def operand(self, op: _Operand, layout: str, what: str) -> gs.Tensor:
+        if getattr(op, layout.lower()) is not None:
+            return getattr(op, layout.lower())
+        if op.flat is not None:
+            shape = gs.Constant(unique_name(f"{self.base}/{what}_heads", self.taken),
+                                np.array([0, 0, op.heads, -1], np.int64))
+            return self.node("Reshape", [op.flat, shape], f"{what}_bshd", _dtype(op.flat))
+        if op.kt is not None:
+            perm = KEY_TRANSPOSE if layout == "BHSD" else (0, 3, 1, 2)
+            return self.transpose(op.kt, perm, f"{what}_{layout.lower()}")
+        return self.transpose(op.any(), HEAD_SPLIT, f"{what}_{layout.lower()}")
+
+
+def _layout(match: _Match) -> str:
+    """The layout needing the fewest new Transposes (BSHD on a tie: it absorbs the head split/merge)."""
+    if match.out.flat is not None:
+        return "BSHD"
+    costs = {layout: sum(op.cost(layout) for op in (match.q, match.k, match.v)) + match.out.cost(layout)
+             for layout in ("BSHD", "BHSD")}
+    return min(("BSHD", "BHSD"), key=lambda layout: costs[layout])
+
+
+def _mask_input(match: _Match, emit: _Emitter, qtype) -> tuple[gs.Tensor | None, str]:
+    """The one mask tensor to pass (combining several), and its kind for the report."""
+    if match.float_masks and match.keep_masks:
+        raise _Skip("the site has both an additive and a boolean mask; FusedAttention takes one")
+    if match.keep_masks:
+        parts = [emit.node("Not", [t], "keep", np.dtype(bool)) if negate else t for t, negate in match.keep_masks]
+        mask = parts[0]
+        for part in parts[1:]:
+            mask = emit.node("And", [mask, part], "keep", np.dtype(bool))
+        return mask, "bool"
+    if not match.float_masks:
+        return None, "none"
+    mask = match.float_masks[0]
+    for part in match.float_masks[1:]:
+        mask = emit.node("Add", [mask, part], "mask", _dtype(mask))
+    if qtype is not None and _dtype(mask) is not None and _dtype(mask) != qtype:
+        mask = emit.node("Cast", [mask], "mask_cast", qtype,
+                         {"to": helper.np_dtype_to_tensor_dtype(qtype)})
+    return mask, "float"
+
+
+def _check_mask_ranks(match: _Match) -> None:
+    for mask in match.float_masks + [t for t, _ in match.keep_masks]:
+        rank = _rank(mask)
+        if rank is None:
+            raise _Skip(f"the rank of mask '{mask.name}' is unknown; run shape inference first")
+        if rank > 4:
+            raise _Skip(f"mask '{mask.name}' has rank {rank}; FusedAttention broadcasts masks of rank <= 4")
+
+
+def _route_output(out: _Output, layout: str, emit: _Emitter, qtype) -> gs.Tensor:
+    """The tensor the fused node writes (in ``layout`` and Q's dtype), wired to the original output's readers
+    through the head merge, a Transpose or a Cast as needed."""
+    out.producer.outputs.clear()
+    readers_see = out.flat if out.flat is not None else out.bhsd
+    if qtype is not None and _dtype(readers_see) not in (None, qtype):
+        cast = emit.node("Cast", [], "O_cast", attrs={"to": helper.np_dtype_to_tensor_dtype(_dtype(readers_see))},
+                         outputs=[readers_see])
+        readers_see = emit.tensor("O", qtype)
+        cast_node = emit.graph.nodes[-1]
+        cast_node.inputs.append(readers_see)
+    if out.flat is not None:
+        result = emit.tensor("O_bshd", qtype)
+        shape = gs.Constant(unique_name(f"{emit.base}/merge_heads", emit.taken), np.array([0, 0, -1], np.int64))
+        emit.node("Reshape", [result, shape], "O_merge", outputs=[readers_see])
+        return result
+    if layout == "BHSD":
+        return readers_see
+    if out.bshd is not None and readers_see is out.bhsd:
+        result = out.bshd
+        for merge in out.merges:
+            merged = merge.outputs[0]
+            merge.outputs.clear()
+            if merged is not result:
+                emit.node("Identity", [result], "O_alias", outputs=[merged])
+        return result
+    result = emit.tensor("O_bshd", qtype)
+    emit.node("Transpose", [result], "O_bhsd", attrs={"perm": list(HEAD_SPLIT)}, outputs=[readers_see])
+    return result
+
+
+def _replace(match: _Match, graph: gs.Graph, taken: set[str]) -> gs.Node:
+    """Emit the FusedAttention node and route the output to the original readers."""
+    base = match.anchor.name or "attention"
+    emit = _Emitter(graph, f"{base}/fused", taken)
+    layout = _layout(match)
+    qtype = _dtype(match.q.any())
+    mask, kind = _mask_input(match, emit, qtype)
+    inputs = [emit.operand(match.q, layout, "Q"), emit.operand(match.k, layout, "K"),
+              emit.operand(match.v, layout, "V")] + ([mask] if mask is not None else [])
+    result = _route_output(match.out, layout, emit, qtype)
+    attrs = {"layout": layout, "scale": match.scale, "causal": match.causal}
+    if match.causal:
+        attrs["causal_alignment"] = match.causal_alignment
+    node = gs.Node(op=FUSED_ATTENTION.name, domain=FUSED_ATTENTION.domain,
+                   name=unique_name(f"{base}/FusedAttention", taken),
+                   attrs=FUSED_ATTENTION.explicit_attributes(**attrs), inputs=inputs, outputs=[result])
+    graph.nodes.append(node)
+    match.details.update(layout=layout, mask=kind, scale=match.scale, causal=match.causal,
+                         **({"causal_alignment": match.causal_alignment} if match.causal else {}),
+                         **({"gqa_group": match.k.repeats or "from shapes"} if match.k.repeats != 1 else {}))
+    return node
+
+
+def _shapes(match: _Match) -> dict:
+    shapes = {}
+    for name, op in (("Q", match.q), ("K", match.k), ("V", match.v)):
+        tensor = op.any()
+        if tensor.shape is not None:
+            shapes[name] = [d if isinstance(d, int) else str(d) for d in tensor.shape]
+    return shapes
+
+
+def _check(match: _Match) -> None:
+    """Assumptions the replacement relies on, from what shapes and dtypes are known."""
+    if (match.k.repeats == 1) != (match.v.repeats == 1) or None not in (match.k.repeats, match.v.repeats) \
+            and match.k.repeats != match.v.repeats:
+        raise _Skip(f"K heads are repeated {match.k.repeats}x but V heads {match.v.repeats}x")
+    qtype = _dtype(match.q.any())
+    for name, op in (("K", match.k), ("V", match.v)):
+        if qtype is not None and _dtype(op.any()) is not None and _dtype(op.any()) != qtype:
+            raise _Skip(f"{name} has dtype {_dtype(op.any())} but Q has {qtype}")
+    if qtype is not None and qtype not in _FLOAT_DTYPES - {np.dtype(np.float64)} and qtype.name != "bfloat16":
+        raise _Skip(f"Q has dtype {qtype}; FusedAttention takes float16, bfloat16 or float32")
+    out = match.out.flat if match.out.flat is not None else match.out.bhsd
+    if qtype is not None and _dtype(out) is not None and _dtype(out) != qtype and not _is_float(_dtype(out)):
+        raise _Skip(f"the attention output has dtype {_dtype(out)}, not a float type")
+    if match.out.flat is None:
+        hq, hkv = _dim(match.q.bhsd, 1) if match.q.bhsd is not None else None, None
+        keys = match.k.bhsd if match.k.bhsd is not None else None
+        hkv = _dim(keys, 1) if keys is not None else None
+        if hq and hkv and hq % hkv:
+            raise _Skip(f"{hq} query heads are not a multiple of {hkv} key/value heads")
+    _check_mask_ranks(match)
+
+
+def _sequence_lengths(match: _Match) -> tuple:
+    """Static (L_q, L_kv) where known."""
+    def seq(op: _Operand):
+        if op.bhsd is not None:
+            return _dim(op.bhsd, 2)
+        if op.bshd is not None:
+            return _dim(op.bshd, 1)
+        if op.kt is not None:
+            return _dim(op.kt, 3)
+        return _dim(op.flat, 1)
+    return seq(match.q), seq(match.k)
+
+
+def _fuse(anchor: gs.Node, graph: gs.Graph, taken: set[str]) -> Site:
+    site = Site(family=FAMILY, anchor=anchor.name, fused=False)
+    try:
+        match = _match_softmax(anchor, graph) if anchor.op == "Softmax" else _match_onnx_attention(anchor, graph)
+        site.shapes = _shapes(match)
+        _classify_masks(match, *_sequence_lengths(match))
+        _check(match)
+        node = _replace(match, graph, taken)
+    except _Skip as skip:
+        site.reason = str(skip)
+        return site
+    site.fused, site.op, site.node, site.details = True, FUSED_ATTENTION.qualified_name, node.name, match.details
+    return site
+
+
+def rewrite(graph: gs.Graph) -> list[Site]:
+    """Fuse every attention site of ``graph`` in place; one Site per Softmax and per ONNX Attention node."""
+    taken = names_in_use(graph)
+    anchors = [n for n in graph.nodes if n.domain in (None, "", "ai.onnx") and n.op in ("Softmax", "Attention")]
+    return [_fuse(anchor, graph, taken) for anchor in anchors]

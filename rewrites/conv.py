@@ -227,8 +227,7 @@ def _fold_constant_epilogue(chain: _Chain, graph: gs.Graph) -> gs.Variable:
     channels = chain.weight.shape[0]
     while True:
         node = sole_consumer(tensor, graph)
-        if node is None:
-            chain.chain_end = _used_elsewhere(tensor, graph)
+        if node is None:  # read by several nodes: maybe an x * f(x) activation, which the caller matches next
             return tensor
         if node.op == "BatchNormalization" and not node.domain and node.inputs[0] is tensor:
             why = _fold_batch_norm(chain, node, channels)

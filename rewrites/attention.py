@@ -463,8 +463,20 @@ def _triangle(keep: np.ndarray) -> str | None:
     return None
 
 
+def _mask_constant(tensor: gs.Tensor) -> np.ndarray | None:
+    """A constant mask's value; for ConstantOfShape its fill and for Expand its source (enough to tell an
+    all-pass mask; a triangle check compares the shape with the scores')."""
+    node = producer(tensor)
+    if _is_op(node, "ConstantOfShape"):
+        fill = node.attrs.get("value")
+        return np.asarray(fill.values if isinstance(fill, gs.Constant) else 0.0).reshape(-1)[:1]
+    if _is_op(node, "Expand"):
+        return _mask_constant(node.inputs[0])
+    return constant_value(tensor)
+
+
 def _constant_keep(tensor: gs.Tensor, negate: bool) -> np.ndarray | None:
-    value = constant_value(tensor)
+    value = _mask_constant(tensor)
     if value is None:
         return None
     keep = value.astype(bool) if value.dtype == bool else value != 0
@@ -516,7 +528,67 @@ def _split_and(tensor: gs.Tensor, negate: bool) -> list:
         return _split_and(node.inputs[0], negate) + _split_and(node.inputs[1], negate)
     if _is_op(node, "Not"):
         return _split_and(node.inputs[0], not negate)
+    if _is_op(node, "Expand") or _is_op(node, "Cast") and _dtype(node.inputs[0]) == np.dtype(bool):
+        return _split_and(node.inputs[0], negate)  # the scores' broadcast does what Expand did
     return [(tensor, negate)]
+
+
+_RELATIONS = {"Less": "<", "LessOrEqual": "<=", "Greater": ">", "GreaterOrEqual": ">="}
+_SWAPPED = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
+_NEGATED = {"<": ">=", "<=": ">", ">": "<=", ">=": "<"}
+
+
+def _position_index(tensor: gs.Tensor) -> tuple[int, float] | None:
+    """(axis counted from the end, value at position 0) of a tensor of positions start, start+1, ... along
+    one axis and size 1 elsewhere: Range(start, L, 1) through Unsqueeze, Cast and added constants."""
+    chain, offset = [], 0.0
+    node = producer(tensor)
+    while _is_op(node, "Unsqueeze") or _is_op(node, "Cast") or _is_op(node, "Add") or _is_op(node, "Sub"):
+        if node.op in ("Add", "Sub"):
+            sides = [i for i in (0, 1) if scalar_value(node.inputs[i]) is not None]
+            if len(sides) != 1 or node.op == "Sub" and sides[0] == 0:
+                return None
+            offset += scalar_value(node.inputs[sides[0]]) * (-1 if node.op == "Sub" else 1)
+            node = producer(node.inputs[1 - sides[0]])
+            continue
+        chain.append(node)
+        node = producer(node.inputs[0])
+    if not _is_op(node, "Range") or scalar_value(node.inputs[2]) != 1 or scalar_value(node.inputs[0]) is None:
+        return None
+    position, rank = 0, 1
+    for unsq in reversed(chain):
+        if unsq.op != "Unsqueeze":
+            continue
+        axes = constant_value(unsq.inputs[1]) if len(unsq.inputs) > 1 else np.asarray(unsq.attrs.get("axes", []))
+        if axes is None:
+            return None
+        rank += axes.size
+        for axis in sorted(int(a) % rank for a in axes.reshape(-1)):
+            position += axis <= position
+    return position - rank, scalar_value(node.inputs[0]) + offset
+
+
+def _comparison_causal(tensor: gs.Tensor, negate: bool) -> float | None:
+    """d when the keep mask is  key position j <= query position i + d  built from Range comparisons."""
+    node = producer(tensor)
+    if node is None or node.op not in _RELATIONS or node.domain not in (None, "", "ai.onnx"):
+        return None
+    left, right = _position_index(node.inputs[0]), _position_index(node.inputs[1])
+    if left is None or right is None:
+        return None
+    relation = _RELATIONS[node.op]
+    if (left[0], right[0]) == (-2, -1):  # query on the left: flip to  key <rel> query
+        left, right, relation = right, left, _SWAPPED[relation]
+    if (left[0], right[0]) != (-1, -2):
+        return None
+    relation = _NEGATED[relation] if negate else relation
+    # keep  j + a <rel> i + b
+    bound = right[1] - left[1]
+    if relation == "<=":
+        return bound
+    if relation == "<":
+        return bound - 1
+    return None
 
 
 def _classify_masks(match: _Match, lq, lkv) -> None:
@@ -560,6 +632,13 @@ def _causal_of(part, lq, lkv) -> str | None:
         if (lq is not None and constant.shape[-2:] != (lq, lkv)) or constant.ndim < 2:
             return None
         return _triangle(constant)
+    offset = _comparison_causal(tensor, negate)
+    if offset is not None:
+        if offset == 0 and (lq is None or lq == lkv):
+            return "top_left"
+        if lq is not None and lkv is not None and offset == lkv - lq:
+            return "bottom_right"
+        return None
     return _trilu_keep(tensor, negate, lq, lkv)
 
 

@@ -1,16 +1,22 @@
 """The TensorRT layer: our ops registered as AOT plugins, engines built from fused ONNX models, and run.
 
-``available()`` says whether TensorRT's builder can be used here, and if not, why and how to fix it.
+    available() -> (bool, reason)          # can TensorRT's builder be used here? if not, why and how to fix it
+    register_plugins()                     # trt_fusedattn::FusedAttention / FusedConv as AOT plugins (plugins.py)
+    build_engine(onnx_path, engine_path, precision="fp16", shapes=..., dims=...)        (build.py)
+    Engine(engine_path)(inputs) -> {name: array}   # torch / CuPy arrays, or numpy (copied)  (runtime.py)
 """
 from __future__ import annotations
 
 import functools
 
+from trt_fusedattn.errors import TensorRTUnavailable
+
 INSTALL_HINT = "pip install 'tensorrt>=10.8' (NVIDIA's full wheel, with the builder libraries)"
 
 
-class TensorRTUnavailable(RuntimeError):
-    """TensorRT (or the part of it a step needs) is not installed; the message says what and how to install."""
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:120]}" if text else type(exc).__name__
 
 
 @functools.lru_cache(maxsize=None)
@@ -19,23 +25,32 @@ def available() -> tuple[bool, str]:
     try:
         import tensorrt as trt
     except Exception as exc:  # ImportError, or a missing libnvinfer behind the bindings
-        return False, f"TensorRT is not installed ({type(exc).__name__}: {str(exc).splitlines()[0][:120]}); {INSTALL_HINT}"
+        return False, f"TensorRT is not installed ({_first_line(exc)}); {INSTALL_HINT}"
+    version = getattr(trt, "__version__", "?")
     if not hasattr(trt, "IPluginV3QuickAOTBuild"):
-        return False, (f"TensorRT {getattr(trt, '__version__', '?')} has no AOT Python plugins "
-                       f"(IPluginV3QuickAOTBuild, TensorRT >= 10.8 needed); {INSTALL_HINT}")
+        return False, (f"TensorRT {version} has no AOT Python plugins (IPluginV3QuickAOTBuild, TensorRT >= 10.8); "
+                       f"{INSTALL_HINT}")
     try:
         builder = trt.Builder(trt.Logger(trt.Logger.ERROR))
-    except Exception as exc:
-        builder, reason = None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
-    else:
         reason = "Builder() returned None"
+    except Exception as exc:
+        builder, reason = None, _first_line(exc)
     if builder is None:
-        return False, f"TensorRT {trt.__version__} cannot create a builder ({reason}); {INSTALL_HINT}"
-    return True, f"TensorRT {trt.__version__}"
+        return False, f"TensorRT {version} cannot create a builder ({reason}); {INSTALL_HINT}"
+    return True, f"TensorRT {version}"
 
 
 def require_tensorrt() -> None:
-    """Raise TensorRTUnavailable with the reason when the builder cannot be used."""
+    """Raise TensorRTUnavailable (one line: what is missing, how to install) when the builder cannot be used."""
     ok, reason = available()
     if not ok:
         raise TensorRTUnavailable(reason)
+
+
+def __getattr__(name):
+    lazy = {"build_engine": "build", "EngineBuildError": "build", "register_plugins": "plugins",
+            "prepare_model": "plugins", "Engine": "runtime"}
+    if name in lazy:
+        import importlib
+        return getattr(importlib.import_module(f"trt_fusedattn.tensorrt.{lazy[name]}"), name)
+    raise AttributeError(f"module 'trt_fusedattn.tensorrt' has no attribute {name!r}")

@@ -1,0 +1,208 @@
+"""The TensorRT layer: what can be checked without TensorRT (availability, clear errors, the ONNX handed to the
+parser, symbolic dimensions), and engines built and run where TensorRT's builder exists (``tensorrt`` marker)."""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from trt_fusedattn import tensorrt as trt_layer
+from trt_fusedattn.errors import FuseError, TensorRTUnavailable
+from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION
+from trt_fusedattn.plugins.conv.contract import FUSED_CONV
+from trt_fusedattn.tensorrt import plugins
+from trt_fusedattn.tensorrt.symbolic import SymbolicDim, plan_dim, trt_value
+
+
+@pytest.fixture
+def no_tensorrt(monkeypatch):
+    """Make ``import tensorrt`` / ``import tensorrt_lean`` fail, as on a machine without TensorRT."""
+    monkeypatch.setitem(sys.modules, "tensorrt", None)
+    monkeypatch.setitem(sys.modules, "tensorrt_lean", None)
+    trt_layer.available.cache_clear()
+    yield
+    trt_layer.available.cache_clear()
+
+
+def test_available_reason_names_what_is_missing_and_how_to_install(no_tensorrt):
+    ok, reason = trt_layer.available()
+    assert not ok
+    assert reason.startswith("TensorRT is not installed") and "pip install 'tensorrt" in reason
+    assert "\n" not in reason
+
+
+def test_available_is_consistent_here():
+    ok, reason = trt_layer.available()
+    assert isinstance(ok, bool) and reason and "\n" not in reason
+    assert reason.startswith("TensorRT ") if ok else "pip install" in reason
+
+
+def test_build_engine_without_tensorrt_raises_one_clear_line(no_tensorrt, tmp_path):
+    with pytest.raises(TensorRTUnavailable) as info:
+        trt_layer.build_engine(tmp_path / "model.onnx", tmp_path / "model.engine", precision="fp16")
+    assert isinstance(info.value, FuseError) and info.value.exit_code == 3
+    assert "TensorRT is not installed" in str(info.value) and "\n" not in str(info.value)
+    assert not (tmp_path / "model.engine").exists()
+    with pytest.raises(TensorRTUnavailable, match="no TensorRT runtime is installed"):
+        trt_layer.Engine(tmp_path / "model.engine")
+    with pytest.raises(TensorRTUnavailable):
+        trt_layer.register_plugins()
+
+
+def _attention_model(with_lengths_only: bool):
+    inputs = ["q", "k", "v", "", "lengths"] if with_lengths_only else ["q", "k", "v"]
+    node = FUSED_ATTENTION.make_node(inputs, ["o"], name="attn", causal=1)
+    relu = helper.make_node("Relu", ["o"], ["y"])
+    value = lambda n, dt, shape: helper.make_tensor_value_info(n, dt, shape)  # noqa: E731
+    graph_inputs = [value(n, TensorProto.FLOAT16, ["b", "s", 2, 64]) for n in ("q", "k", "v")]
+    if with_lengths_only:
+        graph_inputs.append(value("lengths", TensorProto.INT32, ["b"]))
+    graph = helper.make_graph([node, relu], "g", graph_inputs, [value("y", TensorProto.FLOAT16, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), FUSED_ATTENTION.opset()])
+
+
+def test_prepare_model_drops_empty_inputs_and_records_which_are_present():
+    model = _attention_model(with_lengths_only=True)
+    prepared = plugins.prepare_model(model)
+    attn, relu = prepared.graph.node
+    assert list(attn.input) == ["q", "k", "v", "lengths"]
+    attrs = {a.name: helper.get_attribute_value(a) for a in attn.attribute}
+    assert attrs[plugins.PRESENT_INPUTS] == 0b10111
+    assert attrs["plugin_namespace"] == b"trt_fusedattn" and attrs["causal"] == 1
+    assert list(relu.input) == ["o"] and not relu.attribute
+    assert list(model.graph.node[0].input) == ["q", "k", "v", "", "lengths"]  # the caller's model is untouched
+    again = plugins.prepare_model(prepared)  # idempotent: no duplicated attributes
+    assert sorted(a.name for a in again.graph.node[0].attribute) == sorted(a.name for a in attn.attribute)
+
+
+def test_present_inputs_map_tensors_to_contract_names():
+    attention = next(b for b in plugins.bindings() if b.contract is FUSED_ATTENTION)
+    conv = next(b for b in plugins.bindings() if b.contract is FUSED_CONV)
+    assert plugins._input_names(attention, 3, None) == ["Q", "K", "V"]
+    assert plugins._input_names(attention, 4, 0b10111) == ["Q", "K", "V", "key_lengths"]
+    assert plugins._input_names(conv, 3, 0b00111) == ["X", "W", "shift"]
+    assert plugins._input_names(conv, 3, 0b10011) == ["X", "W", "residual"]
+    with pytest.raises(ValueError, match="4 inputs given but present_inputs"):
+        plugins._input_names(conv, 4, 0b00111)
+
+
+def test_plugin_fields_become_contract_attributes():
+    assert plugins._canonical_attr("bottom_right\0") == "bottom_right"
+    assert plugins._canonical_attr(np.array([2, 2], np.int32)) == (2, 2)
+    fields = {"strides": plugins._canonical_attr(np.array([2, 2], np.int32)), "activation": "relu\0"}
+    resolved = FUSED_CONV.resolve({k: plugins._canonical_attr(v) for k, v in fields.items()})
+    assert resolved["strides"] == (2, 2) and resolved["activation"] == "relu" and resolved["group"] == 1
+
+
+class LeftOnlyExpr:
+    """Arithmetic the way TensorRT's ShapeExpr allows it (expression on the left only), recording the formula."""
+
+    is_fake = False
+    is_constant = False
+
+    def __init__(self, text):
+        self.text = str(text)
+
+    def _op(self, op, other):
+        if not isinstance(other, (int, LeftOnlyExpr)):
+            return NotImplemented
+        return LeftOnlyExpr(f"({self.text}{op}{getattr(other, 'text', other)})")
+
+    def __add__(self, o):
+        return self._op("+", o)
+
+    def __sub__(self, o):
+        return self._op("-", o)
+
+    def __mul__(self, o):
+        return self._op("*", o)
+
+    def __floordiv__(self, o):
+        return self._op("//", o)
+
+
+def test_symbolic_dims_take_ints_on_either_side():
+    seq = SymbolicDim(LeftOnlyExpr("L"))
+    assert (4 * seq).expr.text == "(L*4)" and (seq * 4).expr.text == "(L*4)"
+    assert (1 + seq).expr.text == "(L+1)"
+    assert ((seq + 63) // 64).expr.text == "((L+63)//64)"
+    assert (100 - seq).expr.text == "(100-L)" and (256 // seq).expr.text == "(256//L)"
+    assert (seq * SymbolicDim(LeftOnlyExpr("B"))).expr.text == "(L*B)"
+    for needs_value in (lambda: bool(seq), lambda: seq == 64, lambda: seq < 2, lambda: seq % 8, lambda: int(seq)):
+        with pytest.raises(ValueError, match="only known at run time"):
+            needs_value()
+    assert trt_value(7) == 7 and trt_value(seq).text == "L"
+    with pytest.raises(TypeError):
+        trt_value(2.5)
+
+
+def test_constant_dimensions_reach_plans_as_ints():
+    class Constant(LeftOnlyExpr):
+        is_constant = True
+
+        def constant_value(self):
+            return int(self.text)
+
+    assert plan_dim(Constant(64)) == 64 and isinstance(plan_dim(Constant(64)), int)
+    assert isinstance(plan_dim(LeftOnlyExpr("L")), SymbolicDim)
+
+
+# ---------------------------------------------------------------- with TensorRT's builder
+
+@pytest.mark.tensorrt
+def test_register_plugins_registers_both_ops():
+    names = trt_layer.register_plugins()
+    assert names == ["trt_fusedattn::FusedAttention", "trt_fusedattn::FusedConv"]
+    assert trt_layer.register_plugins() == names  # idempotent
+
+
+@pytest.mark.tensorrt
+@pytest.mark.gpu
+def test_attention_engine_matches_the_reference(tmp_path):
+    torch = pytest.importorskip("torch")
+    model = _attention_model(with_lengths_only=True)
+    path = tmp_path / "attention.onnx"
+    onnx.save(model, path)
+    engine_path = trt_layer.build_engine(path, tmp_path / "attention.engine", precision="fp16",
+                                         shapes={"q": ((1, 1, 2, 64), (2, 77, 2, 64), (2, 300, 2, 64)),
+                                                 "k": ((1, 1, 2, 64), (2, 77, 2, 64), (2, 300, 2, 64)),
+                                                 "v": ((1, 1, 2, 64), (2, 77, 2, 64), (2, 300, 2, 64)),
+                                                 "lengths": ((1,), (2,), (2,))})
+    engine = trt_layer.Engine(engine_path)
+    rng = np.random.default_rng()
+    q, k, v = (rng.standard_normal((2, 77, 2, 64)).astype(np.float16) for _ in range(3))
+    lengths = np.array([77, 31], np.int32)
+    expected = np.maximum(FUSED_ATTENTION.reference(q, k, v, None, lengths, causal=1), 0)
+    feeds = {"q": q, "k": k, "v": v, "lengths": lengths}
+    got = engine(feeds)["y"]  # numpy path
+    np.testing.assert_allclose(got.astype(np.float32), expected.astype(np.float32), rtol=2e-2, atol=2e-2)
+    device = {n: torch.from_numpy(a).cuda() for n, a in feeds.items()}
+    out = torch.full((2, 77, 2, 64), float("nan"), dtype=torch.float16, device="cuda")  # poisoned
+    engine(device, outputs={"y": out})
+    torch.cuda.synchronize()
+    np.testing.assert_allclose(out.float().cpu().numpy(), expected.astype(np.float32), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.tensorrt
+@pytest.mark.gpu
+def test_conv_engine_matches_the_reference(tmp_path):
+    pytest.importorskip("trt_fusedattn.plugins.conv.plan", reason="plugins/conv/plan.py (plan_conv) not written")
+    rng = np.random.default_rng()
+    w = (rng.standard_normal((16, 3, 3, 8)) * 0.2).astype(np.float16)  # OHWI
+    shift = rng.standard_normal(16).astype(np.float32)
+    node = FUSED_CONV.make_node(["x", "w", "shift"], ["y"], pads=[1, 1, 1, 1], activation="relu")
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, 8, 10, 12])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, None)],
+        initializer=[onnx.numpy_helper.from_array(w, "w"), onnx.numpy_helper.from_array(shift, "shift")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), FUSED_CONV.opset()])
+    onnx.save(model, tmp_path / "conv.onnx")
+    engine = trt_layer.Engine(trt_layer.build_engine(tmp_path / "conv.onnx", tmp_path / "conv.engine",
+                                                     precision="fp16"))
+    x = rng.standard_normal((1, 8, 10, 12)).astype(np.float16)
+    expected = FUSED_CONV.reference(x, w, shift, pads=(1, 1, 1, 1), activation="relu")
+    got = engine({"x": x})["y"]
+    np.testing.assert_allclose(got.astype(np.float32), expected.astype(np.float32), rtol=2e-2, atol=2e-2)

@@ -245,6 +245,7 @@ def test_launch_cupy_with_explicit_stream_and_allocated_output(kernel_dir):
     ya = arr.empty_like_kind(xa, (n,), "float32", "y")
     assert ya.kind == "cupy" and ya.shape == (n,)
     ya.obj.fill(np.nan)  # poisoned
+    cupy.cuda.Device(xa.device).synchronize()  # the non-blocking stream does not wait for the default stream
     stream = cupy.cuda.Stream(non_blocking=True)
     launch(_axpb_plan(kernel_dir / "axpb.cu", n), device_arch(xa.device), [xa], [ya],
                stream=arr.stream_handle(stream), device=xa.device)

@@ -1,7 +1,8 @@
 """Compile a CUDA source to PTX (what TensorRT's AOT plugins and the direct launcher load) or cubin (for inspection).
 
 Results are cached on disk under ``$TRT_FUSEDATTN_CACHE`` (default ``~/.cache/trt_fusedattn``), keyed by the
-sha256 of the source, every local header it includes, the nvcc flags, the defines and the nvcc version.
+sha256 of the source, every local header it includes, the nvcc flags, the defines, the nvcc version and the
+CUTLASS version (when its headers are on the include path).
 
     ptx = compile_ptx("plugins/attention/attention.cu", "sm_90a", {"HEAD_DIM": 128})   # str, cached
     cubin_path, report = compile_cubin(source, "sm_90a", defines)                       # -Xptxas -v report
@@ -116,7 +117,17 @@ def _cache_key(source: Path, cmd: list[str], include_dirs) -> str:
     # the command without paths that do not change the output (source location, output file)
     digest.update("\0".join(cmd[:-3]).encode())
     digest.update(nvcc_version().encode())
+    digest.update(_cutlass_version().encode())  # its headers are not hashed one by one
     return digest.hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def _cutlass_version() -> str:
+    from importlib import metadata
+    try:
+        return metadata.version("nvidia-cutlass")
+    except metadata.PackageNotFoundError:
+        return os.environ.get("CUTLASS_PATH", "")
 
 
 def _run_nvcc(cmd: list[str], source: Path) -> str:

@@ -1,0 +1,98 @@
+"""FusedConv test cases shared by the plan, compile and GPU tests: one list, so CI compiles what the GPU runs."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from trt_fusedattn.plugins.conv.contract import ACTIVATIONS, FUSED_CONV
+from trt_fusedattn.plugins.conv.plan import plan_conv
+
+# Parameters per activation for the sweep (clip as ReLU6, leaky_relu and hard_sigmoid as ONNX's defaults).
+ACTIVATION_PARAMS = {"clip": (0.0, 6.0), "leaky_relu": (0.1, 0.0), "hard_sigmoid": (0.2, 0.5)}
+
+
+@dataclass(frozen=True)
+class ConvCase:
+    """One FusedConv call: shapes (NCHW / [K, kH, kW, C/G]), conv attributes, epilogue, dtype."""
+
+    name: str
+    n: int
+    c: int
+    h: int
+    w: int
+    k: int
+    kh: int
+    kw: int
+    stride: int = 1
+    pad: int = 0
+    dil: int = 1
+    groups: int = 1
+    dtype: str = "float16"
+    activation: str = "relu"
+    residual: bool = False
+    post_activation: str = "none"
+    shift: bool = True
+    scale: bool = False
+
+    def attrs(self) -> dict:
+        a, b = ACTIVATION_PARAMS.get(self.activation, (0.0, 0.0))
+        pa, pb = ACTIVATION_PARAMS.get(self.post_activation, (0.0, 0.0))
+        return FUSED_CONV.resolve(dict(
+            strides=(self.stride,) * 2, pads=(self.pad,) * 4, dilations=(self.dil,) * 2, group=self.groups,
+            activation=self.activation, activation_alpha=a, activation_beta=b,
+            post_activation=self.post_activation, post_activation_alpha=pa, post_activation_beta=pb))
+
+    @property
+    def out_hw(self) -> tuple:
+        return tuple((s + 2 * self.pad - self.dil * (k - 1) - 1) // self.stride + 1
+                     for s, k in ((self.h, self.kh), (self.w, self.kw)))
+
+    def shapes(self) -> list:
+        p, q = self.out_hw
+        return [(self.n, self.c, self.h, self.w), (self.k, self.kh, self.kw, self.c // self.groups),
+                (self.k,) if self.shift else None, (self.k,) if self.scale else None,
+                (self.n, self.k, p, q) if self.residual else None]
+
+    def dtypes(self) -> list:
+        return [self.dtype, self.dtype, "float32" if self.shift else None, "float32" if self.scale else None,
+                self.dtype if self.residual else None]
+
+    def plan(self, arch: str):
+        return plan_conv(self.shapes(), self.dtypes(), self.attrs(), arch)
+
+
+_BASE = [
+    ConvCase("1x1_c64_k256", 2, 64, 14, 14, 256, 1, 1),
+    ConvCase("1x1_s2_c256_k128_odd", 1, 256, 15, 15, 128, 1, 1, stride=2, residual=True, post_activation="relu"),
+    ConvCase("3x3_c64_k64_17x13", 2, 64, 17, 13, 64, 3, 3, pad=1, scale=True),
+    ConvCase("3x3_c48_k40", 3, 48, 11, 9, 40, 3, 3, pad=1, residual=True, post_activation="relu"),
+    ConvCase("5x5_c24_k20", 2, 24, 13, 13, 20, 5, 5, pad=2, activation="silu"),
+    ConvCase("7x7_s2_c3_k64_stem", 2, 3, 31, 29, 64, 7, 7, stride=2, pad=3),
+    ConvCase("3x3_c5_k7_odd", 2, 5, 9, 11, 7, 3, 3, pad=1, residual=True, post_activation="relu"),
+    ConvCase("3x3_c200_k72_bias_free", 1, 200, 7, 7, 72, 3, 3, pad=1, shift=False, activation="none"),
+    ConvCase("3x3_dil2_c16_k16", 2, 16, 12, 12, 16, 3, 3, pad=2, dil=2),
+    ConvCase("3x3_s2_c32_k96_batch32", 32, 32, 9, 9, 96, 3, 3, stride=2, pad=1, residual=True,
+             post_activation="relu"),
+    ConvCase("1x1_c128_k520_batch32", 32, 128, 5, 5, 520, 1, 1),
+    ConvCase("3x3_groups4_c64_k64", 2, 64, 10, 10, 64, 3, 3, pad=1, groups=4),
+    ConvCase("3x3_groups8_cg4_kg6", 2, 32, 9, 9, 48, 3, 3, pad=1, groups=8, residual=True),
+    ConvCase("dw3x3_c96", 2, 96, 15, 15, 96, 3, 3, pad=1, groups=96, activation="clip"),
+    ConvCase("dw3x3_s2_c144_batch32", 32, 144, 11, 11, 144, 3, 3, stride=2, pad=1, groups=144, activation="clip"),
+    ConvCase("dw5x5_c40_residual", 2, 40, 9, 9, 40, 5, 5, pad=2, groups=40, residual=True, activation="none"),
+    ConvCase("dw3x3_c13_odd", 1, 13, 7, 9, 13, 3, 3, pad=1, groups=13),
+    ConvCase("dw3x3_mult2_c8_k16", 2, 8, 8, 8, 16, 3, 3, pad=1, groups=8, scale=True),
+]
+
+# Every activation, as the main activation and (rotated by one) as the post-activation after a residual add;
+# the base cases run activations without a residual.
+_NAMES = list(ACTIVATIONS)
+_ACTIVATION_SWEEP = [
+    ConvCase(f"act_{a}_post_{b}", 2, 32, 6, 6, 24, 3, 3, pad=1, activation=a, residual=True, post_activation=b)
+    for a, b in zip(_NAMES, _NAMES[1:] + _NAMES[:1])] + [
+    ConvCase(f"dw_act_{a}", 2, 16, 6, 6, 16, 3, 3, pad=1, groups=16, activation=a, residual=True,
+             post_activation=a) for a in ("gelu", "hard_swish", "leaky_relu")]
+
+CASES = _BASE + [replace(c, name=c.name + "_bf16", dtype="bfloat16") for c in _BASE] + _ACTIVATION_SWEEP
+# Small cases compute-sanitizer runs through (memcheck of every loader and epilogue path).
+SANITIZER_CASES = ["7x7_s2_c3_k64_stem", "3x3_c48_k40", "3x3_groups8_cg4_kg6", "dw3x3_c13_odd", "dw5x5_c40_residual",
+                   "1x1_s2_c256_k128_odd"]
+BY_NAME = {c.name: c for c in CASES}

@@ -1,0 +1,177 @@
+"""FusedConv kernels on the GPU: every case against the float64 numpy reference on fresh random inputs (outputs
+poisoned with NaN first), the direct API on torch and CuPy arrays and the caller's stream, its errors, and the
+fused ResNet / MobileNetV2 samples with their FusedConv nodes run by these kernels."""
+from __future__ import annotations
+
+import random
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from _conv_cases import CASES, ConvCase
+from trt_fusedattn.plugins.conv.contract import FUSED_CONV, fused_conv_reference
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.gpu
+
+TOLERANCE = {"float16": 2e-3, "bfloat16": 1.2e-2}   # normwise relative error against float64
+SAMPLES = Path(__file__).resolve().parents[1] / "models" / "samples"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compiled_specializations():
+    """Compile every case's PTX up front, in parallel (nvcc is single-threaded; the tests then hit the cache)."""
+    from trt_fusedattn.launcher.compile import compile_ptx
+    from trt_fusedattn.launcher.launch import device_arch
+    arch = device_arch(0)
+    plans = [c.plan(arch) for c in CASES]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(lambda p: compile_ptx(p.source, arch, p.defines), plans))
+
+
+def channels_last(t):
+    return t.contiguous(memory_format=torch.channels_last)
+
+
+def make_inputs(case: ConvCase, gen) -> dict:
+    """Fresh random device tensors: x, w (torch layout [K, C/G, kH, kW], channels-last), shift, scale, residual."""
+    dtype = getattr(torch, case.dtype)
+    rand = lambda *shape: torch.randn(shape, generator=gen, device="cuda")  # noqa: E731
+    fan_in = case.c // case.groups * case.kh * case.kw
+    p, q = case.out_hw
+    inputs = {"x": channels_last(rand(case.n, case.c, case.h, case.w).to(dtype)),
+              "w": channels_last((rand(case.k, case.c // case.groups, case.kh, case.kw) * 2 / fan_in ** 0.5)
+                                 .to(dtype))}
+    if case.shift:
+        inputs["bias"] = rand(case.k) * 0.5
+    if case.scale:
+        inputs["scale"] = torch.rand(case.k, generator=gen, device="cuda") + 0.5
+    if case.residual:
+        inputs["residual"] = channels_last(rand(case.n, case.k, p, q).to(dtype))
+    return inputs
+
+
+def host64(t) -> np.ndarray | None:
+    return None if t is None else t.detach().float().cpu().numpy().astype(np.float64)
+
+
+def reference(case: ConvCase, inputs: dict) -> np.ndarray:
+    w = host64(inputs["w"]).transpose(0, 2, 3, 1)  # OIHW -> the contract's OHWI
+    return fused_conv_reference(host64(inputs["x"]), w, host64(inputs.get("bias")), host64(inputs.get("scale")),
+                                host64(inputs.get("residual")), **case.attrs())
+
+
+def run_case(case: ConvCase, seed: int, **api_kwargs):
+    """(kernel output as float64, reference, output tensor) for one case on fresh inputs from ``seed``."""
+    import trt_fusedattn
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    inputs = make_inputs(case, gen)
+    attrs = case.attrs()
+    out = channels_last(torch.full((case.n, case.k, *case.out_hw), float("nan"), device="cuda",
+                                   dtype=getattr(torch, case.dtype)))
+    result = trt_fusedattn.conv2d(
+        inputs["x"], inputs["w"], inputs.get("bias"), scale=inputs.get("scale"), stride=case.stride,
+        padding=case.pad, dilation=case.dil, groups=case.groups, activation=case.activation,
+        activation_alpha=attrs["activation_alpha"], activation_beta=attrs["activation_beta"],
+        residual=inputs.get("residual"), post_activation=case.post_activation,
+        post_activation_alpha=attrs["post_activation_alpha"], post_activation_beta=attrs["post_activation_beta"],
+        out=out, **api_kwargs)
+    assert result is out
+    torch.cuda.synchronize()
+    return host64(out), reference(case, inputs), out
+
+
+def check(case: ConvCase, got: np.ndarray, want: np.ndarray, seed: int):
+    assert np.isfinite(got).all(), f"{case.name} (seed {seed}): {np.isnan(got).sum()} outputs unwritten or NaN"
+    err = np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30)
+    worst = np.abs(got - want).max() / max(np.abs(want).max(), 1e-30)
+    tol = TOLERANCE[case.dtype]
+    assert err <= tol and worst <= 8 * tol, (f"{case.name} (seed {seed}): relative error {err:.3g}, worst element "
+                                             f"{worst:.3g} of max |ref|; tolerance {tol:g}")
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_matches_float64_reference(case):
+    seed = random.SystemRandom().randrange(2 ** 31)  # fresh inputs every run; the seed is in any failure message
+    got, want, _ = run_case(case, seed)
+    check(case, got, want, seed)
+
+
+def test_runs_on_the_callers_stream():
+    case = next(c for c in CASES if c.name == "3x3_c48_k40")
+    stream = torch.cuda.Stream()
+    seed = random.SystemRandom().randrange(2 ** 31)
+    with torch.cuda.stream(stream):
+        got, want, _ = run_case(case, seed)
+    check(case, got, want, seed)
+
+
+def test_cupy_arrays():
+    cupy = pytest.importorskip("cupy")
+    import trt_fusedattn
+    case = next(c for c in CASES if c.name == "3x3_c64_k64_17x13")
+    rng = np.random.default_rng()
+    x = rng.standard_normal((case.n, case.h, case.w, case.c)).astype(np.float16)   # NHWC
+    w = (rng.standard_normal((case.k, case.kh, case.kw, case.c)) * 0.1).astype(np.float16)  # OHWI
+    bias = rng.standard_normal(case.k).astype(np.float32)
+    y = trt_fusedattn.conv2d(cupy.asarray(x).transpose(0, 3, 1, 2), cupy.asarray(w).transpose(0, 3, 1, 2),
+                             cupy.asarray(bias), padding=case.pad, activation="relu")
+    cupy.cuda.get_current_stream().synchronize()
+    assert isinstance(y, cupy.ndarray) and y.shape == (case.n, case.k, *case.out_hw)
+    want = fused_conv_reference(x.transpose(0, 3, 1, 2).astype(np.float64), w.astype(np.float64), bias,
+                                strides=(1, 1), pads=(1,) * 4, activation="relu")
+    got = cupy.asnumpy(y).astype(np.float64)
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < TOLERANCE["float16"]
+
+
+def test_rejects_channels_first_input():
+    import trt_fusedattn
+    from trt_fusedattn.launcher.arrays import ArrayError
+    x = torch.randn(1, 16, 8, 8, device="cuda", dtype=torch.half)
+    w = channels_last(torch.randn(16, 16, 3, 3, device="cuda", dtype=torch.half))
+    with pytest.raises(ArrayError, match="channels-last"):
+        trt_fusedattn.conv2d(x, w)
+
+
+def gpu_fused_conv(x, w, shift=None, scale=None, residual=None, **attrs):
+    """A FusedConv node evaluated by our kernel: numpy in (contract layouts), float16 on the GPU, numpy out."""
+    import trt_fusedattn
+    one_d = x.ndim == 3
+    if one_d:  # [N, C, W] -> [N, C, 1, W]
+        x, w = x[:, :, None], w[:, None]
+        attrs = dict(attrs, strides=(1, *attrs["strides"]), dilations=(1, *attrs["dilations"]),
+                     pads=(0, attrs["pads"][0], 0, attrs["pads"][1]))
+    assert not attrs["input_scale"], "FP8 nodes are not in the fp32 samples"
+    dev = lambda a, dtype=torch.half: None if a is None else torch.from_numpy(np.ascontiguousarray(a)).to(  # noqa
+        "cuda", dtype)
+    xt = channels_last(dev(x))
+    wt = dev(w).permute(0, 3, 1, 2)  # OHWI memory seen as [K, C/G, kH, kW]: channels-last
+    res = None if residual is None else channels_last(dev(residual if not one_d else residual[:, :, None]))
+    y = trt_fusedattn.conv2d(xt, wt, dev(shift, torch.float32), scale=dev(scale, torch.float32),
+                             stride=tuple(attrs["strides"]) or 1, padding=tuple(attrs["pads"]) or 0,
+                             dilation=tuple(attrs["dilations"]) or 1, groups=attrs["group"],
+                             activation=attrs["activation"], activation_alpha=attrs["activation_alpha"],
+                             activation_beta=attrs["activation_beta"], residual=res,
+                             post_activation=attrs["post_activation"],
+                             post_activation_alpha=attrs["post_activation_alpha"],
+                             post_activation_beta=attrs["post_activation_beta"])
+    y = y.float().cpu().numpy()
+    return (y[:, :, 0] if one_d else y).astype(x.dtype)
+
+
+@pytest.mark.parametrize("sample", ["resnet_torchscript", "resnet_dynamo", "mobilenetv2_torchscript",
+                                    "mobilenetv2_dynamo"])
+def test_fused_sample_models_match_the_originals(sample):
+    pytest.importorskip("onnxruntime_extensions")
+    import trt_fusedattn
+    path = SAMPLES / f"{sample}.onnx"
+    fused, report = trt_fusedattn.fuse(str(path))
+    assert sum(n.op_type == "FusedConv" for n in fused.graph.node) > 0
+    calls = []
+    counted = lambda *a, **k: calls.append(1) or gpu_fused_conv(*a, **k)  # noqa: E731
+    result = trt_fusedattn.verify(str(path), fused, seed=random.SystemRandom().randrange(2 ** 31), rtol=2e-2,
+                                  implementations={FUSED_CONV: counted})
+    assert len(calls) == sum(n.op_type == "FusedConv" for n in fused.graph.node)
+    assert result.passed, result.table()

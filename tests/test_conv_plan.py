@@ -1,0 +1,122 @@
+"""FusedConv launch plan (CPU): output sizes, grid, scalars, tile and kernel choice, symbolic dims, rejections."""
+from __future__ import annotations
+
+import math
+import operator
+
+import pytest
+
+from _conv_cases import CASES, ConvCase
+from trt_fusedattn.plugins.conv.contract import FUSED_CONV
+from trt_fusedattn.plugins.conv.plan import DEPTHWISE, IMPLICIT_GEMM, float_literal, plan_conv
+
+
+class Sym:
+    """A stand-in for TensorRT's symbolic dims: + - * // build an expression; branching on one fails."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    @staticmethod
+    def var(name):
+        return Sym(lambda env: env[name])
+
+    def __call__(self, env):
+        return self.fn(env)
+
+    def _op(self, other, op, swap=False):
+        o = other if isinstance(other, Sym) else Sym(lambda env, v=other: v)
+        a, b = (o, self) if swap else (self, o)
+        return Sym(lambda env: op(a(env), b(env)))
+
+    __add__ = lambda s, o: s._op(o, operator.add)          # noqa: E731
+    __radd__ = lambda s, o: s._op(o, operator.add, True)   # noqa: E731
+    __sub__ = lambda s, o: s._op(o, operator.sub)          # noqa: E731
+    __rsub__ = lambda s, o: s._op(o, operator.sub, True)   # noqa: E731
+    __mul__ = lambda s, o: s._op(o, operator.mul)          # noqa: E731
+    __rmul__ = lambda s, o: s._op(o, operator.mul, True)   # noqa: E731
+    __floordiv__ = lambda s, o: s._op(o, operator.floordiv)  # noqa: E731
+
+    def _no(self, *_):
+        raise AssertionError("the plan branched on a symbolic dimension")
+
+    __bool__ = __lt__ = __le__ = __gt__ = __ge__ = __eq__ = __index__ = __int__ = _no
+    __hash__ = object.__hash__
+
+
+def _resolve(value, env):
+    return value(env) if isinstance(value, Sym) else value
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_plan_sizes_grid_and_scalars(case: ConvCase):
+    plan = case.plan("sm_90a")
+    p, q = case.out_hw
+    assert plan.scalars == (case.n, case.h, case.w, case.c, case.k, p, q, case.pad, case.pad)
+    pixels = case.n * p * q
+    if case.groups == case.c and case.groups > 1:
+        assert plan.source == DEPTHWISE and plan.block == (256, 1, 1)
+        per_block = plan.defines["CHUNKS"] * plan.defines["DW_VEC"]
+        assert plan.grid == (math.ceil(pixels * plan.defines["CHUNKS"] / 256), math.ceil(case.k / per_block), 1)
+    else:
+        d = plan.defines
+        assert plan.source == IMPLICIT_GEMM and d["GROUPS"] == case.groups
+        assert plan.grid == (math.ceil(pixels / d["BLOCK_M"]), math.ceil(case.k // case.groups / d["BLOCK_N"]),
+                             case.groups)
+        assert plan.block == (d["WARPS_M"] * d["WARPS_N"] * 32, 1, 1)
+        assert d["IN_VEC"] == (8 if (case.c // case.groups) % 8 == 0 else 1)
+        assert (case.k // case.groups) % d["OUT_VEC"] == 0
+        assert plan.shared_mem <= 227 * 1024
+    assert plan.defines["HAS_RESIDUAL"] == case.residual and plan.defines["HAS_SHIFT"] == case.shift
+
+
+def test_plan_with_symbolic_batch_and_spatial_dims_matches_ints():
+    case = ConvCase("sym", 8, 64, 30, 22, 96, 3, 3, stride=2, pad=1, residual=True, post_activation="relu")
+    n, h, w = Sym.var("n"), Sym.var("h"), Sym.var("w")
+    shapes = case.shapes()
+    shapes[0] = (n, 64, h, w)
+    shapes[4] = (n, 96, Sym.var("p"), Sym.var("q"))
+    sym_plan = plan_conv(shapes, case.dtypes(), case.attrs(), "sm_90a")
+    int_plan = case.plan("sm_90a")
+    env = {"n": case.n, "h": case.h, "w": case.w, "p": case.out_hw[0], "q": case.out_hw[1]}
+    assert tuple(_resolve(g, env) for g in sym_plan.grid) == int_plan.grid
+    assert tuple(_resolve(s, env) for s in sym_plan.scalars) == int_plan.scalars
+    assert sym_plan.defines == int_plan.defines and sym_plan.block == int_plan.block
+
+
+def test_one_dimensional_conv_maps_to_height_one():
+    attrs = FUSED_CONV.resolve(dict(strides=[2], pads=[1, 2], dilations=[1]))
+    plan = plan_conv([(4, 16, 37), (32, 5, 16), None, None, None], ["float16"] * 2 + [None] * 3, attrs, "sm_80")
+    q = (37 + 3 - 4 - 1) // 2 + 1
+    assert plan.scalars == (4, 1, 37, 16, 32, 1, q, 0, 1)
+    assert (plan.defines["KH"], plan.defines["KW"], plan.defines["STRIDE_W"]) == (1, 5, 2)
+
+
+def test_float_literal_is_exact_and_handles_infinity():
+    assert float.fromhex(float_literal(0.1)) == 0.1
+    assert float_literal(math.inf) == "__int_as_float(0x7f800000)"
+    assert float_literal(-math.inf) == "__int_as_float(0xff800000)"
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(dtypes=["float32", "float32", None, None, None]), "float16 or bfloat16"),
+    (dict(dtypes=["float16", "bfloat16", None, None, None]), "same dtype"),
+    (dict(attrs=dict(input_scale=0.5)), "FP8"),
+    (dict(shapes=[(1, 8, 4, 4, 4), (8, 1, 1, 1, 8), None, None, None]), "1-D or 2-D"),
+    (dict(shapes=[(1, 16, 8, 8), (6, 3, 3, 4), None, None, None], attrs=dict(group=4)), "multiple of group"),
+    (dict(shapes=[(1, 12, 8, 8), (8, 3, 3, 8), None, None, None]), "needs 8"),
+    (dict(shapes=[(1, 8, 8, 8), (Sym.var("k"), 3, 3, 8), None, None, None]), "static"),
+    (dict(shapes=[(1, 8, 8, 8), (8, 3, 3, 8), (8,), None, None], dtypes=["float16", "float16", "float16", None, None]),
+     "float32"),
+    (dict(shapes=[(1, 8, 8, 8), (8, 3, 3, 8), (7,), None, None], dtypes=["float16", "float16", "float32", None, None]),
+     "7 entries"),
+    (dict(shapes=[(1, 8, 8, 8), (8, 3, 3, 8), None, None, (1, 8, 6, 6)],
+          dtypes=["float16", "float16", None, None, "float32"]), "residual"),
+    (dict(attrs=dict(strides=[0, 1])), ">= 1"),
+])
+def test_plan_rejects_what_no_kernel_serves(change, message):
+    shapes = change.get("shapes", [(1, 8, 8, 8), (8, 3, 3, 8), None, None, None])
+    dtypes = change.get("dtypes", ["float16", "float16", None, None, None])
+    attrs = FUSED_CONV.resolve(change.get("attrs", {}))
+    with pytest.raises(ValueError, match=message):
+        plan_conv(shapes, dtypes, attrs, "sm_90a")

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import onnx
+import onnx.external_data_helper
 
 from trt_fusedattn.errors import FuseError
 from trt_fusedattn.tensorrt import require_tensorrt
@@ -100,16 +101,20 @@ def _profile(builder, network, dim_names: dict, shapes: dict | None, dims: dict 
     return profile if needed else None
 
 
-def _parse(trt, parser, model_path: Path) -> None:
-    """Parse a prepared copy of the model, written beside it so relative external-data paths still resolve."""
+def _parse(parser, model_path: Path) -> None:
+    """Parse a prepared copy of the model (from memory; with external data, from a copy written beside the model
+    so that its relative external-data paths resolve)."""
     prepared = prepare_model(onnx.load(str(model_path), load_external_data=False))
-    fd, tmp = tempfile.mkstemp(prefix=f".{model_path.stem}.trt-", suffix=".onnx", dir=model_path.parent)
-    os.close(fd)
-    try:
-        onnx.save(prepared, tmp)
-        ok = parser.parse_from_file(tmp)
-    finally:
-        os.unlink(tmp)
+    if not any(onnx.external_data_helper.uses_external_data(t) for t in prepared.graph.initializer):
+        ok = parser.parse(prepared.SerializeToString(), str(model_path))
+    else:
+        fd, tmp = tempfile.mkstemp(prefix=f".{model_path.stem}.trt-", suffix=".onnx", dir=model_path.parent)
+        os.close(fd)
+        try:
+            onnx.save(prepared, tmp)
+            ok = parser.parse_from_file(tmp)
+        finally:
+            os.unlink(tmp)
     if not ok:
         errors = [parser.get_error(i) for i in range(parser.num_errors)]
         first = errors[0] if errors else None
@@ -139,7 +144,7 @@ def build_engine(onnx_path, engine_path, *, precision: str = "fp32", shapes: dic
     network = builder.create_network(_network_flags(trt))
     parser = trt.OnnxParser(network, logger)
     start = time.perf_counter()
-    _parse(trt, parser, onnx_path)
+    _parse(parser, onnx_path)
     _progress(f"parsed {onnx_path.name}: {network.num_layers} layers ({time.perf_counter() - start:.1f} s)")
 
     config = builder.create_builder_config()

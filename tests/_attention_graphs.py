@@ -1,0 +1,184 @@
+"""Small hand-built attention graphs for patterns the exported samples do not hold (Mul/split scales, Tile GQA,
+Trilu/Range causal masks, cross attention, bottom-right causal, ONNX Attention variants), and their inputs."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+FLOAT = TensorProto.FLOAT
+
+
+class GraphBuilder:
+    """Collects nodes and constants of one graph; ``op`` returns the output name."""
+
+    def __init__(self):
+        self.nodes, self.inits, self.inputs, self.count = [], [], [], 0
+
+    def name(self, base: str) -> str:
+        self.count += 1
+        return f"{base}_{self.count}"
+
+    def const(self, value, dtype=None) -> str:
+        array = np.asarray(value, dtype=dtype)
+        name = self.name("c")
+        self.inits.append(numpy_helper.from_array(array, name))
+        return name
+
+    def input(self, name: str, elem_type: int, shape: list) -> str:
+        self.inputs.append(helper.make_tensor_value_info(name, elem_type, shape))
+        return name
+
+    def op(self, op_type: str, inputs: list, outputs: int = 1, **attrs):
+        names = [self.name(op_type.lower()) for _ in range(outputs)]
+        self.nodes.append(helper.make_node(op_type, inputs, names, name=self.name(op_type), **attrs))
+        return names[0] if outputs == 1 else names
+
+    def model(self, output: str, rank: int, elem_type: int = FLOAT, opset: int = 17) -> onnx.ModelProto:
+        graph = helper.make_graph(self.nodes, "attention", self.inputs,
+                                  [helper.make_tensor_value_info(output, elem_type, [None] * rank)], self.inits)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+        model.ir_version = 9
+        onnx.checker.check_model(model)
+        return model
+
+
+def softmax_attention(*, batch=2, lq=5, lkv=5, heads=4, kv_heads=4, dim=16, scale="mul", mask=None,
+                      gqa="expand", keys="split", softmax_axis=-1, fp16_softmax=False) -> onnx.ModelProto:
+    """Q/K/V projections reshaped to heads, Softmax(scale·Q·Kᵀ + mask)·V, heads merged back to [B, Lq, H·D].
+
+    scale: "div" | "mul" | "split" (sqrt on Q and on K) ; mask: None | "float" | "where" (Where(m, S, -inf)) |
+    "masked_fill" (Where(m, -inf, S)) | "causal_const" | "causal_const_br" | "trilu" | "range" |
+    "float+range" ; gqa (kv_heads < heads): "expand" | "tile" (Tile on an inserted axis) | "tile_heads"
+    (Tile on the heads axis: h % H order) ; keys: "split" (Transpose 0,2,3,1) | "bhsd" (0,1,3,2 of BHSD)."""
+    g = GraphBuilder()
+    q_in = g.input("q", FLOAT, [batch, lq, heads * dim])
+    k_in = g.input("k", FLOAT, [batch, lkv, kv_heads * dim])
+    v_in = g.input("v", FLOAT, [batch, lkv, kv_heads * dim])
+    q = g.op("Transpose", [g.op("Reshape", [q_in, g.const([batch, lq, heads, dim], np.int64)])], perm=[0, 2, 1, 3])
+    k_bshd = g.op("Reshape", [k_in, g.const([batch, lkv, kv_heads, dim], np.int64)])
+    v = g.op("Transpose", [g.op("Reshape", [v_in, g.const([batch, lkv, kv_heads, dim], np.int64)])],
+             perm=[0, 2, 1, 3])
+    if kv_heads != heads or keys == "bhsd":
+        k = g.op("Transpose", [k_bshd], perm=[0, 2, 1, 3])
+        if kv_heads != heads:
+            k, v = (_repeat_heads(g, t, gqa, batch, kv_heads, heads // kv_heads, lkv, dim) for t in (k, v))
+        kt = g.op("Transpose", [k], perm=[0, 1, 3, 2])
+    else:
+        kt = g.op("Transpose", [k_bshd], perm=[0, 2, 3, 1])
+    factor = 1.0 / np.sqrt(dim)
+    if scale == "split":
+        root = g.const(np.float32(np.sqrt(factor)))
+        q, kt = g.op("Mul", [q, root]), g.op("Mul", [kt, root])
+    scores = g.op("MatMul", [q, kt])
+    if scale == "mul":
+        scores = g.op("Mul", [scores, g.const(np.float32(factor))])
+    elif scale == "div":
+        scores = g.op("Div", [scores, g.const(np.float32(np.sqrt(dim)))])
+    scores = _apply_mask(g, scores, mask, batch, lq, lkv)
+    if fp16_softmax:
+        scores = g.op("Cast", [scores], to=TensorProto.FLOAT16)
+    probs = g.op("Softmax", [scores], axis=softmax_axis)
+    if fp16_softmax:
+        probs = g.op("Cast", [probs], to=FLOAT)
+    out = g.op("MatMul", [probs, v])
+    merged = g.op("Transpose", [out], perm=[0, 2, 1, 3])
+    result = g.op("Reshape", [merged, g.const([batch, lq, heads * dim], np.int64)])
+    return g.model(result, rank=3)
+
+
+def _repeat_heads(g: GraphBuilder, t: str, how: str, batch, kv_heads, group, length, dim) -> str:
+    if how == "tile_heads":
+        return g.op("Tile", [t, g.const([1, group, 1, 1], np.int64)])
+    grown = g.op("Unsqueeze", [t, g.const([2], np.int64)])
+    if how == "tile":
+        grown = g.op("Tile", [grown, g.const([1, 1, group, 1, 1], np.int64)])
+    else:
+        grown = g.op("Expand", [grown, g.const([batch, kv_heads, group, length, dim], np.int64)])
+    return g.op("Reshape", [grown, g.const([batch, kv_heads * group, length, dim], np.int64)])
+
+
+def causal_keep(lq: int, lkv: int, alignment: str = "top_left") -> np.ndarray:
+    offset = 0 if alignment == "top_left" else lkv - lq
+    return np.arange(lkv)[None, :] <= np.arange(lq)[:, None] + offset
+
+
+def _apply_mask(g: GraphBuilder, scores: str, mask, batch, lq, lkv) -> str:
+    neg_inf = g.const(np.float32(-np.inf)) if mask else None
+    if mask is None:
+        return scores
+    if mask in ("float", "float+range"):
+        scores = g.op("Add", [scores, g.input("mask", FLOAT, [batch, 1, lq, lkv])])
+        if mask == "float":
+            return scores
+        mask = "range"
+    if mask == "where":
+        return g.op("Where", [g.input("mask", TensorProto.BOOL, [batch, 1, lq, lkv]), scores, neg_inf])
+    if mask == "masked_fill":
+        return g.op("Where", [g.input("drop", TensorProto.BOOL, [batch, 1, lq, lkv]), neg_inf, scores])
+    if mask in ("causal_const", "causal_const_br"):
+        keep = causal_keep(lq, lkv, "top_left" if mask == "causal_const" else "bottom_right")
+        additive = np.where(keep, 0.0, np.finfo(np.float32).min).astype(np.float32)[None, None]
+        return g.op("Add", [scores, g.const(additive)])
+    if mask == "trilu":  # masked_fill(triu(ones, 1).bool(), -inf)
+        ones = g.op("ConstantOfShape", [g.const([lq, lkv], np.int64)],
+                    value=numpy_helper.from_array(np.ones(1, np.float32)))
+        upper = g.op("Trilu", [ones, g.const(np.int64(1))], upper=1)
+        return g.op("Where", [g.op("Cast", [upper], to=TensorProto.BOOL), neg_inf, scores])
+    if mask == "range":  # key position <= query position, positions from Range
+        zero, one = g.const(np.int64(0)), g.const(np.int64(1))
+        rows = g.op("Unsqueeze", [g.op("Range", [zero, g.const(np.int64(lq)), one]), g.const([1], np.int64)])
+        cols = g.op("Unsqueeze", [g.op("Range", [zero, g.const(np.int64(lkv)), one]), g.const([0], np.int64)])
+        allowed = g.op("LessOrEqual", [cols, rows])
+        bias = g.op("Where", [allowed, g.const(np.float32(0.0)), neg_inf])
+        return g.op("Add", [scores, bias])
+    raise ValueError(f"unknown mask kind {mask!r}")
+
+
+def onnx_attention(*, batch=2, lq=5, lkv=7, heads=4, kv_heads=2, dim=16, rank=4, is_causal=0, mask=None,
+                   past=False, softcap=0.0, scale=None, mask_len=None) -> onnx.ModelProto:
+    """One opset-23 ONNX Attention node on graph inputs (4-D BHSD or 3-D [B, S, H·D])."""
+    g = GraphBuilder()
+    shape = (lambda h, l: [batch, h, l, dim]) if rank == 4 else (lambda h, l: [batch, l, h * dim])
+    inputs = [g.input("q", FLOAT, shape(heads, lq)), g.input("k", FLOAT, shape(kv_heads, lkv)),
+              g.input("v", FLOAT, shape(kv_heads, lkv))]
+    mask_len = mask_len or lkv + (3 if past else 0)
+    if mask == "bool":
+        inputs.append(g.input("mask", TensorProto.BOOL, [batch, 1, lq, mask_len]))
+    elif mask == "float":
+        inputs.append(g.input("mask", FLOAT, [batch, 1, lq, mask_len]))
+    elif past:
+        inputs.append("")
+    if past:
+        inputs += [g.input("past_key", FLOAT, [batch, kv_heads, 3, dim]),
+                   g.input("past_value", FLOAT, [batch, kv_heads, 3, dim])]
+    attrs = {"is_causal": is_causal}
+    if rank == 3:
+        attrs.update(q_num_heads=heads, kv_num_heads=kv_heads)
+    if softcap:
+        attrs["softcap"] = softcap
+    if scale is not None:
+        attrs["scale"] = scale
+    out = g.op("Attention", inputs, **attrs)
+    return g.model(out, rank=rank, opset=23)
+
+
+def attention_inputs(model: onnx.ModelProto, seed: int = 0) -> dict:
+    """Random inputs for a hand-built graph; a boolean mask ("mask": True = attend, "drop": True = masked) keeps
+    key 0 for every query (no empty rows) and a float mask holds -inf and finite values."""
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for value in model.graph.input:
+        shape = [d.dim_value for d in value.type.tensor_type.shape.dim]
+        if value.type.tensor_type.elem_type == TensorProto.BOOL:
+            keep = rng.random(shape) < 0.7
+            keep[..., 0] = True
+            feeds[value.name] = ~keep if value.name == "drop" else keep
+        elif value.name == "mask":
+            bias = rng.standard_normal(shape).astype(np.float32)
+            bias[rng.random(shape) < 0.3] = -np.inf
+            bias[..., 0] = 0.0
+            feeds[value.name] = bias
+        else:
+            feeds[value.name] = rng.standard_normal(shape).astype(np.float32)
+    return feeds

@@ -19,12 +19,12 @@ import onnx_graphsurgeon as gs
 
 from trt_fusedattn.plugins.conv.contract import FUSED_CONV
 from trt_fusedattn.rewrites import Site
-from trt_fusedattn.rewrites._graph import (constant_value, consumers, folded_value, is_graph_output, is_present, names_in_use,
-                                           producer, same_shape, scalar_value, sole_consumer, tensor_shapes,
-                                           unique_name)
+from trt_fusedattn.rewrites._graph import (constant_value, consumers, folded_value, is_graph_output, is_present,
+                                           names_in_use, producer, same_shape, scalar_value, sole_consumer,
+                                           tensor_shapes, unique_name)
 
 FAMILY = "conv"
-_WEIGHT_DTYPES = (np.float16, np.float32, np.float64)
+_WEIGHT_DTYPES = ("float32", "float16")  # ONNX Conv types FusedConv takes (Conv has no bfloat16)
 _SQRT_HALF = math.sqrt(0.5)
 _GELU_TANH_SCALE = math.sqrt(2.0 / math.pi)
 _GELU_TANH_CUBIC = 0.044715
@@ -91,11 +91,11 @@ def rewrite(graph: gs.Graph) -> list[Site]:
     weights, left, padded = {}, {}, set()
     for conv in convs:  # first, so that shapes are inferred through the Pads this pass absorbs
         try:
-            weights[id(conv)] = _constant_weights(conv)
+            weights[id(conv)] = _constant_weights(conv, graph)
         except _Leave as leave:
             left[id(conv)] = str(leave)
             continue
-        if _absorb_pad(conv, graph):
+        if _absorb_pad(conv, weights[id(conv)].ndim, graph):
             padded.add(id(conv))
     shapes = tensor_shapes(graph, [t for node in graph.nodes if node.op in ("Conv", "Add")
                                    for t in node.inputs[:2] + node.outputs])
@@ -117,19 +117,21 @@ def rewrite(graph: gs.Graph) -> list[Site]:
     return sites
 
 
-def _constant_weights(conv: gs.Node) -> np.ndarray:
-    """The Conv's weights, when constant and of a 1-D or 2-D convolution FusedConv takes."""
+def _constant_weights(conv: gs.Node, graph: gs.Graph) -> np.ndarray:
+    """The Conv's weights, when constant, float, and of a 1-D or 2-D convolution FusedConv takes."""
     w = conv.inputs[1]
-    weight = constant_value(w)
+    origin = producer(w)
+    if origin is not None and origin.op == "DequantizeLinear":
+        raise _Leave("weights are quantized (DequantizeLinear): INT8 Q/DQ convolutions are left to TensorRT")
+    weight = folded_value(w, graph)
     if weight is None:
-        origin = producer(w)
         raise _Leave(f"weights are not constant (W comes from {origin.op if origin else 'a graph input'})")
     if weight.ndim == 5:
         raise _Leave("3-D convolution is not supported (FusedConv is 1-D or 2-D)")
     if weight.ndim not in (3, 4):
         raise _Leave(f"weights of rank {weight.ndim} are not a 1-D or 2-D convolution")
-    if weight.dtype not in _WEIGHT_DTYPES:
-        raise _Leave(f"weights of dtype {weight.dtype} are not supported (float16/float32 expected)")
+    if weight.dtype.name not in _WEIGHT_DTYPES:
+        raise _Leave(f"weights of dtype {weight.dtype} are not supported (float32 or float16 expected)")
     return weight
 
 
@@ -137,7 +139,7 @@ def _match(conv: gs.Node, weight: np.ndarray, graph: gs.Graph, shapes: dict) -> 
     x = conv.inputs[0]
     shift = None
     if len(conv.inputs) > 2 and is_present(conv.inputs[2]):
-        shift = constant_value(conv.inputs[2])
+        shift = folded_value(conv.inputs[2], graph)
         if shift is None:
             raise _Leave("bias is not constant")
         shift = shift.astype(np.float64).reshape(-1)
@@ -190,7 +192,7 @@ def _conv_attributes(conv: gs.Node, weight_shape: tuple, x_shape: list | None) -
     return {"strides": strides, "pads": pads, "dilations": dilations, "group": int(conv.attrs.get("group", 1))}
 
 
-def _absorb_pad(conv: gs.Node, graph: gs.Graph) -> bool:
+def _absorb_pad(conv: gs.Node, rank: int, graph: gs.Graph) -> bool:
     """Move a zero constant-mode Pad of the spatial axes, read only by this Conv, into the Conv's own pads
     (an equivalent Conv; the Pad is removed, its pads' subgraph goes with cleanup). Skipped under SAME auto_pad, whose pads depend on size."""
     x, auto_pad = conv.inputs[0], _auto_pad(conv)
@@ -205,7 +207,6 @@ def _absorb_pad(conv: gs.Node, graph: gs.Graph) -> bool:
         return False  # opset < 11 attribute form, or explicit axes (opset 18): kept as a Pad node
     amounts = folded_value(pad.inputs[1], graph)
     value = folded_value(pad.inputs[2], graph) if len(pad.inputs) > 2 and is_present(pad.inputs[2]) else 0.0
-    rank = conv.inputs[1].shape and len(conv.inputs[1].shape) or constant_value(conv.inputs[1]).ndim
     if amounts is None or value is None or np.any(value) or amounts.size != 2 * rank or (amounts < 0).any() \
             or amounts[:2].any() or amounts[rank:rank + 2].any():
         return False
@@ -222,35 +223,49 @@ def _absorb_pad(conv: gs.Node, graph: gs.Graph) -> bool:
 
 
 def _fold_constant_epilogue(chain: _Chain, graph: gs.Graph) -> gs.Variable:
-    """Fold BatchNormalization and per-channel constant Adds that follow the Conv; return the tensor reached."""
+    """Fold what follows the Conv while it is affine per channel: BatchNormalization, and Add, Sub, Mul, Div by a
+    per-channel constant (scales into W, offsets into shift). Returns the tensor reached."""
     tensor = chain.tail
-    channels = chain.weight.shape[0]
     while True:
         node = sole_consumer(tensor, graph)
         if node is None:  # read by several nodes: maybe an x * f(x) activation, which the caller matches next
             return tensor
         if node.op == "BatchNormalization" and not node.domain and node.inputs[0] is tensor:
-            why = _fold_batch_norm(chain, node, channels)
-        elif node.op == "Add" and not node.domain:
-            bias = _per_channel(_other_operand(node, tensor), channels, chain.weight.ndim)
-            if bias is None:
+            why = _fold_batch_norm(chain, node, graph)
+            if why:
+                chain.chain_end = why
                 return tensor
-            chain.shift, why = bias if chain.shift is None else chain.shift + bias, ""
-        else:
-            return tensor
-        if why:
-            chain.chain_end = why
+        elif not _fold_per_channel_arithmetic(chain, node, tensor, graph):
             return tensor
         tensor = node.outputs[0]
 
 
-def _fold_batch_norm(chain: _Chain, bn: gs.Node, channels: int) -> str:
+def _fold_per_channel_arithmetic(chain: _Chain, node: gs.Node, tensor: gs.Variable, graph: gs.Graph) -> bool:
+    """Fold y+c, c+y, y-c, y*c, c*y, y/c (c a per-channel constant) into W and shift; whether it did."""
+    if node.domain or node.op not in ("Add", "Sub", "Mul", "Div") or len(node.inputs) != 2 \
+            or (node.op in ("Sub", "Div") and node.inputs[0] is not tensor):
+        return False
+    value = _per_channel(folded_value(_other_operand(node, tensor), graph), chain.weight.shape[0], chain.weight.ndim)
+    if value is None or (node.op == "Div" and not np.all(value)):
+        return False
+    if node.op in ("Add", "Sub"):
+        offset = value if node.op == "Add" else -value
+        chain.shift = offset if chain.shift is None else chain.shift + offset
+    else:
+        factor = value if node.op == "Mul" else 1.0 / value
+        chain.weight = chain.weight * factor.reshape((-1,) + (1,) * (chain.weight.ndim - 1))
+        chain.shift = None if chain.shift is None else chain.shift * factor
+    return True
+
+
+def _fold_batch_norm(chain: _Chain, bn: gs.Node, graph: gs.Graph) -> str:
     """Fold an inference-form BatchNormalization into W and shift; the reason it cannot be folded, or ''."""
     if int(bn.attrs.get("training_mode", 0)) or any(consumers(out) for out in bn.outputs[1:]):
         return f"BatchNormalization {bn.name} is in training form (its running statistics are outputs)"
-    params = [constant_value(t) for t in bn.inputs[1:5]]
+    params = [folded_value(t, graph) for t in bn.inputs[1:5]]
     if any(p is None for p in params):
         return f"BatchNormalization {bn.name} has non-constant parameters"
+    channels = chain.weight.shape[0]
     gamma, beta, mean, var = (np.asarray(p, np.float64).reshape(-1) for p in params)
     if not all(p.size == channels for p in (gamma, beta, mean, var)):
         return f"BatchNormalization {bn.name} parameters do not have the Conv's {channels} channels"
@@ -261,11 +276,10 @@ def _fold_batch_norm(chain: _Chain, bn: gs.Node, channels: int) -> str:
     return ""
 
 
-def _per_channel(tensor: gs.Tensor | None, channels: int, rank: int) -> np.ndarray | None:
+def _per_channel(value: np.ndarray | None, channels: int, rank: int) -> np.ndarray | None:
     """A constant that broadcasts over a rank-``rank`` [N, K, ...] output as one value per channel, as float64
     [K]; None for anything else."""
-    value = constant_value(tensor)
-    if value is None or not np.issubdtype(value.dtype, np.floating) or value.ndim > rank:
+    if value is None or value.dtype.name not in _WEIGHT_DTYPES + ("float64",) or value.ndim > rank:
         return None
     shape = (1,) * (rank - value.ndim) + value.shape
     if shape[0] != 1 or shape[1] not in (1, channels) or any(d != 1 for d in shape[2:]):

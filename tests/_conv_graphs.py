@@ -263,3 +263,30 @@ def dynamic_weight_case() -> onnx.ModelProto:
     b = GraphBuilder()
     y = b.op("Conv", ["x", "w"], pads=[1, 1, 1, 1])
     return b.model({"x": [2, 4, 6, 6], "w": [6, 4, 3, 3]}, {y: None})
+
+
+def affine_case() -> onnx.ModelProto:
+    """BatchNorm decomposed by hand: Conv -> Sub(mean) -> Div(std) -> Mul(gamma) -> Add(beta) -> Relu, with
+    per-channel constants in the shapes exporters use ([1,K,1,1], [K,1,1], scalar)."""
+    b = GraphBuilder()
+    y = b.conv("x", 4, 6, (3, 3), pads=[1, 1, 1, 1])
+    y = b.op("Sub", [y, b.random((1, 6, 1, 1), 0.3)])
+    y = b.op("Div", [y, b.const(b.rng.uniform(0.5, 2.0, (6, 1, 1)))])
+    y = b.op("Mul", [b.const(b.rng.uniform(-1.5, 1.5, (1, 6, 1, 1))), y])
+    y = b.op("Mul", [y, b.const(1.25)])
+    y = b.op("Relu", [b.op("Add", [y, b.random((6, 1, 1), 0.3)])])
+    return b.model({"x": [2, 4, 6, 6]}, {y: None})
+
+
+def weight_producer_case(op_type: str) -> onnx.ModelProto:
+    """Conv whose weights a node computes from an initializer: Cast (float32 -> float16, in a float16 graph) or
+    DequantizeLinear (int8 Q/DQ, float32 graph)."""
+    b = GraphBuilder(np.float16 if op_type == "Cast" else np.float32)
+    if op_type == "Cast":
+        w = b.op("Cast", [b.const(b.rng.standard_normal((6, 4, 3, 3)) / 6, np.float32)], to=onnx.TensorProto.FLOAT16)
+    else:
+        w = b.op("DequantizeLinear", [b.const(b.rng.integers(-100, 100, (6, 4, 3, 3)), np.int8),
+                                      b.const(0.01), b.const(0, np.int8)])
+    y = b.op("Conv", ["x", w, b.random((6,), 0.5)], pads=[1, 1, 1, 1])
+    return b.model({"x": [2, 4, 6, 6]}, {y: None})
+

@@ -136,9 +136,15 @@ def _load_function(source: str, arch: str, defines: tuple, kernel: str, ordinal:
     ptx = compile_ptx(source, arch, dict(defines))
     with current_context(ordinal):
         image = ctypes.create_string_buffer(ptx.encode())  # NUL-terminated, alive during the call
-        module = check(drv.cuModuleLoadData(ctypes.addressof(image)),
-                       f"cuModuleLoadData({source.rsplit('/', 1)[-1]}, {arch}) on device {ordinal} "
-                       f"({device_arch(ordinal)})")
+        try:
+            module = check(drv.cuModuleLoadData(ctypes.addressof(image)),
+                           f"cuModuleLoadData({source.rsplit('/', 1)[-1]}, {arch}) on device {ordinal} "
+                           f"({device_arch(ordinal)})")
+        except LaunchError as exc:
+            if "UNSUPPORTED_PTX_VERSION" in str(exc):
+                raise LaunchError(f"{exc}; the NVIDIA driver is older than nvcc: update the driver or point "
+                                  "CUDA_HOME at a CUDA toolkit no newer than the driver") from None
+            raise
         function = check(drv.cuModuleGetFunction(module, kernel.encode()),
                          f"cuModuleGetFunction({kernel!r}): is it declared extern \"C\" __global__?")
     return module, function, [DEFAULT_SHARED_LIMIT]

@@ -206,3 +206,21 @@ def test_conv_engine_matches_the_reference(tmp_path):
     expected = FUSED_CONV.reference(x, w, shift, pads=(1, 1, 1, 1), activation="relu")
     got = engine({"x": x})["y"]
     np.testing.assert_allclose(got.astype(np.float32), expected.astype(np.float32), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("binding", plugins.bindings(), ids=lambda b: b.op)
+def test_each_op_gives_the_tensorrt_layer_what_it_needs(binding):
+    """plan_<op>(input_shapes, input_dtypes, attrs, arch[, formats=]) and an output shape; an op read channels-last
+    (HWC8 in TensorRT) must take ``formats`` so that its plan sees the layout TensorRT chose."""
+    import inspect
+
+    params = list(inspect.signature(binding.plan).parameters)
+    assert params[:4] == ["input_shapes", "input_dtypes", "attrs", "arch"]
+    shapes = [(2, 5, 4, 64), (2, 5, 4, 64), (2, 5, 4, 64), None, None] if binding.op == "attention" else \
+        [(2, 8, 10, 12), (16, 3, 3, 8), (16,), None, None]
+    attrs = binding.contract.resolve({"pads": [1, 1, 1, 1]} if binding.op == "conv" else {})
+    expected = (2, 5, 4, 64) if binding.op == "attention" else (2, 16, 10, 12)
+    assert tuple(binding.output_shape(shapes, attrs)) == expected
+    if binding.channels_last:
+        assert "formats" in params, f"plan_{binding.op} must take formats= (TensorRT gives {binding.channels_last} " \
+                                    "as HWC8: channels padded to 8)"

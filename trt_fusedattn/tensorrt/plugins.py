@@ -2,7 +2,8 @@
 
 ``register_plugins()`` registers ``trt_fusedattn::FusedAttention`` and ``trt_fusedattn::FusedConv`` with
 
-- ``@trtp.register``: output shape from ``output_shape_<op>(input_shapes, attrs)``, output dtype = input 0's;
+- ``@trtp.register``: output shape from ``output_shape_<op>(input_shapes, attrs)`` (FusedAttention: Q's shape, as its
+  contract says, unless its plan module defines one), output dtype = input 0's;
 - ``@trtp.autotune``: FP16 and BF16 for the op's main tensors (others keep the network's dtype), LINEAR formats,
   except tensors the op reads channels-last (FusedConv's X, residual, Y: ``HWC8``, rank 4 only);
 - ``@trtp.aot_impl``: ``plan_<op>(input_shapes, input_dtypes, attrs, arch[, formats=])`` evaluated on TensorRT's
@@ -55,6 +56,7 @@ class PluginBinding:
     op: str                              # the <op> of those names
     main_inputs: tuple                   # inputs that take the kernel's element type (FP16/BF16) with the output
     channels_last: tuple = ()            # tensors (inputs and output names) read/written as HWC8 when rank 4
+    output_like_input0: bool = False     # the contract gives the output input 0's shape (no output_shape_<op>)
 
     @functools.cached_property
     def plan(self) -> Callable:
@@ -65,6 +67,8 @@ class PluginBinding:
     def output_shape(self) -> Callable:
         import importlib
         module = importlib.import_module(self.plan_module)
+        if self.output_like_input0 and not hasattr(module, f"output_shape_{self.op}"):
+            return lambda input_shapes, attrs: input_shapes[0]
         if not hasattr(module, f"output_shape_{self.op}"):
             raise NotImplementedError(f"{self.plan_module} has no output_shape_{self.op}(input_shapes, attrs); "
                                       "TensorRT needs it to infer the output shape")
@@ -76,7 +80,7 @@ def bindings() -> tuple[PluginBinding, ...]:
     from trt_fusedattn.plugins.conv.contract import FUSED_CONV
     return (
         PluginBinding(FUSED_ATTENTION, "trt_fusedattn.plugins.attention.plan", "attention",
-                      main_inputs=("Q", "K", "V", "mask")),
+                      main_inputs=("Q", "K", "V", "mask"), output_like_input0=True),
         PluginBinding(FUSED_CONV, "trt_fusedattn.plugins.conv.plan", "conv",
                       main_inputs=("X", "W", "residual"), channels_last=("X", "residual", "Y")),
     )

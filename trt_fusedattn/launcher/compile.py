@@ -101,6 +101,7 @@ def nvcc_command(source: Path, arch: str, defines: Mapping, target: str, output:
     cmd = [nvcc_path(), f"-{target}", arch_flag(arch, target), *BASE_FLAGS, *extra_flags]
     cmd += [f"-D{name}={_define_value(value)}" for name, value in sorted(defines.items())]
     cmd += [f"-I{d}" for d in (str(source.parent), *map(str, include_dirs), *cutlass_include_dirs())]
+    cmd += ["--expt-relaxed-constexpr"] if cutlass_include_dirs() else []  # CuTe's constexpr helpers need it
     return cmd + [str(source), "-o", str(output)]
 
 

@@ -1,10 +1,12 @@
-"""Conv family: [Pad] Conv [BatchNormalization | Add(per-channel constant)]* [activation] [Add(residual) [activation]]
-becomes one ``trt_fusedattn::FusedConv`` node.
+"""Conv family: [Pad] Conv [BatchNormalization | per-channel constant Add/Sub/Mul/Div]* [activation]
+[Add(residual) [activation]] becomes one ``trt_fusedattn::FusedConv`` node.
 
 Matching follows dataflow from each Conv; every absorbed intermediate must be read only inside the chain (a tensor
 used elsewhere ends the chain before it, and the site says where and why in ``details["chain_end"]``). Constant
-epilogues fold in float64: BatchNorm into W and shift, bias and per-channel constant adds into shift; W is then cast
-back to its dtype and stored OHWI. A Conv the op cannot express is left alone with one reason.
+epilogues fold in float64: BatchNorm and per-channel scales into W, bias and offsets into shift; W is then cast
+back to its dtype and stored OHWI. A zero constant Pad read only by the Conv moves into its pads. Activations are
+recognised in the forms exporters write (ops, x*f(x) products, the Erf and Tanh GELU decompositions). A Conv the
+op cannot express is left alone with one reason.
 
 Residual rule: when both operands of the Add are ends of conv chains (a ResNet projection shortcut), the Conv
 later in topological order takes the Add, and the earlier chain's output becomes its residual input.
@@ -99,22 +101,20 @@ def rewrite(graph: gs.Graph) -> list[Site]:
             padded.add(id(conv))
     shapes = tensor_shapes(graph, [t for node in graph.nodes if node.op in ("Conv", "Add")
                                    for t in node.inputs[:2] + node.outputs])
-    order = {id(node): i for i, node in enumerate(graph.nodes)}
-    chains, sites = [], []
+    matched: list[_Chain | Site] = []
     for conv in convs:
         try:
             if id(conv) in left:
                 raise _Leave(left[id(conv)])
-            chains.append(_match(conv, weights[id(conv)], graph, shapes))
-            chains[-1].pad_folded = id(conv) in padded
+            matched.append(_match(conv, weights[id(conv)], graph, shapes))
+            matched[-1].pad_folded = id(conv) in padded
         except _Leave as leave:
-            sites.append(Site(FAMILY, conv.name, False, reason=str(leave),
-                              shapes={"X": shapes.get(conv.inputs[0].name)}))
-    _pair_conv_residuals(chains, order)
+            matched.append(Site(FAMILY, conv.name, False, reason=str(leave),
+                                shapes={"X": shapes.get(conv.inputs[0].name)}))
+    _pair_conv_residuals([m for m in matched if isinstance(m, _Chain)],
+                         {id(node): i for i, node in enumerate(graph.nodes)})
     taken = names_in_use(graph)
-    for chain in chains:
-        sites.append(_replace(chain, graph, shapes, taken))
-    return sites
+    return [_replace(m, graph, shapes, taken) if isinstance(m, _Chain) else m for m in matched]
 
 
 def _constant_weights(conv: gs.Node, graph: gs.Graph) -> np.ndarray:
@@ -193,8 +193,9 @@ def _conv_attributes(conv: gs.Node, weight_shape: tuple, x_shape: list | None) -
 
 
 def _absorb_pad(conv: gs.Node, rank: int, graph: gs.Graph) -> bool:
-    """Move a zero constant-mode Pad of the spatial axes, read only by this Conv, into the Conv's own pads
-    (an equivalent Conv; the Pad is removed, its pads' subgraph goes with cleanup). Skipped under SAME auto_pad, whose pads depend on size."""
+    """Move a zero constant-mode Pad of the spatial axes, read only by this Conv, into the Conv's own pads (an
+    equivalent Conv; the Pad is removed, its pads' subgraph goes with cleanup). Not under SAME auto_pad, whose
+    pads depend on the input size."""
     x, auto_pad = conv.inputs[0], _auto_pad(conv)
     pad = producer(x)
     if pad is None or pad.op != "Pad" or pad.domain or auto_pad not in ("NOTSET", "VALID") \

@@ -1,0 +1,256 @@
+"""FusedConv vs torch's cuDNN convolution followed by the separate epilogue ops, every conv layer of ResNet-50 and
+MobileNetV2 (224x224 input), batch 1, 8 and 32, float16 channels-last, one run on one GPU.
+
+Baseline per layer = what the unfused model runs: conv2d (cuDNN, benchmark mode), BatchNorm (eval), activation
+(in place), and for residual layers the add and ReLU. Ours = one FusedConv launch with BatchNorm folded into W
+and shift. Each side is timed as a CUDA graph of REPS calls (launch gaps as a deployed engine would see them),
+median of TRIALS replays. Whole-stack sums weight each distinct layer by how often the network has it.
+
+    python benchmarks/conv.py --out benchmarks/results/conv_h100.md
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import statistics
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+import trt_fusedattn
+from trt_fusedattn.launcher.compile import compile_ptx, nvcc_version
+from trt_fusedattn.launcher.launch import device_arch
+from trt_fusedattn.plugins.conv.contract import FUSED_CONV
+from trt_fusedattn.plugins.conv.plan import plan_conv
+
+REPS, TRIALS, EPS = 20, 7, 1e-5
+BATCHES = (1, 8, 32)
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One conv layer with its epilogue: act after BN ('relu', 'relu6', 'none'); residual: add then ReLU (ResNet)
+    or plain add (MobileNetV2)."""
+
+    net: str
+    c: int
+    k: int
+    hw: int
+    kernel: int
+    stride: int = 1
+    groups: int = 1
+    act: str = "relu"
+    residual: bool = False
+
+    @property
+    def pad(self) -> int:
+        return self.kernel // 2
+
+    @property
+    def out_hw(self) -> int:
+        return (self.hw + 2 * self.pad - self.kernel) // self.stride + 1
+
+    @property
+    def name(self) -> str:
+        kind = "dw" if self.groups > 1 else f"{self.kernel}x{self.kernel}"
+        stride = f"/{self.stride}" if self.stride > 1 else ""
+        return f"{kind}{stride} {self.c}>{self.k} @{self.hw}" + (" +res" if self.residual else "")
+
+    def flops(self, n: int) -> int:
+        return 2 * n * self.out_hw ** 2 * self.k * self.c // self.groups * self.kernel ** 2
+
+
+def resnet50() -> list[tuple[Layer, int]]:
+    L = lambda *a, **k: Layer("ResNet-50", *a, **k)  # noqa: E731
+    layers = [(L(3, 64, 224, 7, 2), 1)]
+    hw, cin = 56, 64
+    for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+        out = width * 4
+        layers += [(L(cin, width, hw, 1), 1), (L(width, width, hw, 3, stride), 1)]
+        hw_out = hw // stride
+        layers += [(L(cin, out, hw, 1, stride, act="none"), 1)]  # projection shortcut
+        layers += [(L(out, width, hw_out, 1), blocks - 1), (L(width, width, hw_out, 3), blocks - 1)]
+        layers += [(L(width, out, hw_out, 1, act="none", residual=True), blocks)]
+        hw, cin = hw_out, out
+    return _merge(layers)
+
+
+def mobilenet_v2() -> list[tuple[Layer, int]]:
+    L = lambda *a, **k: Layer("MobileNetV2", *a, **k)  # noqa: E731
+    layers = [(L(3, 32, 224, 3, 2, act="relu6"), 1)]
+    cin, hw = 32, 112
+    for t, c, n, s in ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
+                       (6, 320, 1, 1)):
+        for i in range(n):
+            stride, hidden = (s if i == 0 else 1), cin * t
+            if t != 1:
+                layers.append((L(cin, hidden, hw, 1, act="relu6"), 1))
+            layers.append((L(hidden, hidden, hw, 3, stride, groups=hidden, act="relu6"), 1))
+            hw_out = (hw - 1) // stride + 1
+            layers.append((L(hidden, c, hw_out, 1, act="none", residual=stride == 1 and cin == c), 1))
+            cin, hw = c, hw_out
+    layers.append((L(320, 1280, 7, 1, act="relu6"), 1))
+    return _merge(layers)
+
+
+def _merge(layers):
+    counts: dict[Layer, int] = {}
+    for layer, n in layers:
+        if n:
+            counts[layer] = counts.get(layer, 0) + n
+    return list(counts.items())
+
+
+def _fused_activation(layer: Layer) -> dict:
+    act = {"relu": dict(activation="relu"), "relu6": dict(activation="clip", activation_alpha=0.0,
+                                                           activation_beta=6.0), "none": {}}[layer.act]
+    if layer.residual:
+        act["post_activation"] = "relu" if layer.net == "ResNet-50" else "none"
+    return act
+
+
+class Case:
+    """Random inputs of one layer at one batch, and the two ways to compute it."""
+
+    def __init__(self, layer: Layer, n: int):
+        self.layer, self.n = layer, n
+        cl = lambda t: t.contiguous(memory_format=torch.channels_last)  # noqa: E731
+        dev = dict(device="cuda", dtype=torch.half)
+        self.x = cl(torch.randn(n, layer.c, layer.hw, layer.hw, **dev))
+        fan_in = layer.c // layer.groups * layer.kernel ** 2
+        self.w = cl(torch.randn(layer.k, layer.c // layer.groups, layer.kernel, layer.kernel, **dev) / fan_in ** .5)
+        f32 = dict(device="cuda", dtype=torch.float32)
+        self.gamma, self.beta = torch.rand(layer.k, **f32) + 0.5, torch.randn(layer.k, **f32) * 0.1
+        self.mean, self.var = torch.randn(layer.k, **f32) * 0.1, torch.rand(layer.k, **f32) + 0.5
+        inv = self.gamma / torch.sqrt(self.var + EPS)
+        self.w_folded = cl((self.w.float() * inv[:, None, None, None]).half())
+        self.shift = (self.beta - self.mean * inv).contiguous()
+        o = layer.out_hw
+        self.residual = cl(torch.randn(n, layer.k, o, o, **dev)) if layer.residual else None
+        self.out = cl(torch.empty(n, layer.k, o, o, **dev))
+
+    def baseline(self):
+        lay = self.layer
+        y = F.conv2d(self.x, self.w, None, lay.stride, lay.pad, 1, lay.groups)
+        y = F.batch_norm(y, self.mean, self.var, self.gamma, self.beta, False, 0.0, EPS)
+        if lay.act == "relu":
+            y = F.relu_(y)
+        elif lay.act == "relu6":
+            y = F.hardtanh_(y, 0.0, 6.0)
+        if lay.residual:
+            y += self.residual
+            if lay.net == "ResNet-50":
+                y = F.relu_(y)
+        return y
+
+    def fused(self):
+        lay = self.layer
+        return trt_fusedattn.conv2d(self.x, self.w_folded, self.shift, stride=lay.stride, padding=lay.pad,
+                                    groups=lay.groups, residual=self.residual, out=self.out,
+                                    **_fused_activation(lay))
+
+
+def layer_plan(lay: Layer, n: int, arch: str):
+    """The FusedConv plan of one layer (what ``Case.fused`` launches), for compiling up front."""
+    o = lay.out_hw
+    attrs = FUSED_CONV.resolve(dict(strides=(lay.stride,) * 2, pads=(lay.pad,) * 4, group=lay.groups,
+                                    **_fused_activation(lay)))
+    shapes = [(n, lay.c, lay.hw, lay.hw), (lay.k, lay.kernel, lay.kernel, lay.c // lay.groups), (lay.k,),
+              None, (n, lay.k, o, o) if lay.residual else None]
+    dtypes = ["float16", "float16", "float32", None, "float16" if lay.residual else None]
+    return plan_conv(shapes, dtypes, attrs, arch)
+
+
+def time_us(fn) -> float:
+    """Median time of one call, from CUDA-graph replays of REPS calls."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(REPS):
+            fn()
+    graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(TRIALS):
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000 / REPS)
+    return statistics.median(times)
+
+
+def environment() -> str:
+    props = torch.cuda.get_device_properties(0)
+    try:
+        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                capture_output=True, text=True).stdout.strip()
+    except OSError:
+        driver = "?"
+    nvcc = nvcc_version().strip().splitlines()[-1]
+    return (f"{props.name} ({props.multi_processor_count} SMs), driver {driver}, torch {torch.__version__} "
+            f"(CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}), our PTX by {nvcc}, "
+            f"arch {device_arch(0)}; {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", help="markdown file for the tables")
+    parser.add_argument("--batches", default=",".join(map(str, BATCHES)))
+    args = parser.parse_args()
+    torch.backends.cudnn.benchmark = True
+    batches = [int(b) for b in args.batches.split(",")]
+    arch = device_arch(0)
+    nets = {"ResNet-50": resnet50(), "MobileNetV2": mobilenet_v2()}
+    plans = {(p.source, tuple(sorted(p.defines.items()))): p for layers in nets.values() for lay, _ in layers
+             for p in [layer_plan(lay, 1, arch)]}
+    with ThreadPoolExecutor(max_workers=16) as pool:  # compile every specialization up front, in parallel
+        list(pool.map(lambda p: compile_ptx(p.source, arch, p.defines), plans.values()))
+
+    env = environment()
+    lines = [f"# FusedConv vs cuDNN + separate epilogue ops\n", f"{env}\n",
+             "Per call, µs (CUDA-graph replay median). base = cuDNN conv2d + BatchNorm + activation [+ add + ReLU] "
+             "as the unfused model runs them; fused = one FusedConv kernel. err = |fused - base| / |base| "
+             "(normwise).\n"]
+    sums = {}
+    for net, layers in nets.items():
+        lines += [f"\n## {net}\n", "| layer | count | batch | base µs | fused µs | speedup | fused TFLOP/s | err |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for lay, count in layers:
+            for n in batches:
+                case = Case(lay, n)
+                want = case.baseline().float()
+                got = case.fused().float()
+                err = float((got - want).norm() / want.norm())
+                base, ours = time_us(case.baseline), time_us(case.fused)
+                s = sums.setdefault((net, n), [0.0, 0.0, 99.0, ""])
+                s[0] += count * base
+                s[1] += count * ours
+                if base / ours < s[2]:
+                    s[2], s[3] = base / ours, lay.name
+                lines.append(f"| {lay.name} | {count} | {n} | {base:.1f} | {ours:.1f} | {base / ours:.2f}x | "
+                             f"{lay.flops(n) / ours / 1e6:.0f} | {err:.1e} |")
+                print(lines[-1], flush=True)
+                del case
+    lines += ["\n## Whole conv stacks (sum over layers x count)\n",
+              "| network | batch | base µs | fused µs | speedup | slowest layer (speedup) |", "|---|---:|---:|---:|---:|---|"]
+    for (net, n), (base, ours, worst, name) in sums.items():
+        lines.append(f"| {net} | {n} | {base:.0f} | {ours:.0f} | {base / ours:.2f}x | {name} ({worst:.2f}x) |")
+    lines.append("\nFP8 (E4M3) FusedConv: not implemented yet, so no FP8 rows.")
+    text = "\n".join(lines) + "\n"
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+    print("\n".join(lines[lines.index("\n## Whole conv stacks (sum over layers x count)\n"):]))
+
+
+if __name__ == "__main__":
+    main()

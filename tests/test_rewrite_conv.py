@@ -280,3 +280,53 @@ def test_quantized_weights_are_left_alone():
     assert not site.fused and site.reason.startswith("weights are quantized (DequantizeLinear)")
     assert op_types(fused) == ["Conv", "DequantizeLinear"]
 
+
+
+# torch module -> contract activation as Site details describe it
+TORCH_ACTIVATIONS = {
+    "ReLU": "relu", "ReLU6": "clip(0, 6)", "Hardtanh": "clip(-2, 3)", "LeakyReLU": "leaky_relu(0.2)",
+    "Sigmoid": "sigmoid", "SiLU": "silu", "Hardsigmoid": "hard_sigmoid(0.166667, 0.5)", "Hardswish": "hard_swish",
+    "GELU": "gelu", "GELU_tanh": "gelu_tanh", "Tanh": "tanh",
+}
+
+
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_activations_as_torch_exports_them(exporter, tmp_path):
+    """Conv -> BatchNorm -> each torch activation, and a residual block with it after the add, exported by the
+    exporter itself: every branch becomes one FusedConv with its activation."""
+    torch = pytest.importorskip("torch")
+    nn = torch.nn
+
+    def activation(name):
+        special = {"Hardtanh": lambda: nn.Hardtanh(-2.0, 3.0), "LeakyReLU": lambda: nn.LeakyReLU(0.2),
+                   "GELU_tanh": lambda: nn.GELU(approximate="tanh")}
+        return special[name]() if name in special else getattr(nn, name)()
+
+    class Branches(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.convs = nn.ModuleList(nn.Conv2d(4, 4, 3, padding=1) for _ in TORCH_ACTIVATIONS)
+            self.norms = nn.ModuleList(nn.BatchNorm2d(4) for _ in TORCH_ACTIVATIONS)
+            self.acts = nn.ModuleList(activation(name) for name in TORCH_ACTIVATIONS)
+            for norm in self.norms:
+                for buffer in (norm.running_mean, norm.bias):
+                    nn.init.uniform_(buffer, -0.5, 0.5)
+                for buffer in (norm.running_var, norm.weight):
+                    nn.init.uniform_(buffer, 0.5, 1.5)
+
+        def forward(self, x):
+            return torch.cat([act(act(norm(conv(x))) + x)
+                              for conv, norm, act in zip(self.convs, self.norms, self.acts)], 1)
+
+    torch.manual_seed(0)
+    path = tmp_path / f"activations_{exporter}.onnx"
+    kwargs = dict(dynamo=False, opset_version=17, do_constant_folding=False) if exporter == "torchscript" \
+        else dict(dynamo=True, opset_version=23)
+    torch.onnx.export(Branches().eval(), (torch.randn(2, 4, 6, 6),), str(path), input_names=["x"], **kwargs)
+    model = onnx.load(path)
+    fused, sites = fuse_and_verify(model)
+    expected = sorted(TORCH_ACTIVATIONS.values())
+    assert sorted(s.details["activation"] for s in sites) == expected
+    assert sorted(s.details["post_activation"] for s in sites) == expected
+    assert all(s.details["residual"] == "x" for s in sites)
+    assert op_types(fused) == ["Concat"] + ["FusedConv"] * len(TORCH_ACTIVATIONS)

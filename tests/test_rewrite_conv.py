@@ -37,6 +37,11 @@ def op_types(model: onnx.ModelProto) -> list[str]:
     return sorted(node.op_type for node in model.graph.node)
 
 
+def only(items):
+    assert len(items) == 1, items
+    return items[0]
+
+
 def fused_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
     return [node for node in model.graph.node if FUSED_CONV.is_node(node)]
 
@@ -45,16 +50,11 @@ def initializer(model: onnx.ModelProto, name: str) -> np.ndarray:
     return next(numpy_helper.to_array(t) for t in model.graph.initializer if t.name == name)
 
 
-def only_site(sites):
-    assert len(sites) == 1, sites
-    return sites[0]
-
-
 @pytest.mark.parametrize("form", sorted(graphs.ACTIVATION_FORMS))
 def test_activation_form_is_absorbed(form):
     model = graphs.activation_case(form)
     fused, sites = fuse_and_verify(model)
-    site = only_site(sites)
+    site = only(sites)
     assert site.fused and site.details["activation"] == graphs.ACTIVATION_FORMS[form][1], site
     assert op_types(fused) == ["FusedConv"], "every node of the activation form is absorbed"
 
@@ -66,7 +66,7 @@ def test_x_times_other_hard_sigmoid_is_not_hard_swish():
     y = b.op("Mul", [conv, b.op("HardSigmoid", [conv], alpha=0.2, beta=0.5)])
     model = b.model({"x": [2, 4, 6, 6]}, {y: None})
     fused, sites = fuse_and_verify(model)
-    assert only_site(sites).details["activation"] == "none"
+    assert only(sites).details["activation"] == "none"
     assert op_types(fused) == ["FusedConv", "HardSigmoid", "Mul"]
 
 
@@ -81,12 +81,7 @@ def test_emitted_weights_are_ohwi_and_attributes_explicit():
     np.testing.assert_array_equal(initializer(fused, node.input[2]),
                                   numpy_helper.to_array(model.graph.initializer[1]))
     assert len(node.input) == 3, "no scale, no residual"
-    assert only_site(sites).shapes == {"X": [2, 4, 9, 8], "W": [6, 3, 3, 4], "Y": [2, 6, 5, 5]}
-
-
-def only(items):
-    assert len(items) == 1, items
-    return items[0]
+    assert only(sites).shapes == {"X": [2, 4, 9, 8], "W": [6, 3, 3, 4], "Y": [2, 6, 5, 5]}
 
 
 @pytest.mark.parametrize("case, pads", [
@@ -107,7 +102,7 @@ def only(items):
 def test_conv_attributes(case, pads):
     model = graphs.conv_case(**case)
     fused, sites = fuse_and_verify(model)
-    site, node = only_site(sites), only(fused_nodes(fused))
+    site, node = only(sites), only(fused_nodes(fused))
     assert site.fused and FUSED_CONV.node_attributes(node)["pads"] == pads
     assert FUSED_CONV.node_attributes(node)["group"] == case.get("group", 1)
     weight = initializer(fused, node.input[1])
@@ -123,7 +118,7 @@ def test_conv_attributes(case, pads):
 ], ids=["3d", "dynamic_weights", "same_dynamic_spatial"])
 def test_left_alone_with_reason(model, reason):
     fused, sites = fuse_conv(model)
-    site = only_site(sites)
+    site = only(sites)
     assert not site.fused and site.reason == reason
     assert op_types(fused) == ["Conv"]
 
@@ -131,11 +126,11 @@ def test_left_alone_with_reason(model, reason):
 def test_batch_norm_folded_with_bias_and_per_channel_constant_adds():
     for constant in ([1, 6, 1, 1], [6, 1, 1], [1]):
         fused, sites = fuse_and_verify(graphs.batch_norm_case(constant_add=constant))
-        details = only_site(sites).details
+        details = only(sites).details
         assert (details["bn_folded"], details["bias"], details["activation"]) == (1, True, "relu"), constant
         assert op_types(fused) == ["FusedConv"]
     fused, sites = fuse_and_verify(graphs.batch_norm_case(bias=False))
-    assert only_site(sites).details["bn_folded"] == 1 and op_types(fused) == ["FusedConv"]
+    assert only(sites).details["bn_folded"] == 1 and op_types(fused) == ["FusedConv"]
 
 
 def test_constant_add_per_width_is_not_a_bias():
@@ -151,14 +146,14 @@ def test_constant_add_per_width_is_not_a_bias():
 ], ids=["bn_scale_is_input"])
 def test_batch_norm_not_foldable_ends_chain(case, ending):
     fused, sites = fuse_and_verify(graphs.batch_norm_case(**case))
-    site = only_site(sites)
+    site = only(sites)
     assert site.fused and site.details["bn_folded"] == 0 and site.details["chain_end"].endswith(ending)
     assert op_types(fused) == ["BatchNormalization", "FusedConv", "Relu"]
 
 
 def test_training_form_batch_norm_is_kept():
-    fused, sites = fuse_conv(graphs.batch_norm_case(training_output=True))
-    site = only_site(sites)
+    fused, sites = fuse_and_verify(graphs.batch_norm_case(training_output=True))
+    site = only(sites)
     assert site.fused and "training form" in site.details["chain_end"]
     assert "BatchNormalization" in op_types(fused)
 
@@ -172,7 +167,7 @@ def test_training_form_batch_norm_is_kept():
 ], ids=["conv_first", "residual_first", "no_post", "bn_pre_post_silu", "leaky_then_relu6"])
 def test_residual_add_and_post_activation(case, expected):
     fused, sites = fuse_and_verify(graphs.residual_case(**case))
-    details = only_site(sites).details
+    details = only(sites).details
     assert (details["activation"], details["post_activation"], details["residual"]) == (*expected, "x")
     node = only(fused_nodes(fused))
     assert node.input[4] == "x" and node.input[3] == "" and op_types(fused) == ["FusedConv"]
@@ -194,7 +189,7 @@ def test_projection_shortcut_later_conv_takes_the_add():
 def test_pad_absorbed_into_conv_pads():
     model = graphs.pad_case()
     fused, sites = fuse_and_verify(model)
-    assert op_types(fused) == ["FusedConv"] and only_site(sites).details["pad_folded"]
+    assert op_types(fused) == ["FusedConv"] and only(sites).details["pad_folded"]
     assert FUSED_CONV.node_attributes(only(fused_nodes(fused)))["pads"] == (1, 0, 1, 2)
 
 
@@ -208,7 +203,7 @@ def test_pad_kept_when_not_a_zero_spatial_pad(case):
         y = b.conv(padded, 5, 6, (3, 3))
         model = b.model({"x": [2, 4, 8, 8]}, {y: None})
     fused, sites = fuse_and_verify(model)
-    assert not only_site(sites).details["pad_folded"] and "Pad" in op_types(fused)
+    assert not only(sites).details["pad_folded"] and "Pad" in op_types(fused)
 
 
 @pytest.mark.parametrize("where, activation, remaining, ending", [
@@ -219,7 +214,7 @@ def test_pad_kept_when_not_a_zero_spatial_pad(case):
 ])
 def test_shared_intermediate_ends_chain(where, activation, remaining, ending):
     fused, sites = fuse_and_verify(graphs.shared_intermediate_case(where))
-    site = only_site(sites)
+    site = only(sites)
     assert site.details["activation"] == activation and site.details["chain_end"].endswith(ending)
     assert op_types(fused) == remaining
 
@@ -230,7 +225,7 @@ def test_shared_intermediate_ends_chain(where, activation, remaining, ending):
 ])
 def test_add_that_is_not_a_residual_ends_chain(kind, ending):
     fused, sites = fuse_and_verify(graphs.nonresidual_add_case(kind))
-    site = only_site(sites)
+    site = only(sites)
     assert site.details["activation"] == "relu" and site.details["residual"] == ""
     assert site.details["chain_end"].endswith(ending) and op_types(fused) == ["Add", "FusedConv"]
 
@@ -266,17 +261,17 @@ def test_every_conv_of_the_samples_is_fused(path):
 
 def test_per_channel_affine_arithmetic_folds_into_weights_and_shift():
     fused, sites = fuse_and_verify(graphs.affine_case())
-    assert only_site(sites).details["activation"] == "relu" and op_types(fused) == ["FusedConv"]
+    assert only(sites).details["activation"] == "relu" and op_types(fused) == ["FusedConv"]
 
 
 def test_weights_cast_from_float32_are_folded():
     fused, sites = fuse_and_verify(graphs.weight_producer_case("Cast"))
-    assert only_site(sites).fused and initializer(fused, only(fused_nodes(fused)).input[1]).dtype == np.float16
+    assert only(sites).fused and initializer(fused, only(fused_nodes(fused)).input[1]).dtype == np.float16
 
 
 def test_quantized_weights_are_left_alone():
     fused, sites = fuse_conv(graphs.weight_producer_case("DequantizeLinear"))
-    site = only_site(sites)
+    site = only(sites)
     assert not site.fused and site.reason.startswith("weights are quantized (DequantizeLinear)")
     assert op_types(fused) == ["Conv", "DequantizeLinear"]
 

@@ -126,12 +126,65 @@ class _Match:
 # Operand tracing: scalar scales, head split Transposes, GQA repeats
 
 
-def _scalar_factor(node: gs.Node, tensor_side: int) -> float | None:
-    """For Mul/Div of a tensor by a one-element constant: the factor the tensor is multiplied by, else None."""
-    other = node.inputs[1 - tensor_side]
-    value = scalar_value(other)
-    if value is None:
+_STATIC_OPS = {"Cast", "Sqrt", "Reciprocal", "Squeeze", "Unsqueeze", "Identity", "Div", "Mul", "Add", "Sub", "Gather",
+               "Slice"}
+
+
+def _static_value(tensor: gs.Tensor, depth: int = 12) -> np.ndarray | None:
+    """The value of a tensor computed from constants and static dims only, e.g. the 1/sqrt(head_dim) the
+    sdpa export builds as Sqrt(1 / Cast(Slice(Shape(Q), -1))); None when it depends on run-time values."""
+    value = constant_value(tensor)
+    node = producer(tensor)
+    if value is not None or node is None or depth == 0 or node.domain not in (None, "", "ai.onnx"):
+        return value
+    if node.op == "Shape":
+        shape = _shape(node.inputs[0])
+        if shape is None:
+            return None
+        dims = shape[node.attrs.get("start", 0):node.attrs.get("end", len(shape))]
+        return np.array([d if isinstance(d, int) and d >= 0 else None for d in dims], dtype=object)
+    if node.op not in _STATIC_OPS:
         return None
+    args = [_static_value(t, depth - 1) if is_present(t) else None for t in node.inputs]
+    x = args[0] if args else None
+    if x is None or node.op not in ("Gather", "Slice") and x.dtype == object:  # dims only Gather/Slice may pick
+        x = None if x is None or any(d is None for d in x.reshape(-1)) else x.astype(np.int64)
+    if x is None:
+        return None
+    if node.op == "Cast":
+        return x.astype(helper.tensor_dtype_to_np_dtype(node.attrs["to"]))
+    if node.op in ("Sqrt", "Reciprocal"):
+        return np.sqrt(x) if node.op == "Sqrt" else np.reciprocal(x)
+    if node.op in ("Squeeze", "Unsqueeze", "Identity"):
+        return x.reshape(-1)[:1] if x.size == 1 else None  # the one-element values scales are made of
+    if len(args) < 2 or args[1] is None:
+        return None
+    y = args[1]
+    if y.dtype == object:
+        y = None if any(d is None for d in y.reshape(-1)) else y.astype(np.int64)
+        if y is None:
+            return None
+    if node.op == "Div":
+        both_int = np.issubdtype(x.dtype, np.integer) and np.issubdtype(y.dtype, np.integer)
+        return np.trunc(x / y).astype(x.dtype) if both_int else np.divide(x, y)
+    if node.op in ("Mul", "Add", "Sub"):
+        return {"Mul": np.multiply, "Add": np.add, "Sub": np.subtract}[node.op](x, y)
+    if node.op == "Gather" and x.ndim == 1:
+        return np.take(x, y)
+    if node.op == "Slice" and x.ndim == 1 and len(args) >= 3 and args[2] is not None:
+        axes, steps = (args + [None, None])[3:5]
+        if (axes is None or axes.reshape(-1).tolist() in ([0], [-1])) and (steps is None or steps.reshape(-1).tolist() == [1]):
+            return x[int(y.reshape(-1)[0]):int(min(args[2].reshape(-1)[0], len(x)))]
+    return None
+
+
+def _scalar_factor(node: gs.Node, tensor_side: int) -> float | None:
+    """For Mul/Div of a tensor by a one-element constant (or a number computed from static dims): the factor
+    the tensor is multiplied by, else None."""
+    other = _static_value(node.inputs[1 - tensor_side])
+    if other is None or other.size != 1 or not np.issubdtype(other.dtype, np.number):
+        return None
+    value = float(other.reshape(()))
     if _is_op(node, "Mul"):
         return value
     if _is_op(node, "Div") and tensor_side == 0 and value != 0:
@@ -148,7 +201,7 @@ def _peel_scale(tensor: gs.Tensor) -> tuple[gs.Tensor, float]:
             return tensor, factor
         for side in (0, 1):
             f = _scalar_factor(node, side)
-            if f is not None and not isinstance(node.inputs[side], gs.Constant):
+            if f is not None and _static_value(node.inputs[side]) is None:
                 factor *= f
                 tensor = node.inputs[side]
                 break
@@ -212,6 +265,10 @@ def _trace_bhsd(tensor: gs.Tensor, allow_repeat: bool) -> tuple[_Operand, float]
     split = producer(tensor)
     if _perm(split) == HEAD_SPLIT and _rank(split.inputs[0]) in (None, 4):
         operand.bshd = split.inputs[0]
+        if allow_repeat and repeats == 1:  # heads repeated before the split: [B,S,H,D] on axis 2
+            source, repeats = _unrepeat_heads(operand.bshd, axis=2)
+            if repeats != 1:
+                operand = _Operand(bshd=source, repeats=repeats)
     return operand, factor
 
 
@@ -498,12 +555,8 @@ def _trilu_keep(tensor: gs.Tensor, negate: bool, scores_lq, scores_lkv) -> str |
         node = producer(tensor)
     if not _is_op(node, "Trilu"):
         return None
-    ones = producer(node.inputs[0])
-    filled = constant_value(node.inputs[0])
-    if filled is None and _is_op(ones, "ConstantOfShape"):
-        fill = ones.attrs.get("value")
-        filled = np.asarray(fill.values if isinstance(fill, gs.Constant) else 0.0)
-    if filled is None or not (np.asarray(filled) == 1).all():
+    filled = _mask_constant(node.inputs[0])
+    if filled is None or not (filled == 1).all():
         return None
     diagonal = scalar_value(node.inputs[1]) if len(node.inputs) > 1 and is_present(node.inputs[1]) else 0.0
     upper = node.attrs.get("upper", 1)
@@ -605,10 +658,11 @@ def _classify_masks(match: _Match, lq, lkv) -> None:
             if ((value == 0) | blocked).all():
                 keeps.append((gs.Constant(f"{mask.name}_keep", ~blocked), False))
                 continue
-        elif _is_op(cond, "Where") and scalar_value(cond.inputs[1]) == 0 and _is_masked_fill(scalar_value(cond.inputs[2])):
-            parts = _split_and(cond.inputs[0], False)
-            causal = [p for p in parts if _causal_of(p, lq, lkv)]
-            if causal and scalar_value(cond.inputs[2]) == -math.inf:
+        elif _is_op(cond, "Where") and -math.inf in (scalar_value(cond.inputs[1]), scalar_value(cond.inputs[2])) \
+                and 0.0 in (scalar_value(cond.inputs[1]), scalar_value(cond.inputs[2])):
+            # Where(keep, 0, -inf) or Where(drop, -inf, 0): a boolean mask in additive form
+            parts = _split_and(cond.inputs[0], scalar_value(cond.inputs[1]) != 0)
+            if any(_causal_of(p, lq, lkv) for p in parts):
                 keeps.extend(parts)
                 continue
         floats.append(mask)

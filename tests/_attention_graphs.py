@@ -182,3 +182,63 @@ def attention_inputs(model: onnx.ModelProto, seed: int = 0) -> dict:
         else:
             feeds[value.name] = rng.standard_normal(shape).astype(np.float32)
     return feeds
+
+
+def torch_attention_module(style: str, *, heads: int = 4, kv_heads: int = 2, dim: int = 16, hidden: int = 64):
+    """A torch module computing attention one way a model author writes it (for export by both exporters):
+    "repeat_interleave" (K/V heads repeated in BHSD), "bshd_expand" (repeated before the head split),
+    "sdpa_causal" (F.scaled_dot_product_attention, is_causal, scale from the head dim), "masked_fill_tril"
+    (masked_fill with a tril mask), "sdpa_gqa" (sdpa with enable_gqa: K/V keep their heads)."""
+    import math
+
+    import torch
+
+    class Attention(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q = torch.nn.Linear(hidden, heads * dim)
+            self.k = torch.nn.Linear(hidden, kv_heads * dim)
+            self.v = torch.nn.Linear(hidden, kv_heads * dim)
+
+        def forward(self, x):
+            b, length, _ = x.shape
+            group = heads // kv_heads
+            q = self.q(x).view(b, length, heads, dim).transpose(1, 2)
+            k = self.k(x).view(b, length, kv_heads, dim)
+            v = self.v(x).view(b, length, kv_heads, dim)
+            if style == "bshd_expand":
+                k, v = (t[:, :, :, None, :].expand(b, length, kv_heads, group, dim).reshape(b, length, heads, dim)
+                        .transpose(1, 2) for t in (k, v))
+            elif style == "sdpa_gqa":
+                k, v = k.transpose(1, 2), v.transpose(1, 2)
+            else:
+                k, v = (t.transpose(1, 2).repeat_interleave(group, dim=1) for t in (k, v))
+            if style.startswith("sdpa"):
+                out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                                       enable_gqa=style == "sdpa_gqa")
+            else:
+                scores = q @ k.transpose(-1, -2) / math.sqrt(dim)
+                if style == "masked_fill_tril":
+                    keep = torch.tril(torch.ones(length, length, dtype=torch.bool, device=x.device))
+                    scores = scores.masked_fill(~keep, float("-inf"))
+                out = scores.softmax(-1) @ v
+            return out.transpose(1, 2).reshape(b, length, heads * dim)
+
+    torch.manual_seed(0)
+    return Attention().eval()
+
+
+def export_torch_attention(style: str, exporter: str, path) -> onnx.ModelProto:
+    """Export ``torch_attention_module(style)`` with TorchScript (opset 18) or dynamo (opset 23), dynamic batch
+    and sequence."""
+    import torch
+
+    module, x = torch_attention_module(style), torch.randn(2, 6, 64)
+    if exporter == "torchscript":
+        torch.onnx.export(module, (x,), str(path), opset_version=18, dynamo=False, input_names=["x"],
+                          output_names=["y"], dynamic_axes={"x": {0: "batch", 1: "seq"}})
+    else:
+        torch.onnx.export(module, (x,), str(path), opset_version=23, dynamo=True, input_names=["x"],
+                          output_names=["y"], dynamic_shapes={"x": {0: torch.export.Dim("batch"),
+                                                                    1: torch.export.Dim("seq")}})
+    return onnx.load(str(path))

@@ -171,3 +171,30 @@ def test_non_attention_softmax_left_alone():
     fused, report = fuse(original, only=["attention"])
     (site,) = report.sites
     assert not site.fused and "rank 2" in site.reason, site.reason
+
+
+TORCH_EXPORTS = {  # (style, exporter): details the fused node must carry
+    ("repeat_interleave", "torchscript"): {"gqa_group": 2},
+    ("repeat_interleave", "dynamo"): {"gqa_group": 2},
+    ("bshd_expand", "torchscript"): {"gqa_group": 2},
+    ("sdpa_causal", "torchscript"): {"gqa_group": 2, "causal": 1, "mask": "none"},  # Trilu mask, Tile repeat
+    ("masked_fill_tril", "dynamo"): {"gqa_group": 2, "causal": 1, "mask": "none"},
+    ("sdpa_gqa", "dynamo"): {"causal": 1, "mask": "none"},  # ONNX Attention with fewer K/V heads
+}
+
+
+@pytest.mark.parametrize("style,exporter", sorted(TORCH_EXPORTS))
+def test_torch_export_variant_fused_and_verified(style, exporter, tmp_path):
+    """Attention as authors write it (repeat_interleave, expand before the head split, sdpa with is_causal,
+    masked_fill with tril), through either exporter: fused, the head Transposes absorbed, verified."""
+    from tests._attention_graphs import export_torch_attention
+
+    original = export_torch_attention(style, exporter, tmp_path / "attention.onnx")
+    fused, report = fuse(original, only=["attention"])
+    (site,) = report.sites
+    assert site.fused, site.reason
+    for key, value in TORCH_EXPORTS[(style, exporter)].items():
+        assert site.details[key] == value, site.details
+    assert not [n for n in fused.graph.node if n.op_type == "Transpose"]
+    result = verify(original, fused, dims={"batch": 2, "seq": 5})
+    assert result.passed, result.table()

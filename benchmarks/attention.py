@@ -4,7 +4,7 @@ The FlashAttention-2 grid: batch * seq = 16k tokens, hidden 2048 (head dim 64 ->
 not, seq 512..16k, bf16 and fp16. Each kernel is captured 10x in a CUDA graph (no launch gaps), warmed up, and the
 median of event-timed replays is reported. FLOPs: 4 * B * H * S^2 * D, halved when causal.
 
-    python benchmarks/attention.py --out benchmarks/results/attention_h100.md [--quick] [--tiles 64:128x64x4,...]
+    python benchmarks/attention.py --out benchmarks/results/attention_h100.md [--quick] [--tiles 64:128x64x4x1x2,...]
 """
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def versions() -> str:
 
 
 def parse_tiles(text: str) -> dict:
-    """'64:128x64x4,128:128x128x8' -> {64: [(128, 64, 4)], 128: [(128, 128, 8)]} extra tile configs to time."""
+    """'64:128x64x4x1x2' -> {64: [(128, 64, 4, 1, 2)]}: (BLOCK_M, BLOCK_N, warps, Q in registers, K/V stages) extra tile configs to time."""
     tiles: dict = {}
     for item in filter(None, text.split(",")):
         dim, cfg = item.split(":")
@@ -91,7 +91,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="markdown file for the table")
     parser.add_argument("--quick", action="store_true", help="bf16 only, seq 2k and 8k")
-    parser.add_argument("--tiles", default="", help="extra tile configs to time, e.g. 64:128x64x4")
+    parser.add_argument("--tiles", default="", help="extra tile configs to time, e.g. 64:128x64x4x1x2 (see plan.TILES)")
     args = parser.parse_args()
     extra = parse_tiles(args.tiles)
     dtypes = (torch.bfloat16,) if args.quick else (torch.bfloat16, torch.float16)

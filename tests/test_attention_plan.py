@@ -18,10 +18,10 @@ def plan(q=(2, 100, 8, 64), kv=(2, 77, 2, 64), mask=None, lengths=None, dtype="f
 
 def test_bshd_geometry_and_scalars():
     p = plan()
-    block_m, block_n, warps = TILES[64]
+    block_m, block_n, warps, _, stages = TILES[64]
     assert p.kernel == "fused_attention" and p.source.name == "attention.cu"
     assert p.grid == (2 * 8, math.ceil(100 / block_m), 1) and p.block == (32 * warps, 1, 1)
-    assert p.shared_mem == (block_m + 2 * block_n) * (64 + 8) * 2
+    assert p.shared_mem == (block_m + 2 * stages * block_n) * (64 + 8) * 2
     # B, Hq, Hkv, Lq, Lkv, Q strides (batch, head, seq), K/V strides
     assert p.scalars == (2, 8, 2, 100, 77, 100 * 8 * 64, 64, 8 * 64, 77 * 2 * 64, 64, 2 * 64)
     assert p.defines["MASK_KIND"] == 0 and p.defines["HAS_KEY_LENGTHS"] == 0 and p.defines["DTYPE_BF16"] == 0
@@ -55,7 +55,7 @@ def test_small_shared_memory_gpus_get_smaller_tiles():
     for arch, limit in (("sm_86", 99 * 1024), ("sm_80", 163 * 1024), ("sm_90a", 227 * 1024)):
         p = plan(q=(1, 300, 2, 256), kv=(1, 300, 2, 256), arch=arch)
         assert p.shared_mem <= limit
-    assert shared_mem_bytes(256, 64, 32) <= 99 * 1024
+    assert shared_mem_bytes(256, 64, 16, 2) <= 99 * 1024
 
 
 class Symbolic:

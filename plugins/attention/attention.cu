@@ -9,7 +9,7 @@
 #include "attention_softmax.cuh"
 #include "attention_epilogue.cuh"
 
-extern "C" __global__ void __launch_bounds__(kThreads) fused_attention(
+extern "C" __global__ void __launch_bounds__(kThreads, 1) fused_attention(
     const elem_t* __restrict__ Q, const elem_t* __restrict__ K, const elem_t* __restrict__ V,
 #if MASK_KIND != MASK_NONE
     const mask_t* __restrict__ mask,
@@ -25,8 +25,8 @@ extern "C" __global__ void __launch_bounds__(kThreads) fused_attention(
     elem_t* __restrict__ O) {
   extern __shared__ __align__(16) unsigned char smem[];
   elem_t* sQ = reinterpret_cast<elem_t*>(smem);
-  elem_t* sK = sQ + kBlockM * kRowPitch;
-  elem_t* sV = sK + kBlockN * kRowPitch;
+  elem_t* sK = sQ + kBlockM * kRowPitch;     // kStages K tiles
+  elem_t* sV = sK + kStages * kTileElems;    // kStages V tiles
 
   const AttentionTile tile = schedule_tile(heads_q);
   if (tile.batch >= batch) return;
@@ -34,9 +34,12 @@ extern "C" __global__ void __launch_bounds__(kThreads) fused_attention(
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int m0 = tile.m_block * kBlockM;
 
-  const int64_t q_off = static_cast<int64_t>(tile.batch) * q_stride_b + static_cast<int64_t>(tile.head) * q_stride_h;
+  // (recomputed for the output store: keeping it live through the main loop costs two registers)
+  const auto q_offset = [&] {
+    return static_cast<int64_t>(tile.batch) * q_stride_b + static_cast<int64_t>(tile.head) * q_stride_h;
+  };
   const int64_t kv_off = static_cast<int64_t>(tile.batch) * kv_stride_b + static_cast<int64_t>(head_kv) * kv_stride_h;
-  const elem_t* q_base = Q + q_off;
+  const elem_t* q_base = Q + q_offset();
   const elem_t* k_base = K + kv_off;
   const elem_t* v_base = V + kv_off;
 
@@ -59,8 +62,13 @@ extern "C" __global__ void __launch_bounds__(kThreads) fused_attention(
   const int mask_stride_q = 0, mask_stride_k = 0;
 #endif
 
+  // KV_STAGES 1: one K and one V buffer, V(t) loads during Q K^T(t), K(t-1) during softmax and P V(t) (two
+  // barriers per tile). KV_STAGES 2: two K/V buffer pairs, tile t-1 loads during all of tile t (one barrier).
   load_tile_async<kBlockM>(sQ, q_base, q_stride_s, m0, len_q);
-  if (n_tiles > 0) load_tile_async<kBlockN>(sK, k_base, kv_stride_s, (n_tiles - 1) * kBlockN, len_kv);
+  if (n_tiles > 0) {
+    load_tile_async<kBlockN>(sK, k_base, kv_stride_s, (n_tiles - 1) * kBlockN, len_kv);
+    if (kStages == 2) load_tile_async<kBlockN>(sV, v_base, kv_stride_s, (n_tiles - 1) * kBlockN, len_kv);
+  }
   cp_async_commit();
 
   float o[kMAtoms][kDTiles][4];
@@ -75,37 +83,54 @@ extern "C" __global__ void __launch_bounds__(kThreads) fused_attention(
     row_sum[mt][0] = row_sum[mt][1] = 0.f;
   }
 
+#if Q_IN_REGISTERS
+  cp_async_wait_all();
+  __syncthreads();
+  const QInRegisters q_operand(sQ, warp, lane);
+#else
+  const QFromSmem q_operand(sQ, warp, lane);
+#endif
   FragmentCoords coords;
   coords.row0 = m0 + warp * kWarpRows + lane / 4;
   // Tiles are visited from the last to the first, so the ones needing bounds/causal checks come first.
   for (int t = n_tiles - 1; t >= 0; --t) {
     const int n0 = t * kBlockN;
+    const int buffer = kStages == 2 ? (n_tiles - 1 - t) & 1 : 0;
+    const elem_t* sK_t = sK + buffer * kTileElems;
+    const elem_t* sV_t = sV + buffer * kTileElems;
     cp_async_wait_all();
-    __syncthreads();  // K tile t is in smem; every warp is done with V tile t + 1
-    load_tile_async<kBlockN>(sV, v_base, kv_stride_s, n0, len_kv);
-    cp_async_commit();
+    __syncthreads();  // tile t's K (and V with 2 stages) is in smem; every warp is done with tile t + 1
+    if (kStages == 2 && t > 0) {
+      load_tile_async<kBlockN>(sK + (buffer ^ 1) * kTileElems, k_base, kv_stride_s, n0 - kBlockN, len_kv);
+      load_tile_async<kBlockN>(sV + (buffer ^ 1) * kTileElems, v_base, kv_stride_s, n0 - kBlockN, len_kv);
+      cp_async_commit();
+    } else if (kStages == 1) {
+      load_tile_async<kBlockN>(sV, v_base, kv_stride_s, n0, len_kv);
+      cp_async_commit();
+    }
 
     float s[kMAtoms][kNTiles][4];
-    gemm_qk(s, sQ, sK, warp, lane);
+    gemm_qk(s, q_operand, sK_t, lane);
     const bool check_bounds = n0 + kBlockN > kv_end || (CAUSAL && n0 + kBlockN - 1 > m0 + causal_offset);
     if (check_bounds || MASK_KIND != MASK_NONE || kPrescale) {
       coords.col0 = n0 + (lane % 4) * 2;
       mask_scores(s, coords, check_bounds, kv_end, causal_offset, len_q, mask_base, mask_stride_q, mask_stride_k);
     }
-
-    cp_async_wait_all();
-    __syncthreads();  // V tile t is in smem; every warp is done with K tile t
-    if (t > 0) {
-      load_tile_async<kBlockN>(sK, k_base, kv_stride_s, n0 - kBlockN, len_kv);
-      cp_async_commit();
+    if (kStages == 1) {
+      cp_async_wait_all();
+      __syncthreads();  // V tile t is in smem; every warp is done with K tile t
+      if (t > 0) {
+        load_tile_async<kBlockN>(sK, k_base, kv_stride_s, n0 - kBlockN, len_kv);
+        cp_async_commit();
+      }
     }
     online_softmax(s, row_max, row_sum, o);
-    gemm_pv(o, s, sV, lane);
+    gemm_pv(o, s, sV_t, lane);
   }
 
   cp_async_wait_all();  // the Q load is still in flight when there was no tile
   __syncthreads();      // every warp is done reading sQ/sV: sQ becomes the output staging buffer
   stage_output(sQ, o, row_sum, warp, lane);
   __syncthreads();
-  store_output(O + q_off, sQ, q_stride_s, m0, len_q);
+  store_output(O + q_offset(), sQ, q_stride_s, m0, len_q);
 }

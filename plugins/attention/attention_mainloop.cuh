@@ -7,37 +7,74 @@
 // rows >= len are zero-filled so they add nothing to P V and make no NaN.
 template <int ROWS>
 __device__ __forceinline__ void load_tile_async(elem_t* smem, const elem_t* base, int64_t stride, int row0, int len) {
-  constexpr int kPerThread = ROWS * kChunksPerRow / kThreads;
+  if constexpr (kThreads % kChunksPerRow == 0) {
+    constexpr int kRowsPerStep = kThreads / kChunksPerRow;  // each step copies whole rows
+    const int row = threadIdx.x / kChunksPerRow, chunk = threadIdx.x % kChunksPerRow;
+    // one running pointer (not one per step) keeps the registers live across the main loop few
+    const elem_t* src = base + (row0 + row) * stride + chunk * 8;
+    const int64_t step = kRowsPerStep * stride;
+    const uint32_t dst = smem_addr(smem + row * kRowPitch + chunk * 8);
 #pragma unroll
-  for (int i = 0; i < kPerThread; ++i) {
-    const int idx = threadIdx.x + i * kThreads;
-    const int row = idx / kChunksPerRow;
-    const int chunk = idx % kChunksPerRow;
-    const int g = row0 + row;
-    const bool valid = g < len;
-    const elem_t* src = valid ? base + g * stride + chunk * 8 : base;
-    cp_async_16(smem_addr(smem + row * kRowPitch + chunk * 8), src, valid ? 16 : 0);
+    for (int i = 0; i < ROWS / kRowsPerStep; ++i) {
+      const bool valid = row0 + row + i * kRowsPerStep < len;
+      cp_async_16(dst + i * kRowsPerStep * kRowPitch * sizeof(elem_t), valid ? src : base, valid ? 16 : 0);
+      src += step;
+    }
+  } else {  // head dim 96: 12 chunks per row
+#pragma unroll
+    for (int i = 0; i < ROWS * kChunksPerRow / kThreads; ++i) {
+      const int idx = threadIdx.x + i * kThreads;
+      const int row = idx / kChunksPerRow, chunk = idx % kChunksPerRow;
+      const bool valid = row0 + row < len;
+      cp_async_16(smem_addr(smem + row * kRowPitch + chunk * 8),
+                  valid ? base + (row0 + row) * stride + chunk * 8 : base, valid ? 16 : 0);
+    }
   }
 }
 
+// The A operand of S = Q K^T for one k-step: read from the Q tile in smem at every use (fewer registers) ...
+struct QFromSmem {
+  uint32_t addr;  // this lane's ldmatrix row address in sQ
+  __device__ __forceinline__ QFromSmem(const elem_t* sQ, int warp, int lane)
+      : addr(smem_addr(sQ + (warp * kWarpRows + (lane % 16)) * kRowPitch + (lane / 16) * 8)) {}
+  __device__ __forceinline__ void get(uint32_t (&a)[4], int mt, int kk) const {
+    ldmatrix_x4(a, addr + (mt * 16 * kRowPitch + kk * 16) * sizeof(elem_t));
+  }
+};
+
+// ... or loaded into registers once per thread block (less shared-memory traffic per K tile).
+struct QInRegisters {
+  uint32_t frag[kMAtoms][kHeadDim / 16][4];
+  __device__ __forceinline__ QInRegisters(const elem_t* sQ, int warp, int lane) {
+    const QFromSmem q(sQ, warp, lane);
+#pragma unroll
+    for (int mt = 0; mt < kMAtoms; ++mt)
+#pragma unroll
+      for (int kk = 0; kk < kHeadDim / 16; ++kk) q.get(frag[mt][kk], mt, kk);
+  }
+  __device__ __forceinline__ void get(uint32_t (&a)[4], int mt, int kk) const {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) a[i] = frag[mt][kk][i];
+  }
+};
+
 // S[mt][nt] (this warp's kWarpRows x kBlockN scores, raw Q.K) = Q rows of this warp times the K tile.
-__device__ __forceinline__ void gemm_qk(float (&s)[kMAtoms][kNTiles][4], const elem_t* sQ, const elem_t* sK,
-                                        int warp, int lane) {
+template <class QOperand>
+__device__ __forceinline__ void gemm_qk(float (&s)[kMAtoms][kNTiles][4], const QOperand& q, const elem_t* sK,
+                                        int lane) {
 #pragma unroll
   for (int mt = 0; mt < kMAtoms; ++mt)
 #pragma unroll
     for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
-  // ldmatrix row addresses: A (Q) rows lane%16, column half lane/16; B (K) key lane%8 + 8*(lane/16), half (lane/8)%2.
-  const uint32_t q_addr = smem_addr(sQ + (warp * kWarpRows + (lane % 16)) * kRowPitch + (lane / 16) * 8);
+  // ldmatrix row addresses of B (K): key lane%8 + 8*(lane/16), head-dim half (lane/8)%2.
   const uint32_t k_addr = smem_addr(sK + ((lane % 8) + (lane / 16) * 8) * kRowPitch + ((lane / 8) % 2) * 8);
 #pragma unroll
   for (int kk = 0; kk < kHeadDim / 16; ++kk) {
     uint32_t a[kMAtoms][4];
 #pragma unroll
-    for (int mt = 0; mt < kMAtoms; ++mt)
-      ldmatrix_x4(a[mt], q_addr + (mt * 16 * kRowPitch + kk * 16) * sizeof(elem_t));
+    for (int mt = 0; mt < kMAtoms; ++mt) q.get(a[mt], mt, kk);
 #pragma unroll
     for (int np = 0; np < kNTiles / 2; ++np) {
       uint32_t b[4];

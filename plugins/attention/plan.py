@@ -18,17 +18,22 @@ ELEMENT_TYPES = ("float16", "bfloat16")
 MASK_KINDS = {None: 0, "additive": 1, "bool": 2}
 LOG2E = 1.4426950408889634
 
-# (BLOCK_M, BLOCK_N, NUM_WARPS) per head dim: no register spills (ptxas -v), 2 blocks/SM where smem allows.
-TILES = {32: (128, 128, 8), 64: (128, 128, 8), 96: (128, 64, 8), 128: (128, 64, 8), 256: (128, 32, 8)}
+# Tile per head dim: (BLOCK_M, BLOCK_N, NUM_WARPS, Q_IN_REGISTERS, KV_STAGES), chosen by H100 timings
+# (NOTES.md) among those ptxas builds without register spills.
+TILES = {32: (128, 64, 4, 0, 2), 64: (128, 64, 4, 1, 2), 96: (128, 64, 8, 0, 2), 128: (128, 32, 4, 0, 2),
+         256: (128, 32, 8, 0, 2)}
+# A mask's per-element loads need registers: masked specializations use 16 query rows per warp.
+TILES_MASKED = {32: (128, 64, 8, 0, 2), 64: (128, 64, 8, 0, 2), 96: (128, 64, 8, 0, 2), 128: (128, 64, 8, 0, 2),
+                256: (128, 32, 8, 0, 2)}
 # GPUs with 99 KB of shared memory per block (sm_86, sm_87, sm_89) get smaller head-dim-256 tiles.
-TILES_SMALL_SMEM = {**TILES, 256: (64, 32, 4)}
+TILES_SMALL_SMEM = {**TILES, 256: (64, 16, 4, 0, 2)}
 SMEM_LIMIT = {"sm_80": 163 * 1024, "sm_86": 99 * 1024, "sm_87": 163 * 1024, "sm_89": 99 * 1024}
 SMEM_LIMIT_DEFAULT = 227 * 1024  # sm_90 and newer
 
 
-def shared_mem_bytes(head_dim: int, block_m: int, block_n: int) -> int:
-    """Q tile + one K tile + one V tile, rows padded by 16 bytes (what attention.cu lays out)."""
-    return (block_m + 2 * block_n) * (head_dim + 8) * 2
+def shared_mem_bytes(head_dim: int, block_m: int, block_n: int, stages: int) -> int:
+    """Q tile + ``stages`` K and V tiles, rows padded by 16 bytes (what attention.cu lays out)."""
+    return (block_m + 2 * stages * block_n) * (head_dim + 8) * 2
 
 
 def _bshd(shape, layout: str):
@@ -66,7 +71,7 @@ def _mask_strides(mask_shape, batch, heads_q, len_q, len_kv) -> tuple:
 
 def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tile: tuple | None = None) -> LaunchPlan:
     """Launch plan of FusedAttention for these inputs (Q, K, V, mask, key_lengths; None when absent).
-    ``tile`` = (BLOCK_M, BLOCK_N, NUM_WARPS) overrides the per-head-dim choice (benchmarks)."""
+    ``tile`` = (BLOCK_M, BLOCK_N, NUM_WARPS, Q_IN_REGISTERS, KV_STAGES) overrides the per-head-dim choice (benchmarks)."""
     q_shape, k_shape, v_shape, mask_shape, lengths_shape = (list(input_shapes) + [None] * 5)[:5]
     q_dtype, k_dtype, v_dtype, mask_dtype, lengths_dtype = (list(input_dtypes) + [None] * 5)[:5]
     layout = attrs.get("layout", "BSHD")
@@ -104,8 +109,11 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tile: 
         _check_equal("key_lengths and batch", lengths_shape[0], batch)
 
     small_smem = SMEM_LIMIT.get(arch, SMEM_LIMIT_DEFAULT) < 128 * 1024
-    block_m, block_n, warps = tile or (TILES_SMALL_SMEM if small_smem else TILES)[dim]
-    smem = shared_mem_bytes(dim, block_m, block_n)
+    table = TILES_MASKED if mask_kind is not None else TILES
+    if small_smem:
+        table = {**table, 256: TILES_SMALL_SMEM[256]}
+    block_m, block_n, warps, q_in_registers, stages = tile or table[dim]
+    smem = shared_mem_bytes(dim, block_m, block_n, stages)
     if smem > SMEM_LIMIT.get(arch, SMEM_LIMIT_DEFAULT):
         raise ValueError(f"FusedAttention: tile {block_m}x{block_n} at head dim {dim} needs {smem} B of shared memory, "
                          f"more than {arch} has")
@@ -122,6 +130,8 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tile: 
         "BLOCK_M": block_m,
         "BLOCK_N": block_n,
         "NUM_WARPS": warps,
+        "Q_IN_REGISTERS": q_in_registers,
+        "KV_STAGES": stages,
     }
     scalars = (batch, heads_q, heads_kv, len_q, len_kv,
                *_strides(len_q, heads_q, dim, layout), *_strides(len_kv, heads_kv, dim, layout))

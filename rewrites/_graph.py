@@ -1,10 +1,10 @@
-"""Generic onnx-graphsurgeon helpers the pattern rewrites share: constant values, consumers, shapes, names.
+"""Generic onnx-graphsurgeon helpers the pattern rewrites share: constant values, consumers, names (shapes:
+``_shapes.py``).
 
 Nothing here knows a pattern; each function answers one question about the graph as exported."""
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import onnx_graphsurgeon as gs
 from onnx.reference import ReferenceEvaluator
 
@@ -108,44 +108,6 @@ def is_present(tensor: gs.Tensor | None) -> bool:
     return tensor is not None and not (isinstance(tensor, gs.Variable) and tensor.is_empty())
 
 
-def tensor_shapes(graph: gs.Graph, wanted: list[gs.Tensor]) -> dict[str, list]:
-    """Shapes of the graph's tensors by name: those the graph records, completed by onnx shape inference.
-
-    Dims are ints, symbolic names (str), or None where unknown (inference's own ``unk__`` names count as
-    unknown). Inference runs on an exported copy, only when a ``wanted`` variable's shape is not fully known;
-    per tensor the better known of recorded and inferred shape wins. A model inference fails on keeps what it has."""
-    shapes = {name: _known_dims(t.shape) for name, t in graph.tensors().items() if t.shape is not None}
-    if all(t.name in shapes and None not in shapes[t.name] for t in wanted
-           if isinstance(t, gs.Variable) and not t.is_empty()):
-        return shapes
-    try:
-        model = gs.export_onnx(graph, do_type_check=False)
-        del model.graph.value_info[:]  # stale shapes from before this pass's edits must not pin inference
-        model = onnx.shape_inference.infer_shapes(model, data_prop=True)
-    except Exception:  # noqa: BLE001 - inference is a best effort; sites then report the unknown shape
-        return shapes
-    for info in list(model.graph.value_info) + list(model.graph.output):
-        if not info.type.tensor_type.HasField("shape"):
-            continue
-        inferred = _known_dims([d.dim_value if d.HasField("dim_value") else d.dim_param
-                                for d in info.type.tensor_type.shape.dim])
-        recorded = shapes.get(info.name)
-        if recorded is None or inferred.count(None) < recorded.count(None):
-            shapes[info.name] = inferred
-    return shapes
-
-
-def _known_dims(shape) -> list:
-    return [d if isinstance(d, int) or (isinstance(d, str) and d and not d.startswith("unk__")) else None
-            for d in shape]
-
-
-def same_shape(a: list | None, b: list | None) -> bool:
-    """Whether two shapes are provably equal: same rank, each dim the same int or the same symbolic name."""
-    return a is not None and b is not None and len(a) == len(b) and all(
-        x is not None and x == y for x, y in zip(a, b))
-
-
 def names_in_use(graph: gs.Graph) -> set[str]:
     """Every node and tensor name of the graph (to pass to ``unique_name``)."""
     return {node.name for node in graph.nodes} | set(graph.tensors())
@@ -158,3 +120,64 @@ def unique_name(base: str, taken: set[str]) -> str:
         name, n = f"{base}_{n}", n + 1
     taken.add(name)
     return name
+
+
+_STATIC_OPS = {"Cast", "Sqrt", "Reciprocal", "Squeeze", "Unsqueeze", "Identity", "Div", "Mul", "Add", "Sub", "Gather",
+               "Slice"}
+
+
+def static_value(tensor: gs.Tensor) -> np.ndarray | None:
+    """The value of a small tensor computed from constants and the static dims of shapes only, e.g. the
+    1/sqrt(head_dim) the sdpa export builds as Sqrt(1 / Cast(Slice(Shape(Q), -1))); None when it depends on
+    run-time values. Scalar arithmetic only (Shape, Gather/Slice of a shape, Cast, Sqrt, +-*/)."""
+    value = _static(tensor, 12)
+    if value is not None and value.dtype == object:
+        return None if any(d is None for d in value.reshape(-1)) else value.astype(np.int64)
+    return value
+
+
+def _static(tensor: gs.Tensor, depth: int) -> np.ndarray | None:
+    """``static_value`` below; a Shape gives an object array with None for dims that are not static."""
+    value = constant_value(tensor)
+    node = producer(tensor)
+    if value is not None or node is None or depth == 0 or node.domain not in (None, "", "ai.onnx"):
+        return value
+    if node.op == "Shape":
+        shape = node.inputs[0].shape
+        if shape is None:
+            return None
+        dims = shape[node.attrs.get("start", 0):node.attrs.get("end", len(shape))]
+        return np.array([d if isinstance(d, int) and d >= 0 else None for d in dims], dtype=object)
+    if node.op not in _STATIC_OPS:
+        return None
+    args = [_static(t, depth - 1) if is_present(t) else None for t in node.inputs]
+    x = args[0] if args else None
+    if x is None or node.op not in ("Gather", "Slice") and x.dtype == object:  # dims only Gather/Slice may pick
+        x = None if x is None or any(d is None for d in x.reshape(-1)) else x.astype(np.int64)
+    if x is None:
+        return None
+    if node.op == "Cast":
+        return x.astype(onnx.helper.tensor_dtype_to_np_dtype(node.attrs["to"]))
+    if node.op in ("Sqrt", "Reciprocal"):
+        return np.sqrt(x) if node.op == "Sqrt" else np.reciprocal(x)
+    if node.op in ("Squeeze", "Unsqueeze", "Identity"):
+        return x.reshape(-1)[:1] if x.size == 1 else None  # the one-element values scales are made of
+    if len(args) < 2 or args[1] is None:
+        return None
+    y = args[1]
+    if y.dtype == object:
+        y = None if any(d is None for d in y.reshape(-1)) else y.astype(np.int64)
+        if y is None:
+            return None
+    if node.op == "Div":
+        both_int = np.issubdtype(x.dtype, np.integer) and np.issubdtype(y.dtype, np.integer)
+        return np.trunc(x / y).astype(x.dtype) if both_int else np.divide(x, y)
+    if node.op in ("Mul", "Add", "Sub"):
+        return {"Mul": np.multiply, "Add": np.add, "Sub": np.subtract}[node.op](x, y)
+    if node.op == "Gather" and x.ndim == 1:
+        return np.take(x, y)
+    if node.op == "Slice" and x.ndim == 1 and len(args) >= 3 and args[2] is not None:
+        axes, steps = (args + [None, None])[3:5]
+        if (axes is None or axes.reshape(-1).tolist() in ([0], [-1])) and (steps is None or steps.reshape(-1).tolist() == [1]):
+            return x[int(y.reshape(-1)[0]):int(min(args[2].reshape(-1)[0], len(x)))]
+    return None

@@ -20,7 +20,7 @@ from onnx import TensorProto, helper
 from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION
 from trt_fusedattn.rewrites import Site
 from trt_fusedattn.rewrites._graph import (consumers, constant_value, is_graph_output, is_present, names_in_use,
-                                           producer, scalar_value, unique_name)
+                                           producer, scalar_value, static_value, unique_name)
 
 FAMILY = "attention"
 HEAD_SPLIT = (0, 2, 1, 3)           # BSHD <-> BHSD, its own inverse
@@ -126,62 +126,10 @@ class _Match:
 # Operand tracing: scalar scales, head split Transposes, GQA repeats
 
 
-_STATIC_OPS = {"Cast", "Sqrt", "Reciprocal", "Squeeze", "Unsqueeze", "Identity", "Div", "Mul", "Add", "Sub", "Gather",
-               "Slice"}
-
-
-def _static_value(tensor: gs.Tensor, depth: int = 12) -> np.ndarray | None:
-    """The value of a tensor computed from constants and static dims only, e.g. the 1/sqrt(head_dim) the
-    sdpa export builds as Sqrt(1 / Cast(Slice(Shape(Q), -1))); None when it depends on run-time values."""
-    value = constant_value(tensor)
-    node = producer(tensor)
-    if value is not None or node is None or depth == 0 or node.domain not in (None, "", "ai.onnx"):
-        return value
-    if node.op == "Shape":
-        shape = _shape(node.inputs[0])
-        if shape is None:
-            return None
-        dims = shape[node.attrs.get("start", 0):node.attrs.get("end", len(shape))]
-        return np.array([d if isinstance(d, int) and d >= 0 else None for d in dims], dtype=object)
-    if node.op not in _STATIC_OPS:
-        return None
-    args = [_static_value(t, depth - 1) if is_present(t) else None for t in node.inputs]
-    x = args[0] if args else None
-    if x is None or node.op not in ("Gather", "Slice") and x.dtype == object:  # dims only Gather/Slice may pick
-        x = None if x is None or any(d is None for d in x.reshape(-1)) else x.astype(np.int64)
-    if x is None:
-        return None
-    if node.op == "Cast":
-        return x.astype(helper.tensor_dtype_to_np_dtype(node.attrs["to"]))
-    if node.op in ("Sqrt", "Reciprocal"):
-        return np.sqrt(x) if node.op == "Sqrt" else np.reciprocal(x)
-    if node.op in ("Squeeze", "Unsqueeze", "Identity"):
-        return x.reshape(-1)[:1] if x.size == 1 else None  # the one-element values scales are made of
-    if len(args) < 2 or args[1] is None:
-        return None
-    y = args[1]
-    if y.dtype == object:
-        y = None if any(d is None for d in y.reshape(-1)) else y.astype(np.int64)
-        if y is None:
-            return None
-    if node.op == "Div":
-        both_int = np.issubdtype(x.dtype, np.integer) and np.issubdtype(y.dtype, np.integer)
-        return np.trunc(x / y).astype(x.dtype) if both_int else np.divide(x, y)
-    if node.op in ("Mul", "Add", "Sub"):
-        return {"Mul": np.multiply, "Add": np.add, "Sub": np.subtract}[node.op](x, y)
-    if node.op == "Gather" and x.ndim == 1:
-        return np.take(x, y)
-    if node.op == "Slice" and x.ndim == 1 and len(args) >= 3 and args[2] is not None:
-        axes, steps = (args + [None, None])[3:5]
-        if (axes is None or axes.reshape(-1).tolist() in ([0], [-1])) and (steps is None or steps.reshape(-1).tolist() == [1]):
-            return x[int(y.reshape(-1)[0]):int(min(args[2].reshape(-1)[0], len(x)))]
-    return None
-
-
 def _scalar_factor(node: gs.Node, tensor_side: int) -> float | None:
     """For Mul/Div of a tensor by a one-element constant (or a number computed from static dims): the factor
     the tensor is multiplied by, else None."""
-    other = _static_value(node.inputs[1 - tensor_side])
+    other = static_value(node.inputs[1 - tensor_side])
     if other is None or other.size != 1 or not np.issubdtype(other.dtype, np.number):
         return None
     value = float(other.reshape(()))
@@ -201,7 +149,7 @@ def _peel_scale(tensor: gs.Tensor) -> tuple[gs.Tensor, float]:
             return tensor, factor
         for side in (0, 1):
             f = _scalar_factor(node, side)
-            if f is not None and _static_value(node.inputs[side]) is None:
+            if f is not None and static_value(node.inputs[side]) is None:
                 factor *= f
                 tensor = node.inputs[side]
                 break

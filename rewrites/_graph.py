@@ -5,6 +5,7 @@ Nothing here knows a pattern; each function answers one question about the graph
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import onnx_graphsurgeon as gs
 from onnx.reference import ReferenceEvaluator
 
@@ -137,7 +138,7 @@ def static_value(tensor: gs.Tensor) -> np.ndarray | None:
 
 
 def _static(tensor: gs.Tensor, depth: int) -> np.ndarray | None:
-    """``static_value`` below; a Shape gives an object array with None for dims that are not static."""
+    """The recursion of ``static_value``; a Shape gives an object array with None for dims that are not static."""
     value = constant_value(tensor)
     node = producer(tensor)
     if value is not None or node is None or depth == 0 or node.domain not in (None, "", "ai.onnx"):

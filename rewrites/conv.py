@@ -22,8 +22,8 @@ import onnx_graphsurgeon as gs
 from trt_fusedattn.plugins.conv.contract import FUSED_CONV
 from trt_fusedattn.rewrites import Site
 from trt_fusedattn.rewrites._graph import (constant_value, consumers, folded_value, is_graph_output, is_present,
-                                           names_in_use, producer, same_shape, scalar_value, sole_consumer,
-                                           tensor_shapes, unique_name)
+                                           names_in_use, producer, scalar_value, sole_consumer, unique_name)
+from trt_fusedattn.rewrites._shapes import TensorShapes, describe
 
 FAMILY = "conv"
 _WEIGHT_DTYPES = ("float32", "float16")  # ONNX Conv types FusedConv takes (Conv has no bfloat16)
@@ -99,8 +99,8 @@ def rewrite(graph: gs.Graph) -> list[Site]:
             continue
         if _absorb_pad(conv, weights[id(conv)].ndim, graph):
             padded.add(id(conv))
-    shapes = tensor_shapes(graph, [t for node in graph.nodes if node.op in ("Conv", "Add")
-                                   for t in node.inputs[:2] + node.outputs])
+    shapes = TensorShapes(graph, [t for node in graph.nodes if node.op in ("Conv", "Add")
+                                  for t in node.inputs[:2] + node.outputs])
     matched: list[_Chain | Site] = []
     for conv in convs:
         try:
@@ -110,7 +110,7 @@ def rewrite(graph: gs.Graph) -> list[Site]:
             matched[-1].pad_folded = id(conv) in padded
         except _Leave as leave:
             matched.append(Site(FAMILY, conv.name, False, reason=str(leave),
-                                shapes={"X": shapes.get(conv.inputs[0].name)}))
+                                shapes={"X": shapes.report(conv.inputs[0])}))
     _pair_conv_residuals([m for m in matched if isinstance(m, _Chain)],
                          {id(node): i for i, node in enumerate(graph.nodes)})
     taken = names_in_use(graph)
@@ -135,7 +135,7 @@ def _constant_weights(conv: gs.Node, graph: gs.Graph) -> np.ndarray:
     return weight
 
 
-def _match(conv: gs.Node, weight: np.ndarray, graph: gs.Graph, shapes: dict) -> _Chain:
+def _match(conv: gs.Node, weight: np.ndarray, graph: gs.Graph, shapes: TensorShapes) -> _Chain:
     x = conv.inputs[0]
     shift = None
     if len(conv.inputs) > 2 and is_present(conv.inputs[2]):
@@ -144,7 +144,7 @@ def _match(conv: gs.Node, weight: np.ndarray, graph: gs.Graph, shapes: dict) -> 
             raise _Leave("bias is not constant")
         shift = shift.astype(np.float64).reshape(-1)
     chain = _Chain(conv, x, weight.astype(np.float64), weight.dtype, shift,
-                   _conv_attributes(conv, weight.shape, shapes.get(x.name)), conv.outputs[0])
+                   _conv_attributes(conv, weight.shape, shapes.of(x)), conv.outputs[0])
     chain.tail = _fold_constant_epilogue(chain, graph)
     if chain.chain_end:
         return _finish(chain)
@@ -179,7 +179,7 @@ def _conv_attributes(conv: gs.Node, weight_shape: tuple, x_shape: list | None) -
     elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
         sizes = None if x_shape is None else x_shape[2:]
         if sizes is None or len(sizes) != spatial or not all(isinstance(d, int) and d > 0 for d in sizes):
-            raise _Leave(f"auto_pad {auto_pad} needs static spatial input dims, X is {x_shape}")
+            raise _Leave(f"auto_pad {auto_pad} needs static spatial input dims, X is {describe(x_shape)}")
         begin, end = [], []
         for size, k, s, d in zip(sizes, kernel, strides, dilations):
             total = max(0, (math.ceil(size / s) - 1) * s + (k - 1) * d + 1 - size)
@@ -303,7 +303,7 @@ def _used_elsewhere(tensor: gs.Tensor, graph: gs.Graph) -> str:
     return f"{tensor.name} is read by {len(readers)} nodes" if len(readers) > 1 else ""
 
 
-def _match_residual(chain: _Chain, graph: gs.Graph, shapes: dict) -> None:
+def _match_residual(chain: _Chain, graph: gs.Graph, shapes: TensorShapes) -> None:
     add = sole_consumer(chain.tail, graph)
     if add is None:
         chain.chain_end = _used_elsewhere(chain.tail, graph)
@@ -317,10 +317,9 @@ def _match_residual(chain: _Chain, graph: gs.Graph, shapes: dict) -> None:
     if constant_value(other) is not None:
         chain.chain_end = f"{add.name} adds a constant after the activation (not a residual, not foldable)"
         return
-    y_shape, other_shape = shapes.get(chain.tail.name), shapes.get(other.name)
-    if not same_shape(y_shape, other_shape):
-        chain.chain_end = f"{add.name}'s other operand {other.name} {other_shape} is not provably of the output's " \
-                          f"shape {y_shape}"
+    if not shapes.same(chain.tail, other):
+        chain.chain_end = f"{add.name}'s other operand {other.name} {shapes.report(other)} is not provably of the " \
+                          f"output's shape {shapes.report(chain.tail)}"
         return
     chain.add, chain.residual, chain.out = add, other, add.outputs[0]
     chain.post_activation = _match_activation(chain.out, graph) or _NO_ACTIVATION
@@ -341,7 +340,7 @@ def _pair_conv_residuals(chains: list[_Chain], order: dict) -> None:
                                   f"its residual")
 
 
-def _replace(chain: _Chain, graph: gs.Graph, shapes: dict, taken: set) -> Site:
+def _replace(chain: _Chain, graph: gs.Graph, shapes: TensorShapes, taken: set) -> Site:
     """Emit the FusedConv node writing the chain's output; the bypassed nodes go with the driver's cleanup."""
     name = unique_name(f"{chain.conv.name}_FusedConv", taken)
     perm = (0, *range(2, chain.weight.ndim), 1)
@@ -371,7 +370,7 @@ def _replace(chain: _Chain, graph: gs.Graph, shapes: dict, taken: set) -> Site:
     if chain.chain_end:
         details["chain_end"] = chain.chain_end
     return Site(FAMILY, chain.conv.name, True, op=FUSED_CONV.qualified_name, node=name,
-                shapes={"X": shapes.get(chain.x.name), "W": list(weight.values.shape), "Y": shapes.get(out.name)},
+                shapes={"X": shapes.report(chain.x), "W": list(weight.values.shape), "Y": shapes.report(out)},
                 details=details)
 
 

@@ -375,7 +375,7 @@ def _match_softmax(softmax: gs.Node, graph: gs.Graph) -> _Match:
     rank = _rank(qb) or _rank(kt) or _rank(scores_mm.outputs[0])
     if rank != 4:
         raise _Skip(f"the Q·Kᵀ MatMul '{scores_mm.name}' has inputs of rank {rank or 'unknown'}, not 4")
-    axis = softmax.attrs.get("axis", -1)
+    axis = softmax.attrs.get("axis", -1 if graph.opset >= 13 else 1)  # before opset 13: 2-D coercion at axis
     if axis not in (-1, rank - 1):
         raise _Skip(f"Softmax '{softmax.name}' normalizes axis {axis}, not the last (keys) axis")
     pv_mm = _walk_probabilities(softmax, graph)
@@ -592,7 +592,7 @@ def _comparison_causal(tensor: gs.Tensor, negate: bool) -> float | None:
     return None
 
 
-def _classify_masks(match: _Match, lq, lkv) -> None:
+def _classify_masks(match: _Match, lq, lkv, shared: _Shared) -> None:
     """Turn recognized causal triangles into ``causal`` and drop all-pass constants."""
     keeps = [part for keep in match.keep_masks for part in _split_and(*keep)]
     floats = []
@@ -604,7 +604,10 @@ def _classify_masks(match: _Match, lq, lkv) -> None:
                 continue  # all-zero additive mask
             blocked = (value == -np.inf) | (value <= MASKED_FILL_LIMIT)
             if ((value == 0) | blocked).all():
-                keeps.append((gs.Constant(f"{mask.name}_keep", ~blocked), False))
+                key = ("keep", id(mask))
+                if key not in shared.nodes:
+                    shared.nodes[key] = gs.Constant(unique_name(f"{mask.name}_keep", shared.taken), ~blocked)
+                keeps.append((shared.nodes[key], False))
                 continue
         elif _is_op(cond, "Where") and -math.inf in (scalar_value(cond.inputs[1]), scalar_value(cond.inputs[2])) \
                 and 0.0 in (scalar_value(cond.inputs[1]), scalar_value(cond.inputs[2])):
@@ -648,11 +651,26 @@ def _causal_of(part, lq, lkv) -> str | None:
 # Replacement
 
 
+@dataclass
+class _Shared:
+    """What the sites of one rewrite share: the names in use, and mask nodes emitted once for all layers."""
+
+    taken: set
+    nodes: dict = field(default_factory=dict)  # (op, input ids, attrs) -> output tensor
+
+
 class _Emitter:
     """Adds the new nodes of one site, with names derived from the anchor's."""
 
-    def __init__(self, graph: gs.Graph, base: str, taken: set[str]):
-        self.graph, self.base, self.taken = graph, base, taken
+    def __init__(self, graph: gs.Graph, base: str, shared: _Shared):
+        self.graph, self.base, self.shared, self.taken = graph, base, shared, shared.taken
+
+    def shared_node(self, op: str, inputs: list, what: str, dtype=None, attrs=None) -> gs.Tensor:
+        """A node every site with the same inputs reuses (the mask conversions of each layer)."""
+        key = (op, tuple(id(t) for t in inputs), tuple(sorted((attrs or {}).items())))
+        if key not in self.shared.nodes:
+            self.shared.nodes[key] = self.node(op, inputs, what, dtype, attrs)
+        return self.shared.nodes[key]
 
     def tensor(self, what: str, dtype=None) -> gs.Variable:
         return gs.Variable(unique_name(f"{self.base}/{what}", self.taken), dtype=dtype)
@@ -690,26 +708,25 @@ def _layout(match: _Match) -> str:
 
 def _mask_input(match: _Match, emit: _Emitter, qtype) -> tuple[gs.Tensor | None, str]:
     """The one mask tensor to pass (combining several), and its kind for the report."""
-    if match.float_masks and match.keep_masks:
-        raise _Skip("the site has both an additive and a boolean mask; FusedAttention takes one")
     if match.keep_masks:
-        parts = [emit.node("Not", [t], "keep", np.dtype(bool)) if negate else t for t, negate in match.keep_masks]
+        parts = [emit.shared_node("Not", [t], "keep", np.dtype(bool)) if negate else t for t, negate in match.keep_masks]
         mask = parts[0]
         for part in parts[1:]:
-            mask = emit.node("And", [mask, part], "keep", np.dtype(bool))
+            mask = emit.shared_node("And", [mask, part], "keep", np.dtype(bool))
         return mask, "bool"
     if not match.float_masks:
         return None, "none"
     mask = match.float_masks[0]
     for part in match.float_masks[1:]:
-        mask = emit.node("Add", [mask, part], "mask", _dtype(mask))
+        mask = emit.shared_node("Add", [mask, part], "mask", _dtype(mask))
     if qtype is not None and _dtype(mask) is not None and _dtype(mask) != qtype:
-        mask = emit.node("Cast", [mask], "mask_cast", qtype,
-                         {"to": helper.np_dtype_to_tensor_dtype(qtype)})
+        mask = emit.shared_node("Cast", [mask], "mask_cast", qtype, {"to": helper.np_dtype_to_tensor_dtype(qtype)})
     return mask, "float"
 
 
-def _check_mask_ranks(match: _Match) -> None:
+def _check_masks(match: _Match) -> None:
+    if match.float_masks and match.keep_masks:
+        raise _Skip("the site has both an additive and a boolean mask; FusedAttention takes one")
     for mask in match.float_masks + [t for t, _ in match.keep_masks]:
         rank = _rank(mask)
         if rank is None:
@@ -749,10 +766,10 @@ def _route_output(out: _Output, layout: str, emit: _Emitter, qtype) -> gs.Tensor
     return result
 
 
-def _replace(match: _Match, graph: gs.Graph, taken: set[str]) -> gs.Node:
+def _replace(match: _Match, graph: gs.Graph, shared: _Shared) -> gs.Node:
     """Emit the FusedAttention node and route the output to the original readers."""
     base = match.anchor.name or "attention"
-    emit = _Emitter(graph, f"{base}/fused", taken)
+    emit, taken = _Emitter(graph, f"{base}/fused", shared), shared.taken
     layout = _layout(match)
     qtype = _dtype(match.q.any())
     mask, kind = _mask_input(match, emit, qtype)
@@ -801,7 +818,7 @@ def _check(match: _Match) -> None:
         hkv = _dim(keys, 1) if keys is not None else None
         if hq and hkv and hq % hkv:
             raise _Skip(f"{hq} query heads are not a multiple of {hkv} key/value heads")
-    _check_mask_ranks(match)
+    _check_masks(match)
 
 
 def _sequence_lengths(match: _Match) -> tuple:
@@ -817,14 +834,14 @@ def _sequence_lengths(match: _Match) -> tuple:
     return seq(match.q), seq(match.k)
 
 
-def _fuse(anchor: gs.Node, graph: gs.Graph, taken: set[str]) -> Site:
+def _fuse(anchor: gs.Node, graph: gs.Graph, shared: _Shared) -> Site:
     site = Site(family=FAMILY, anchor=anchor.name, fused=False)
     try:
         match = _match_softmax(anchor, graph) if anchor.op == "Softmax" else _match_onnx_attention(anchor, graph)
         site.shapes = _shapes(match)
-        _classify_masks(match, *_sequence_lengths(match))
+        _classify_masks(match, *_sequence_lengths(match), shared)
         _check(match)
-        node = _replace(match, graph, taken)
+        node = _replace(match, graph, shared)
     except _Skip as skip:
         site.reason = str(skip)
         return site
@@ -834,6 +851,6 @@ def _fuse(anchor: gs.Node, graph: gs.Graph, taken: set[str]) -> Site:
 
 def rewrite(graph: gs.Graph) -> list[Site]:
     """Fuse every attention site of ``graph`` in place; one Site per Softmax and per ONNX Attention node."""
-    taken = names_in_use(graph)
+    shared = _Shared(names_in_use(graph))
     anchors = [n for n in graph.nodes if n.domain in (None, "", "ai.onnx") and n.op in ("Softmax", "Attention")]
-    return [_fuse(anchor, graph, taken) for anchor in anchors]
+    return [_fuse(anchor, graph, shared) for anchor in anchors]

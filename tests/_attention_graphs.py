@@ -44,17 +44,26 @@ class GraphBuilder:
 
 
 def softmax_attention(*, batch=2, lq=5, lkv=5, heads=4, kv_heads=4, dim=16, scale="mul", mask=None,
-                      gqa="expand", keys="split", softmax_axis=-1, fp16_softmax=False) -> onnx.ModelProto:
+                      gqa="expand", keys="split", softmax_axis=-1, fp16_softmax=False, layers=1) -> onnx.ModelProto:
     """Q/K/V projections reshaped to heads, Softmax(scale·Q·Kᵀ + mask)·V, heads merged back to [B, Lq, H·D].
 
     scale: "div" | "mul" | "split" (sqrt on Q and on K) ; mask: None | "float" | "where" (Where(m, S, -inf)) |
     "masked_fill" (Where(m, -inf, S)) | "causal_const" | "causal_const_br" | "trilu" | "range" |
     "float+range" ; gqa (kv_heads < heads): "expand" | "tile" (Tile on an inserted axis) | "tile_heads"
-    (Tile on the heads axis: h % H order) ; keys: "split" (Transpose 0,2,3,1) | "bhsd" (0,1,3,2 of BHSD)."""
+    (Tile on the heads axis: h % H order) ; keys: "split" (Transpose 0,2,3,1) | "bhsd" (0,1,3,2 of BHSD);
+    layers: blocks in a chain, each reading the previous output as queries and the same K, V and mask."""
     g = GraphBuilder()
-    q_in = g.input("q", FLOAT, [batch, lq, heads * dim])
+    result = g.input("q", FLOAT, [batch, lq, heads * dim])
     k_in = g.input("k", FLOAT, [batch, lkv, kv_heads * dim])
     v_in = g.input("v", FLOAT, [batch, lkv, kv_heads * dim])
+    for _ in range(layers):
+        result = _attention_block(g, result, k_in, v_in, batch, lq, lkv, heads, kv_heads, dim, scale, mask, gqa,
+                                  keys, softmax_axis, fp16_softmax)
+    return g.model(result, rank=3)
+
+
+def _attention_block(g, q_in, k_in, v_in, batch, lq, lkv, heads, kv_heads, dim, scale, mask, gqa, keys,
+                     softmax_axis, fp16_softmax) -> str:
     q = g.op("Transpose", [g.op("Reshape", [q_in, g.const([batch, lq, heads, dim], np.int64)])], perm=[0, 2, 1, 3])
     k_bshd = g.op("Reshape", [k_in, g.const([batch, lkv, kv_heads, dim], np.int64)])
     v = g.op("Transpose", [g.op("Reshape", [v_in, g.const([batch, lkv, kv_heads, dim], np.int64)])],
@@ -83,8 +92,7 @@ def softmax_attention(*, batch=2, lq=5, lkv=5, heads=4, kv_heads=4, dim=16, scal
         probs = g.op("Cast", [probs], to=FLOAT)
     out = g.op("MatMul", [probs, v])
     merged = g.op("Transpose", [out], perm=[0, 2, 1, 3])
-    result = g.op("Reshape", [merged, g.const([batch, lq, heads * dim], np.int64)])
-    return g.model(result, rank=3)
+    return g.op("Reshape", [merged, g.const([batch, lq, heads * dim], np.int64)])
 
 
 def _repeat_heads(g: GraphBuilder, t: str, how: str, batch, kv_heads, group, length, dim) -> str:
@@ -103,19 +111,26 @@ def causal_keep(lq: int, lkv: int, alignment: str = "top_left") -> np.ndarray:
     return np.arange(lkv)[None, :] <= np.arange(lq)[:, None] + offset
 
 
+def _mask_input(g: GraphBuilder, name: str, elem_type: int, shape: list) -> str:
+    """The graph input ``name``, declared on first use (layers share their mask)."""
+    if not any(value.name == name for value in g.inputs):
+        g.input(name, elem_type, shape)
+    return name
+
+
 def _apply_mask(g: GraphBuilder, scores: str, mask, batch, lq, lkv) -> str:
     neg_inf = g.const(np.float32(-np.inf)) if mask else None
     if mask is None:
         return scores
     if mask in ("float", "float+range"):
-        scores = g.op("Add", [scores, g.input("mask", FLOAT, [batch, 1, lq, lkv])])
+        scores = g.op("Add", [scores, _mask_input(g, "mask", FLOAT, [batch, 1, lq, lkv])])
         if mask == "float":
             return scores
         mask = "range"
     if mask == "where":
-        return g.op("Where", [g.input("mask", TensorProto.BOOL, [batch, 1, lq, lkv]), scores, neg_inf])
+        return g.op("Where", [_mask_input(g, "mask", TensorProto.BOOL, [batch, 1, lq, lkv]), scores, neg_inf])
     if mask == "masked_fill":
-        return g.op("Where", [g.input("drop", TensorProto.BOOL, [batch, 1, lq, lkv]), neg_inf, scores])
+        return g.op("Where", [_mask_input(g, "drop", TensorProto.BOOL, [batch, 1, lq, lkv]), neg_inf, scores])
     if mask in ("causal_const", "causal_const_br"):
         keep = causal_keep(lq, lkv, "top_left" if mask == "causal_const" else "bottom_right")
         additive = np.where(keep, 0.0, np.finfo(np.float32).min).astype(np.float32)[None, None]

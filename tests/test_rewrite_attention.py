@@ -122,6 +122,16 @@ def test_hand_built_pattern_fused_and_verified(case):
     assert result.passed, result.table()
 
 
+def test_layers_share_one_mask_conversion():
+    """masked_fill masks (True = drop) become one Not for all layers, not one per layer."""
+    original = softmax_attention(mask="masked_fill", layers=3, lq=5, lkv=5)
+    fused, report = fuse(original, only=["attention"])
+    assert [s.fused for s in report.sites] == [True] * 3
+    assert [n.op_type for n in fused.graph.node].count("Not") == 1
+    result = verify(original, fused, inputs=attention_inputs(original, seed=4))
+    assert result.passed, result.table()
+
+
 def test_layout_absorbs_head_transposes():
     """BSHD in, BSHD out: the fused node reads the Reshapes' outputs and no Transpose is left."""
     fused, _ = fuse(softmax_attention(), only=["attention"])

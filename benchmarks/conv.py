@@ -24,7 +24,8 @@ import trt_fusedattn
 from trt_fusedattn.launcher.compile import compile_ptx, nvcc_version
 from trt_fusedattn.launcher.launch import device_arch
 from trt_fusedattn.plugins.conv.contract import FUSED_CONV
-from trt_fusedattn.plugins.conv.plan import plan_conv
+from trt_fusedattn.launcher.launch import launch
+from trt_fusedattn.plugins.conv.plan import GEMM_TILES, plan_conv
 
 REPS, TRIALS, EPS = 20, 7, 1e-5
 BATCHES = (1, 8, 32)
@@ -153,15 +154,15 @@ class Case:
                                     **_fused_activation(lay))
 
 
-def layer_plan(lay: Layer, n: int, arch: str):
-    """The FusedConv plan of one layer (what ``Case.fused`` launches), for compiling up front."""
+def layer_plan(lay: Layer, n: int, arch: str, **tile):
+    """The FusedConv plan of one layer (what ``Case.fused`` launches; ``tile``: plan_conv's tuning override)."""
     o = lay.out_hw
     attrs = FUSED_CONV.resolve(dict(strides=(lay.stride,) * 2, pads=(lay.pad,) * 4, group=lay.groups,
                                     **_fused_activation(lay)))
     shapes = [(n, lay.c, lay.hw, lay.hw), (lay.k, lay.kernel, lay.kernel, lay.c // lay.groups), (lay.k,),
               None, (n, lay.k, o, o) if lay.residual else None]
     dtypes = ["float16", "float16", "float32", None, "float16" if lay.residual else None]
-    return plan_conv(shapes, dtypes, attrs, arch)
+    return plan_conv(shapes, dtypes, attrs, arch, **tile)
 
 
 def time_us(fn) -> float:
@@ -201,10 +202,54 @@ def environment() -> str:
             f"arch {device_arch(0)}; {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
 
 
+def sweep(nets: dict, batches: list, arch: str) -> list[str]:
+    """Time every implicit-GEMM tile (and BLOCK_K) on every non-depthwise layer: the data behind the plan's
+    default tile choice. Rows: layer, batch, base, default tile's time, best tile and its time."""
+    variants = {}
+    for layers in nets.values():
+        for lay, _ in layers:
+            if lay.groups == 1:
+                for name in GEMM_TILES:
+                    for bk in (32, 64) if lay.c % 64 == 0 else (32,):
+                        variants[(lay, name, bk)] = layer_plan(lay, 1, arch, tile=name, block_k=bk)
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        list(pool.map(lambda p: compile_ptx(p.source, arch, p.defines), variants.values()))
+    lines = ["\n## Tile sweep (implicit-GEMM layers; µs)\n",
+             "| net | layer | batch | base | default | best | best tile | all (tile/bk: µs) |", "|---|---|---:|---:|---:|---:|---|---|"]
+    for net, layers in nets.items():
+        for lay, _ in layers:
+            if lay.groups != 1:
+                continue
+            for n in batches:
+                case = Case(lay, n)
+                base, default = time_us(case.baseline), time_us(case.fused)
+                want = case.baseline().float()
+                times = {}
+                for (vl, name, bk), _ in variants.items():
+                    if vl != lay:
+                        continue
+                    plan = layer_plan(lay, n, arch, tile=name, block_k=bk)
+                    ptrs = [case.x.data_ptr(), case.w_folded.data_ptr(), case.shift.data_ptr(), None,
+                            None if case.residual is None else case.residual.data_ptr()]
+                    fn = lambda plan=plan, ptrs=ptrs: launch(  # noqa: E731
+                        plan, arch, ptrs, [case.out.data_ptr()], stream=torch.cuda.current_stream().cuda_stream)
+                    case.out.fill_(float("nan"))
+                    fn()
+                    err = float((case.out.float() - want).norm() / want.norm())
+                    times[f"{name}/{bk}"] = time_us(fn) if err < 1e-2 else float("inf")
+                best = min(times, key=times.get)
+                lines.append(f"| {net} | {lay.name} | {n} | {base:.1f} | {default:.1f} | {times[best]:.1f} | {best} | "
+                             + ", ".join(f"{k}: {v:.1f}" for k, v in times.items()) + " |")
+                print(lines[-1], flush=True)
+                del case
+    return lines
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="markdown file for the tables")
     parser.add_argument("--batches", default=",".join(map(str, BATCHES)))
+    parser.add_argument("--sweep", help="batches to run the tile sweep at (e.g. 32), before the tables")
     args = parser.parse_args()
     torch.backends.cudnn.benchmark = True
     batches = [int(b) for b in args.batches.split(",")]
@@ -216,6 +261,7 @@ def main():
         list(pool.map(lambda p: compile_ptx(p.source, arch, p.defines), plans.values()))
 
     env = environment()
+    swept = sweep(nets, [int(b) for b in args.sweep.split(",")], arch) if args.sweep else []
     lines = [f"# FusedConv vs cuDNN + separate epilogue ops\n", f"{env}\n",
              "Per call, µs (CUDA-graph replay median). base = cuDNN conv2d + BatchNorm + activation [+ add + ReLU] "
              "as the unfused model runs them; fused = one FusedConv kernel. err = |fused - base| / |base| "
@@ -245,6 +291,7 @@ def main():
     for (net, n), (base, ours, worst, name) in sums.items():
         lines.append(f"| {net} | {n} | {base:.0f} | {ours:.0f} | {base / ours:.2f}x | {name} ({worst:.2f}x) |")
     lines.append("\nFP8 (E4M3) FusedConv: not implemented yet, so no FP8 rows.")
+    lines += swept
     text = "\n".join(lines) + "\n"
     if args.out:
         with open(args.out, "w") as f:

@@ -166,12 +166,13 @@ def gpu_fused_conv(x, w, shift=None, scale=None, residual=None, **attrs):
 def test_fused_sample_models_match_the_originals(sample):
     pytest.importorskip("onnxruntime_extensions")
     import trt_fusedattn
+    from trt_fusedattn.verify import verify  # the function (the package attribute can be its module)
     path = SAMPLES / f"{sample}.onnx"
     fused, report = trt_fusedattn.fuse(str(path))
     assert sum(n.op_type == "FusedConv" for n in fused.graph.node) > 0
     calls = []
     counted = lambda *a, **k: calls.append(1) or gpu_fused_conv(*a, **k)  # noqa: E731
-    result = trt_fusedattn.verify(str(path), fused, seed=random.SystemRandom().randrange(2 ** 31), rtol=2e-2,
+    result = verify(str(path), fused, seed=random.SystemRandom().randrange(2 ** 31), rtol=2e-2,
                                   implementations={FUSED_CONV: counted})
     assert len(calls) == sum(n.op_type == "FusedConv" for n in fused.graph.node)
     assert result.passed, result.table()

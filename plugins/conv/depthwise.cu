@@ -68,9 +68,10 @@ fused_conv_depthwise(const elem_t* __restrict__ x, const elem_t* __restrict__ w 
   float v[DW_VEC];
 #pragma unroll
   for (int e = 0; e < DW_VEC; ++e) v[e] = affine.apply(acc[e], k + e);
-  store_output<DW_VEC>(v, y, (long long)m * K + k
+  const long long offset = (long long)m * K + k;
+  ElemVec<DW_VEC> res;
 #if HAS_RESIDUAL
-                       , residual
+  res = load_vec<DW_VEC>(residual, offset);
 #endif
-  );
+  store_output<DW_VEC>(v, res, y, offset);
 }

@@ -92,23 +92,27 @@ __device__ __forceinline__ float add_residual(float y, float res) {
   return act::POST_ACTIVATION::apply(y + res, float(POST_ACTIVATION_ALPHA), float(POST_ACTIVATION_BETA));
 }
 
-// Finish VEC consecutive output channels of one pixel from their activated values: residual add and
-// post-activation (when present), rounding, one VEC-wide store. `offset` is the element offset in Y (and residual).
+// VEC consecutive elements at element offset `offset` (the residual), read once through the read-only path.
 template <int VEC>
-__device__ __forceinline__ void store_output(const float (&v)[VEC], elem_t* __restrict__ y, long long offset
-#if HAS_RESIDUAL
-                                             , const elem_t* __restrict__ residual
-#endif
-) {
+__device__ __forceinline__ ElemVec<VEC> load_vec(const elem_t* __restrict__ p, long long offset) {
+  ElemVec<VEC> v;
+  v.bits = __ldg(reinterpret_cast<const typename VecBits<VEC>::type*>(p + offset));
+  return v;
+}
+
+// Finish VEC consecutive output channels of one pixel from their activated values: residual add and
+// post-activation (when HAS_RESIDUAL; `res` is ignored otherwise), rounding, one VEC-wide store at `offset`.
+template <int VEC>
+__device__ __forceinline__ void store_output(const float (&v)[VEC], const ElemVec<VEC>& res, elem_t* __restrict__ y,
+                                             long long offset) {
   ElemVec<VEC> out;
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) {
 #if HAS_RESIDUAL
-  ElemVec<VEC> res;
-  res.bits = __ldg(reinterpret_cast<const typename VecBits<VEC>::type*>(residual + offset));
-#pragma unroll
-  for (int i = 0; i < VEC; ++i) out.e[i] = from_float(add_residual(v[i], to_float(res.e[i])));
+    out.e[i] = from_float(add_residual(v[i], to_float(res.e[i])));
 #else
-#pragma unroll
-  for (int i = 0; i < VEC; ++i) out.e[i] = from_float(v[i]);
+    out.e[i] = from_float(v[i]);
 #endif
+  }
   *reinterpret_cast<typename VecBits<VEC>::type*>(y + offset) = out.bits;
 }

@@ -301,22 +301,37 @@ fused_conv_implicit_gemm(const elem_t* __restrict__ x, const elem_t* __restrict_
       }
   }
   __syncthreads();
+  // Output pass in batches of kBatch vectors per thread: all residual loads of a batch are in flight at once.
   constexpr int kVecsPerRow = BLOCK_N / OUT_VEC;
-#pragma unroll 4
-  for (int idx = tid; idx < BLOCK_M * kVecsPerRow; idx += kThreads) {
-    const int row = idx / kVecsPerRow, col = (idx % kVecsPerRow) * OUT_VEC;
-    const int m = m0 + row;
-    if (m < M && n0 + col < Kg) {
+  constexpr int kIters = BLOCK_M * kVecsPerRow / kThreads;
+  constexpr int kBatch = kIters < 8 ? kIters : 8;
+  static_assert(BLOCK_M * kVecsPerRow % kThreads == 0 && kIters % kBatch == 0, "output pass must tile evenly");
+#pragma unroll 1
+  for (int b = 0; b < kIters; b += kBatch) {
+    ElemVec<OUT_VEC> res[kBatch];
+    long long offset[kBatch];
+    bool ok[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int idx = tid + (b + j) * kThreads;
+      const int row = idx / kVecsPerRow, col = (idx % kVecsPerRow) * OUT_VEC;
+      ok[j] = m0 + row < M && n0 + col < Kg;
+      offset[j] = (long long)(m0 + row) * K + channel0 + col;
+#if HAS_RESIDUAL
+      if (ok[j]) res[j] = load_vec<OUT_VEC>(residual, offset[j]);
+#endif
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      if (!ok[j]) continue;
+      const int idx = tid + (b + j) * kThreads;
+      const int row = idx / kVecsPerRow, col = (idx % kVecsPerRow) * OUT_VEC;
       ElemVec<OUT_VEC> staged;
       staged.bits = *reinterpret_cast<const typename VecBits<OUT_VEC>::type*>(tile + row * kCStride + col);
       float v[OUT_VEC];
 #pragma unroll
       for (int e = 0; e < OUT_VEC; ++e) v[e] = to_float(staged.e[e]);
-      store_output<OUT_VEC>(v, y, (long long)m * K + channel0 + col
-#if HAS_RESIDUAL
-                            , residual
-#endif
-      );
+      store_output<OUT_VEC>(v, res[j], y, offset[j]);
     }
   }
 }

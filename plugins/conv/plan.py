@@ -89,13 +89,28 @@ def epilogue_defines(attrs, has_shift: bool, has_scale: bool, has_residual: bool
     }
 
 
-def gemm_tile(cg: int, kg: int) -> dict:
-    """Tile of the implicit GEMM, chosen on the static channel counts per group."""
-    block_n, warps_m, warps_n = (128, 2, 2) if kg > 64 else (64, 2, 2) if kg > 32 else (32, 4, 1)
+# Implicit-GEMM CTA tiles: name -> (BLOCK_M, BLOCK_N, WARPS_M, WARPS_N).
+GEMM_TILES = {
+    "128x256w8": (128, 256, 2, 4), "128x128w4": (128, 128, 2, 2), "128x128w8": (128, 128, 2, 4),
+    "128x64w4": (128, 64, 2, 2), "64x128w4": (64, 128, 2, 2), "64x64w4": (64, 64, 2, 2), "128x32w4": (128, 32, 4, 1),
+}
+
+
+def default_gemm_tile(cg: int, kg: int, taps: int) -> str:
+    """The CTA tile for a group's C/G input and K/G output channels and kH*kW taps."""
+    return "128x128w4" if kg > 64 else "128x64w4" if kg > 32 else "128x32w4"
+
+
+def gemm_tile(cg: int, kg: int, taps: int, tile: str | None = None, block_k: int | None = None) -> dict:
+    """Compile-time tile of the implicit GEMM, chosen on the static channel counts (``tile``/``block_k``
+    override the choice, for tuning)."""
+    block_m, block_n, warps_m, warps_n = GEMM_TILES[tile or default_gemm_tile(cg, kg, taps)]
     in_vec = 8 if cg % 8 == 0 else 1
-    block_k = 64 if in_vec == 8 and cg % 64 == 0 else 32
-    return dict(BLOCK_M=128, BLOCK_N=block_n, BLOCK_K=block_k, WARPS_M=warps_m, WARPS_N=warps_n,
-                STAGES=3 if block_k == 64 else 4, IN_VEC=in_vec, OUT_VEC=_largest_vector(kg))
+    block_k = block_k or (64 if in_vec == 8 and cg % 64 == 0 else 32)
+    k_tiles = -(-taps * cg // block_k)
+    stages = max(2, min(3 if block_k == 64 else 4, k_tiles))  # no more stages than reduction tiles
+    return dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, WARPS_M=warps_m, WARPS_N=warps_n,
+                STAGES=stages, IN_VEC=in_vec, OUT_VEC=_largest_vector(kg))
 
 
 def gemm_shared_bytes(tile: dict) -> int:
@@ -112,9 +127,11 @@ def depthwise_tile(c: int, k: int) -> dict:
     return dict(CH_MULT=mult, DW_VEC=vec, CHUNKS=chunks)
 
 
-def plan_conv(input_shapes, input_dtypes, attrs, arch: str) -> LaunchPlan:
+def plan_conv(input_shapes, input_dtypes, attrs, arch: str, *, tile: str | None = None,
+              block_k: int | None = None) -> LaunchPlan:
     """The FusedConv launch (kernel arguments: ``X, W, shift?, scale?, residual?``, then int32
-    ``N, H, W, C, K, P, Q, pad_h, pad_w``, then ``Y``)."""
+    ``N, H, W, C, K, P, Q, pad_h, pad_w``, then ``Y``). ``tile``/``block_k``: implicit-GEMM tile override
+    (a ``GEMM_TILES`` name, 32 or 64), for tuning only."""
     x_shape, w_shape, shift_shape, scale_shape, residual_shape = (list(input_shapes) + [None] * 5)[:5]
     x_dtype, w_dtype = input_dtypes[0], input_dtypes[1]
     if attrs["input_scale"]:
@@ -140,16 +157,16 @@ def plan_conv(input_shapes, input_dtypes, attrs, arch: str) -> LaunchPlan:
     scalars = (geo["N"], geo["H"], geo["W"], geo["C"], geo["K"], geo["P"], geo["Q"], geo["pads"][0], geo["pads"][1])
     pixels = geo["N"] * geo["P"] * geo["Q"]
     if geo["Cg"] == 1 and geo["G"] > 1:
-        tile = depthwise_tile(geo["C"], geo["K"])
-        block_pixels, block_channels = 256 // tile["CHUNKS"], tile["CHUNKS"] * tile["DW_VEC"]
-        return LaunchPlan(source=DEPTHWISE, kernel="fused_conv_depthwise", defines={**defines, **tile},
+        dw = depthwise_tile(geo["C"], geo["K"])
+        block_pixels, block_channels = 256 // dw["CHUNKS"], dw["CHUNKS"] * dw["DW_VEC"]
+        return LaunchPlan(source=DEPTHWISE, kernel="fused_conv_depthwise", defines={**defines, **dw},
                           grid=((pixels + block_pixels - 1) // block_pixels,
                                 (geo["K"] + block_channels - 1) // block_channels, 1),
                           block=(256, 1, 1), shared_mem=0, scalars=scalars)
-    tile = gemm_tile(geo["Cg"], geo["Kg"])
+    config = gemm_tile(geo["Cg"], geo["Kg"], geo["KH"] * geo["KW"], tile, block_k)
     return LaunchPlan(source=IMPLICIT_GEMM, kernel="fused_conv_implicit_gemm",
-                      defines={**defines, "GROUPS": geo["G"], **tile},
-                      grid=((pixels + tile["BLOCK_M"] - 1) // tile["BLOCK_M"],
-                            (geo["Kg"] + tile["BLOCK_N"] - 1) // tile["BLOCK_N"], geo["G"]),
-                      block=(tile["WARPS_M"] * tile["WARPS_N"] * 32, 1, 1), shared_mem=gemm_shared_bytes(tile),
+                      defines={**defines, "GROUPS": geo["G"], **config},
+                      grid=((pixels + config["BLOCK_M"] - 1) // config["BLOCK_M"],
+                            (geo["Kg"] + config["BLOCK_N"] - 1) // config["BLOCK_N"], geo["G"]),
+                      block=(config["WARPS_M"] * config["WARPS_N"] * 32, 1, 1), shared_mem=gemm_shared_bytes(config),
                       scalars=scalars)

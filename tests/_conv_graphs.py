@@ -166,7 +166,7 @@ def conv_case(*, spatial: int = 2, channels: int = 4, out_channels: int = 6, siz
 
 
 def residual_case(*, conv_first: bool = True, post: str | None = "relu", pre: str | None = None,
-                  bn: bool = False) -> onnx.ModelProto:
+                  bn: bool = False, dims=(2, 6, 6, 6)) -> onnx.ModelProto:
     """Conv [BN] [pre activation] + x (the block input) [post activation]: a ResNet identity block's tail."""
     b = GraphBuilder()
     y = b.conv("x", 6, 6, (3, 3), pads=[1, 1, 1, 1])
@@ -177,10 +177,10 @@ def residual_case(*, conv_first: bool = True, post: str | None = "relu", pre: st
     y = b.op("Add", [y, "x"] if conv_first else ["x", y])
     if post:
         y = ACTIVATION_FORMS[post][0](b, y)
-    return b.model({"x": [2, 6, 6, 6]}, {y: None})
+    return b.model({"x": list(dims)}, {y: None})
 
 
-def projection_case() -> onnx.ModelProto:
+def projection_case(dims=(2, 4, 8, 8)) -> onnx.ModelProto:
     """ResNet bottleneck with a projection shortcut: both operands of the Add are conv chains."""
     b = GraphBuilder()
     shortcut = b.batch_norm(b.conv("x", 4, 8, (1, 1), strides=[2, 2], bias=False), 8)
@@ -188,7 +188,7 @@ def projection_case() -> onnx.ModelProto:
     main = b.op("Relu", [b.conv(main, 3, 3, (3, 3), pads=[1, 1, 1, 1], strides=[2, 2])])
     main = b.conv(main, 3, 8, (1, 1))
     y = b.op("Relu", [b.op("Add", [main, shortcut])])
-    return b.model({"x": [2, 4, 8, 8]}, {y: None})
+    return b.model({"x": list(dims)}, {y: None})
 
 
 def batch_norm_case(*, training_output: bool = False, bias: bool = True, constant_add: list | None = None,
@@ -250,6 +250,9 @@ def nonresidual_add_case(kind: str) -> onnx.ModelProto:
     inputs = {"x": [2, 4, 6, 6]}
     if kind == "broadcast":  # per-channel tensor input: broadcasts, so not the output's shape
         inputs["r"] = [1, 6, 1, 1]
+        y = b.op("Add", [y, "r"])
+    elif kind == "unrelated_dynamic":  # equal at run time, but nothing in the graph proves it
+        inputs = {"x": [2, 4, "height", "width"], "r": [2, 6, "height2", "width2"]}
         y = b.op("Add", [y, "r"])
     elif kind == "constant_after_activation":
         y = b.op("Add", [y, b.random((1, 6, 1, 1))])

@@ -164,7 +164,8 @@ def test_training_form_batch_norm_is_kept():
     (dict(post=None), ("none", "none")),
     (dict(pre="relu", post="silu_x_first", bn=True), ("relu", "silu")),
     (dict(pre="leaky_relu", post="relu6_clip_inputs"), ("leaky_relu(0.1)", "clip(0, 6)")),
-], ids=["conv_first", "residual_first", "no_post", "bn_pre_post_silu", "leaky_then_relu6"])
+    (dict(dims=("n", 6, "h", "w")), ("none", "relu")),
+], ids=["conv_first", "residual_first", "no_post", "bn_pre_post_silu", "leaky_then_relu6", "dynamic_hw"])
 def test_residual_add_and_post_activation(case, expected):
     fused, sites = fuse_and_verify(graphs.residual_case(**case))
     details = only(sites).details
@@ -173,8 +174,10 @@ def test_residual_add_and_post_activation(case, expected):
     assert node.input[4] == "x" and node.input[3] == "" and op_types(fused) == ["FusedConv"]
 
 
-def test_projection_shortcut_later_conv_takes_the_add():
-    model = graphs.projection_case()
+@pytest.mark.parametrize("dims", [(2, 4, 8, 8), ("n", 4, "h", "w")], ids=["static", "dynamic_hw"])
+def test_projection_shortcut_later_conv_takes_the_add(dims):
+    """Also with dynamic height and width: both branches are floor((h + 1) / 2), proved symbolically."""
+    model = graphs.projection_case(dims)
     fused, sites = fuse_and_verify(model)
     assert op_types(fused) == ["FusedConv"] * 4
     with_residual = only([s for s in sites if s.details["residual"]])
@@ -222,6 +225,7 @@ def test_shared_intermediate_ends_chain(where, activation, remaining, ending):
 @pytest.mark.parametrize("kind, ending", [
     ("broadcast", "is not provably of the output's shape [2, 6, 6, 6]"),
     ("constant_after_activation", "adds a constant after the activation (not a residual, not foldable)"),
+    ("unrelated_dynamic", "is not provably of the output's shape [2, 6, 'height', 'width']"),
 ])
 def test_add_that_is_not_a_residual_ends_chain(kind, ending):
     fused, sites = fuse_and_verify(graphs.nonresidual_add_case(kind))

@@ -329,3 +329,28 @@ def test_activations_as_torch_exports_them(exporter, tmp_path):
     assert sorted(s.details["post_activation"] for s in sites) == expected
     assert all(s.details["residual"] == "x" for s in sites)
     assert op_types(fused) == ["Concat"] + ["FusedConv"] * len(TORCH_ACTIVATIONS)
+
+
+def test_symbolic_spatial_dims_match_onnxruntime():
+    """The floor dims derived through strided, dilated, padded, SAME convolutions and pools are the sizes
+    onnxruntime produces, for every input size tried."""
+    import onnx_graphsurgeon as gs
+    import onnxruntime as ort
+
+    from trt_fusedattn.rewrites._shapes import FloorDim, TensorShapes
+
+    b = graphs.GraphBuilder()
+    y = b.conv("x", 3, 4, (7, 7), strides=[2, 2], pads=[3, 3, 3, 3])
+    y = b.op("MaxPool", [b.op("Relu", [y])], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 0, 1, 2])
+    y = b.conv(y, 4, 4, (3, 3), strides=[2, 1], pads=[1, 1, 0, 1], dilations=[2, 2], group=2)
+    y = b.op("AveragePool", [b.op("Add", [y, b.random((4, 1, 1))])], kernel_shape=[2, 3], strides=[2, 2])
+    y = b.conv(y, 4, 4, (3, 3), strides=[3, 2], auto_pad="SAME_UPPER")
+    model = b.model({"x": ["n", 3, "h", "w"]}, {y: None})
+    graph = gs.import_onnx(model)
+    dims = TensorShapes(graph, []).of(graph.outputs[0])
+    assert dims[:2] == [FloorDim("n"), 4] and all(isinstance(d, FloorDim) for d in dims[2:]), dims
+    session = ort.InferenceSession(model.SerializeToString())
+    for h, w in [(29, 40), (30, 31), (45, 33), (64, 64), (97, 50)]:
+        x = np.random.default_rng(h).standard_normal((1, 3, h, w)).astype(np.float32)
+        actual = session.run(None, {"x": x})[0].shape[2:]
+        assert actual == tuple((v + d.offset) // d.divisor for v, d in zip((h, w), dims[2:])), (h, w)

@@ -167,9 +167,10 @@ def _unrepeat_heads(tensor: gs.Tensor, axis: int) -> tuple[gs.Tensor, int]:
         reps = constant_value(node.inputs[1])
         if reps is None or reps.size != 4 or any(int(r) != 1 for i, r in enumerate(reps) if i != axis):
             return tensor, 1
-        if _dim(node.inputs[0], axis) != 1:
-            raise _Skip(f"Tile '{node.name}' repeats K/V heads in h % H_kv order; FusedAttention groups query "
-                        f"head h with key/value head h // (H_q / H_kv)")
+        heads = _dim(node.inputs[0], axis)
+        if heads != 1:
+            raise _Skip(f"Tile '{node.name}' repeats {heads or 'an unknown number of'} K/V heads in h % H_kv order; "
+                        f"FusedAttention groups query head h with key/value head h // (H_q / H_kv)")
         return node.inputs[0], int(reps[axis])
     if not _is_op(node, "Reshape") or _rank(tensor) not in (None, 4):
         return tensor, 1
@@ -438,9 +439,10 @@ def _match_onnx_attention(node: gs.Node, graph: gs.Graph) -> _Match:
             match.keep_masks.append((mask, False))
         else:
             match.float_masks.append(mask)
-        if _dim(mask, -1) is not None and _dim(k, 2 if rank == 4 else 1) is not None \
-                and _dim(mask, -1) not in (1, _dim(k, 2 if rank == 4 else 1)):
-            raise _Skip("Attention mask is shorter than the keys (padded mask) - not supported")
+        mask_len, keys_len = _dim(mask, -1), _dim(k, 2 if rank == 4 else 1)
+        if mask_len is not None and keys_len is not None and mask_len != keys_len:
+            raise _Skip(f"Attention mask covers {mask_len} of {keys_len} keys (ONNX pads it with -inf); "
+                        f"FusedAttention needs a mask over all keys")
     if is_present(nonpad):
         raise _Skip("Attention nonpad_kv_seqlen is not supported by this rewrite")
     if node.attrs.get("is_causal", 0):
@@ -503,6 +505,9 @@ def _trilu_keep(tensor: gs.Tensor, negate: bool, scores_lq, scores_lkv) -> str |
         node = producer(tensor)
     if not _is_op(node, "Trilu"):
         return None
+    plane = (_shape(node.outputs[0]) or [None, None])[-2:]
+    if (plane[0] == 1 and scores_lq != 1) or (plane[1] == 1 and scores_lkv != 1):
+        return None  # a row or column that broadcasts is no triangle
     filled = _mask_constant(node.inputs[0])
     if filled is None or not (filled == 1).all():
         return None
@@ -633,8 +638,8 @@ def _classify_masks(match: _Match, lq, lkv, shared: _Shared) -> None:
 def _causal_of(part, lq, lkv) -> str | None:
     tensor, negate = part
     constant = _constant_keep(tensor, negate)
-    if constant is not None:
-        if (lq is not None and constant.shape[-2:] != (lq, lkv)) or constant.ndim < 2:
+    if constant is not None:  # a triangle spans both sequence axes (a dim of 1 would broadcast)
+        if constant.ndim < 2 or 1 in constant.shape[-2:] or lq is not None and constant.shape[-2:] != (lq, lkv):
             return None
         return _triangle(constant)
     offset = _comparison_causal(tensor, negate)
@@ -740,12 +745,11 @@ def _route_output(out: _Output, layout: str, emit: _Emitter, qtype) -> gs.Tensor
     through the head merge, a Transpose or a Cast as needed."""
     out.producer.outputs.clear()
     readers_see = out.flat if out.flat is not None else out.bhsd
-    if qtype is not None and _dtype(readers_see) not in (None, qtype):
-        cast = emit.node("Cast", [], "O_cast", attrs={"to": helper.np_dtype_to_tensor_dtype(_dtype(readers_see))},
-                         outputs=[readers_see])
-        readers_see = emit.tensor("O", qtype)
-        cast_node = emit.graph.nodes[-1]
-        cast_node.inputs.append(readers_see)
+    if qtype is not None and _dtype(readers_see) not in (None, qtype):  # fp16 exports that compute P·V in fp32
+        fused_out = emit.tensor("O", qtype)
+        emit.node("Cast", [fused_out], "O_cast", attrs={"to": helper.np_dtype_to_tensor_dtype(_dtype(readers_see))},
+                  outputs=[readers_see])
+        readers_see = fused_out
     if out.flat is not None:
         result = emit.tensor("O_bshd", qtype)
         shape = gs.Constant(unique_name(f"{emit.base}/merge_heads", emit.taken), np.array([0, 0, -1], np.int64))
@@ -800,9 +804,10 @@ def _shapes(match: _Match) -> dict:
 
 def _check(match: _Match) -> None:
     """Assumptions the replacement relies on, from what shapes and dtypes are known."""
-    if (match.k.repeats == 1) != (match.v.repeats == 1) or None not in (match.k.repeats, match.v.repeats) \
-            and match.k.repeats != match.v.repeats:
-        raise _Skip(f"K heads are repeated {match.k.repeats}x but V heads {match.v.repeats}x")
+    kr, vr = match.k.repeats, match.v.repeats
+    if (kr == 1) != (vr == 1) or None not in (kr, vr) and kr != vr:
+        raise _Skip(f"K heads are repeated {kr or 'some'}x but V heads {vr or 'some'}x; FusedAttention shares "
+                    f"one K/V head group")
     qtype = _dtype(match.q.any())
     for name, op in (("K", match.k), ("V", match.v)):
         if qtype is not None and _dtype(op.any()) is not None and _dtype(op.any()) != qtype:
@@ -812,13 +817,26 @@ def _check(match: _Match) -> None:
     out = match.out.flat if match.out.flat is not None else match.out.bhsd
     if qtype is not None and _dtype(out) is not None and _dtype(out) != qtype and not _is_float(_dtype(out)):
         raise _Skip(f"the attention output has dtype {_dtype(out)}, not a float type")
-    if match.out.flat is None:
-        hq, hkv = _dim(match.q.bhsd, 1) if match.q.bhsd is not None else None, None
-        keys = match.k.bhsd if match.k.bhsd is not None else None
-        hkv = _dim(keys, 1) if keys is not None else None
-        if hq and hkv and hq % hkv:
-            raise _Skip(f"{hq} query heads are not a multiple of {hkv} key/value heads")
+    hq, hkv = _heads(match.q), _heads(match.k)
+    if hq and hkv and hq % hkv:
+        raise _Skip(f"{hq} query heads are not a multiple of {hkv} key/value heads")
+    dq, dk = _head_dim(match.q), _head_dim(match.k)
+    if dq and dk and dq != dk:
+        raise _Skip(f"Q has head dim {dq} but K has {dk}")
     _check_masks(match)
+
+
+def _heads(op: _Operand) -> int | None:
+    """The static head count of an operand, where known."""
+    if op.flat is not None:
+        return op.heads
+    return _dim(op.bhsd, 1) if op.bhsd is not None else _dim(op.bshd, 2) if op.bshd is not None else _dim(op.kt, 1)
+
+
+def _head_dim(op: _Operand) -> int | None:
+    if op.flat is not None:
+        return _dim(op.flat, 2) // op.heads if _dim(op.flat, 2) else None
+    return _dim(op.kt, 2) if op.kt is not None else _dim(op.any(), 3)
 
 
 def _sequence_lengths(match: _Match) -> tuple:

@@ -156,7 +156,7 @@ LEFT_ALONE = {
     "Tile repeating heads in h % H order": (lambda: softmax_attention(kv_heads=2, gqa="tile_heads"), "h % H_kv"),
     "Attention with past KV": (lambda: onnx_attention(past=True), "past_key/past_value"),
     "Attention with softcap": (lambda: onnx_attention(softcap=30.0), "softcap"),
-    "Attention mask shorter than the keys": (lambda: onnx_attention(mask="float", mask_len=4), "shorter"),
+    "Attention mask shorter than the keys": (lambda: onnx_attention(mask="float", mask_len=4), "covers 4 of 7"),
 }
 
 

@@ -315,7 +315,8 @@ def _match_residual(chain: _Chain, graph: gs.Graph, shapes: TensorShapes) -> Non
         chain.chain_end = f"{add.name} adds {chain.tail.name} to itself"
         return
     if constant_value(other) is not None:
-        chain.chain_end = f"{add.name} adds a constant after the activation (not a residual, not foldable)"
+        chain.chain_end = f"{add.name} adds a constant that cannot fold into shift (after the activation, or not " \
+                          f"per channel)"
         return
     if not shapes.same(chain.tail, other):
         chain.chain_end = f"{add.name}'s other operand {other.name} {shapes.report(other)} is not provably of the " \

@@ -224,7 +224,8 @@ def test_shared_intermediate_ends_chain(where, activation, remaining, ending):
 
 @pytest.mark.parametrize("kind, ending", [
     ("broadcast", "is not provably of the output's shape [2, 6, 6, 6]"),
-    ("constant_after_activation", "adds a constant after the activation (not a residual, not foldable)"),
+    ("constant_after_activation", "adds a constant that cannot fold into shift (after the activation, or not "
+                                  "per channel)"),
     ("unrelated_dynamic", "is not provably of the output's shape [2, 6, 'height', 'width']"),
 ])
 def test_add_that_is_not_a_residual_ends_chain(kind, ending):

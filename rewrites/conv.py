@@ -72,7 +72,7 @@ class _Chain:
     tail: gs.Variable                       # output before the residual add
     activation: _Activation = _NO_ACTIVATION
     bn_folded: int = 0
-    pad_folded: bool = False
+    pad: str | None = None                  # Pad before the Conv: None none, "" absorbed, else why it stays
     add: gs.Node | None = None
     residual: gs.Variable | None = None
     post_activation: _Activation = _NO_ACTIVATION
@@ -90,15 +90,14 @@ def rewrite(graph: gs.Graph) -> list[Site]:
     convs = [node for node in graph.nodes if node.op == "Conv" and not node.domain]
     if not convs:
         return []
-    weights, left, padded = {}, {}, set()
+    weights, left, pads = {}, {}, {}
     for conv in convs:  # first, so that shapes are inferred through the Pads this pass absorbs
         try:
             weights[id(conv)] = _constant_weights(conv, graph)
         except _Leave as leave:
             left[id(conv)] = str(leave)
             continue
-        if _absorb_pad(conv, weights[id(conv)].ndim, graph):
-            padded.add(id(conv))
+        pads[id(conv)] = _absorb_pad(conv, weights[id(conv)].ndim, graph)
     shapes = TensorShapes(graph, [t for node in graph.nodes if node.op in ("Conv", "Add")
                                   for t in node.inputs[:2] + node.outputs])
     matched: list[_Chain | Site] = []
@@ -107,7 +106,7 @@ def rewrite(graph: gs.Graph) -> list[Site]:
             if id(conv) in left:
                 raise _Leave(left[id(conv)])
             matched.append(_match(conv, weights[id(conv)], graph, shapes))
-            matched[-1].pad_folded = id(conv) in padded
+            matched[-1].pad = pads[id(conv)]
         except _Leave as leave:
             matched.append(Site(FAMILY, conv.name, False, reason=str(leave),
                                 shapes={"X": shapes.report(conv.inputs[0])}))
@@ -192,25 +191,31 @@ def _conv_attributes(conv: gs.Node, weight_shape: tuple, x_shape: list | None) -
     return {"strides": strides, "pads": pads, "dilations": dilations, "group": int(conv.attrs.get("group", 1))}
 
 
-def _absorb_pad(conv: gs.Node, rank: int, graph: gs.Graph) -> bool:
+def _absorb_pad(conv: gs.Node, rank: int, graph: gs.Graph) -> str | None:
     """Move a zero constant-mode Pad of the spatial axes, read only by this Conv, into the Conv's own pads (an
-    equivalent Conv; the Pad is removed, its pads' subgraph goes with cleanup). Not under SAME auto_pad, whose
-    pads depend on the input size."""
+    equivalent Conv; the Pad is removed, its pads' subgraph goes with cleanup). Returns None when no Pad feeds the
+    Conv, "" when it was absorbed, else why it stays a node."""
     x, auto_pad = conv.inputs[0], _auto_pad(conv)
     pad = producer(x)
-    if pad is None or pad.op != "Pad" or pad.domain or auto_pad not in ("NOTSET", "VALID") \
-            or sole_consumer(x, graph) is not conv:
-        return False
+    if pad is None or pad.op != "Pad" or pad.domain:
+        return None
+    if auto_pad not in ("NOTSET", "VALID"):
+        return f"the Conv's auto_pad {auto_pad} depends on the padded size"
+    if sole_consumer(x, graph) is not conv:
+        return f"{x.name} is read by other nodes too"
     mode = pad.attrs.get("mode", "constant")
     if (mode.decode() if isinstance(mode, bytes) else mode) != "constant":
-        return False
+        return f"mode {mode} is not zero padding"
     if len(pad.inputs) < 2 or len(pad.inputs) > 3 and is_present(pad.inputs[3]):
-        return False  # opset < 11 attribute form, or explicit axes (opset 18): kept as a Pad node
+        return "pads as an attribute (opset < 11) or with explicit axes are not read"
     amounts = folded_value(pad.inputs[1], graph)
     value = folded_value(pad.inputs[2], graph) if len(pad.inputs) > 2 and is_present(pad.inputs[2]) else 0.0
-    if amounts is None or value is None or np.any(value) or amounts.size != 2 * rank or (amounts < 0).any() \
-            or amounts[:2].any() or amounts[rank:rank + 2].any():
-        return False
+    if amounts is None:
+        return "its pad amounts are not constant (computed from run-time shapes)"
+    if value is None or np.any(value):
+        return "its pad value is not the constant 0"
+    if amounts.size != 2 * rank or (amounts < 0).any() or amounts[:2].any() or amounts[rank:rank + 2].any():
+        return f"pads {amounts.tolist()} are not non-negative pads of the spatial axes only"
     spatial = rank - 2
     own = conv.attrs.get("pads", (0,) * 2 * spatial) if auto_pad == "NOTSET" else (0,) * 2 * spatial
     added = list(amounts[2:rank]) + list(amounts[rank + 2:])
@@ -220,7 +225,7 @@ def _absorb_pad(conv: gs.Node, rank: int, graph: gs.Graph) -> bool:
     pad.inputs.clear()  # so that it is nobody's reader while this pass decides on single consumers
     pad.outputs.clear()
     graph.nodes.remove(pad)
-    return True
+    return ""
 
 
 def _fold_constant_epilogue(chain: _Chain, graph: gs.Graph) -> gs.Variable:
@@ -365,9 +370,11 @@ def _replace(chain: _Chain, graph: gs.Graph, shapes: TensorShapes, taken: set) -
     graph.nodes.append(gs.Node(op=FUSED_CONV.name, domain=FUSED_CONV.domain, name=name, inputs=inputs,
                                outputs=[out], attrs=FUSED_CONV.explicit_attributes(**attrs)))
     details = {"activation": chain.activation.describe(), "bn_folded": chain.bn_folded,
-               "bias": chain.shift is not None, "pad_folded": chain.pad_folded,
+               "bias": chain.shift is not None, "pad_folded": chain.pad == "",
                "residual": chain.residual.name if chain.residual is not None else "",
                "post_activation": chain.post_activation.describe()}
+    if chain.pad:
+        details["pad_kept"] = chain.pad
     if chain.chain_end:
         details["chain_end"] = chain.chain_end
     return Site(FAMILY, chain.conv.name, True, op=FUSED_CONV.qualified_name, node=name,

@@ -196,9 +196,13 @@ def test_pad_absorbed_into_conv_pads():
     assert FUSED_CONV.node_attributes(only(fused_nodes(fused)))["pads"] == (1, 0, 1, 2)
 
 
-@pytest.mark.parametrize("case", [dict(mode="reflect"), dict(value=0.5), dict(pads=(0, 1, 0, 0, 0, 0, 0, 0))],
-                         ids=["reflect", "nonzero_value", "channel_pad"])
-def test_pad_kept_when_not_a_zero_spatial_pad(case):
+@pytest.mark.parametrize("case, why", [
+    (dict(mode="reflect"), "mode reflect is not zero padding"),
+    (dict(value=0.5), "its pad value is not the constant 0"),
+    (dict(pads=(0, 1, 0, 0, 0, 0, 0, 0)), "pads [0, 1, 0, 0, 0, 0, 0, 0] are not non-negative pads of the spatial "
+                                          "axes only"),
+], ids=["reflect", "nonzero_value", "channel_pad"])
+def test_pad_kept_when_not_a_zero_spatial_pad(case, why):
     model = graphs.pad_case(**case)
     if case.get("pads"):  # a channel pad changes the Conv's input channels: build its Conv to match
         b = graphs.GraphBuilder()
@@ -206,7 +210,8 @@ def test_pad_kept_when_not_a_zero_spatial_pad(case):
         y = b.conv(padded, 5, 6, (3, 3))
         model = b.model({"x": [2, 4, 8, 8]}, {y: None})
     fused, sites = fuse_and_verify(model)
-    assert not only(sites).details["pad_folded"] and "Pad" in op_types(fused)
+    details = only(sites).details
+    assert not details["pad_folded"] and details["pad_kept"] == why and "Pad" in op_types(fused)
 
 
 @pytest.mark.parametrize("where, activation, remaining, ending", [

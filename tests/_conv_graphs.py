@@ -166,10 +166,10 @@ def conv_case(*, spatial: int = 2, channels: int = 4, out_channels: int = 6, siz
 
 
 def residual_case(*, conv_first: bool = True, post: str | None = "relu", pre: str | None = None,
-                  bn: bool = False, dims=(2, 6, 6, 6)) -> onnx.ModelProto:
-    """Conv [BN] [pre activation] + x (the block input) [post activation]: a ResNet identity block's tail."""
-    b = GraphBuilder()
-    y = b.conv("x", 6, 6, (3, 3), pads=[1, 1, 1, 1])
+                  bn: bool = False, dims=(2, 6, 6, 6), dtype=np.float32, relu_first: bool = False) -> onnx.ModelProto:
+    """[Relu] Conv [BN] [pre activation] + x (the block input) [post activation]: a ResNet identity block's tail."""
+    b = GraphBuilder(dtype)
+    y = b.conv(b.op("Relu", ["x"]) if relu_first else "x", 6, 6, (3, 3), pads=[1, 1, 1, 1])
     if bn:
         y = b.batch_norm(y, 6)
     if pre:

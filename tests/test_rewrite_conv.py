@@ -165,13 +165,15 @@ def test_training_form_batch_norm_is_kept():
     (dict(pre="relu", post="silu_x_first", bn=True), ("relu", "silu")),
     (dict(pre="leaky_relu", post="relu6_clip_inputs"), ("leaky_relu(0.1)", "clip(0, 6)")),
     (dict(dims=("n", 6, "h", "w")), ("none", "relu")),
-], ids=["conv_first", "residual_first", "no_post", "bn_pre_post_silu", "leaky_then_relu6", "dynamic_hw"])
+    (dict(pre="relu", post="gelu_erf_div", bn=True, dtype=np.float16, relu_first=True), ("relu", "gelu")),
+], ids=["conv_first", "residual_first", "no_post", "bn_pre_post_silu", "leaky_then_relu6", "dynamic_hw", "float16"])
 def test_residual_add_and_post_activation(case, expected):
     fused, sites = fuse_and_verify(graphs.residual_case(**case))
     details = only(sites).details
     assert (details["activation"], details["post_activation"], details["residual"]) == (*expected, "x")
     node = only(fused_nodes(fused))
-    assert node.input[4] == "x" and node.input[3] == "" and op_types(fused) == ["FusedConv"]
+    assert node.input[4] == "x" and node.input[3] == ""
+    assert op_types(fused) == ["FusedConv"] + (["Relu"] if case.get("relu_first") else [])
 
 
 @pytest.mark.parametrize("dims", [(2, 4, 8, 8), ("n", 4, "h", "w")], ids=["static", "dynamic_hw"])

@@ -713,25 +713,35 @@ def _layout(match: _Match) -> str:
 
 def _mask_input(match: _Match, emit: _Emitter, qtype) -> tuple[gs.Tensor | None, str]:
     """The one mask tensor to pass (combining several), and its kind for the report."""
+    keep = None
     if match.keep_masks:
         parts = [emit.shared_node("Not", [t], "keep", np.dtype(bool)) if negate else t for t, negate in match.keep_masks]
-        mask = parts[0]
+        keep = parts[0]
         for part in parts[1:]:
-            mask = emit.shared_node("And", [mask, part], "keep", np.dtype(bool))
-        return mask, "bool"
+            keep = emit.shared_node("And", [keep, part], "keep", np.dtype(bool))
+        if not match.float_masks:
+            return keep, "bool"
     if not match.float_masks:
         return None, "none"
-    mask = match.float_masks[0]
-    for part in match.float_masks[1:]:
-        mask = emit.shared_node("Add", [mask, part], "mask", _dtype(mask))
-    if qtype is not None and _dtype(mask) is not None and _dtype(mask) != qtype:
-        mask = emit.shared_node("Cast", [mask], "mask_cast", qtype, {"to": helper.np_dtype_to_tensor_dtype(qtype)})
+    masks = [mask if qtype is None or _dtype(mask) in (None, qtype) else
+             emit.shared_node("Cast", [mask], "mask_cast", qtype, {"to": helper.np_dtype_to_tensor_dtype(qtype)})
+             for mask in match.float_masks]
+    if keep is not None:  # both kinds: the boolean one in additive form (-inf where masked), once for all layers
+        key = ("keep_additive", id(keep), qtype.str)
+        if key not in emit.shared.nodes:
+            zero, neg_inf = (gs.Constant(unique_name(f"{emit.base}/{what}", emit.taken), np.array(value, qtype))
+                             for what, value in (("zero", 0.0), ("neg_inf", -np.inf)))
+            emit.shared.nodes[key] = emit.node("Where", [keep, zero, neg_inf], "keep_additive", qtype)
+        masks.append(emit.shared.nodes[key])
+    mask = masks[0]
+    for part in masks[1:]:
+        mask = emit.shared_node("Add", [mask, part], "mask", qtype or _dtype(mask))
     return mask, "float"
 
 
 def _check_masks(match: _Match) -> None:
-    if match.float_masks and match.keep_masks:
-        raise _Skip("the site has both an additive and a boolean mask; FusedAttention takes one")
+    if match.float_masks and match.keep_masks and _dtype(match.q.any()) is None:
+        raise _Skip("the site has an additive and a boolean mask and Q's dtype is unknown")
     for mask in match.float_masks + [t for t, _ in match.keep_masks]:
         rank = _rank(mask)
         if rank is None:

@@ -34,9 +34,9 @@ class GraphBuilder:
         self.nodes.append(helper.make_node(op_type, inputs, names, name=self.name(op_type), **attrs))
         return names[0] if outputs == 1 else names
 
-    def model(self, output: str, rank: int, elem_type: int = FLOAT, opset: int = 17) -> onnx.ModelProto:
-        graph = helper.make_graph(self.nodes, "attention", self.inputs,
-                                  [helper.make_tensor_value_info(output, elem_type, [None] * rank)], self.inits)
+    def model(self, output: str, rank: int, elem_type: int = FLOAT, opset: int = 17, extra_outputs=()) -> onnx.ModelProto:
+        outputs = [helper.make_tensor_value_info(name, elem_type, [None] * rank) for name in (output, *extra_outputs)]
+        graph = helper.make_graph(self.nodes, "attention", self.inputs, outputs, self.inits)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
         model.ir_version = 9
         onnx.checker.check_model(model)
@@ -257,3 +257,25 @@ def export_torch_attention(style: str, exporter: str, path) -> onnx.ModelProto:
                           output_names=["y"], dynamic_shapes={"x": {0: torch.export.Dim("batch"),
                                                                     1: torch.export.Dim("seq")}})
     return onnx.load(str(path))
+
+
+def irregular_scores(kind: str, *, batch=2, heads=4, length=5, dim=16) -> onnx.ModelProto:
+    """Softmax(f(Q·Kᵀ))·V on BHSD inputs where f is not what FusedAttention computes, or the probabilities are
+    used elsewhere: "probs_output", "mask_before_scale", "fill_zero", "dynamic_scale", "float_and_bool"."""
+    g = GraphBuilder()
+    shape = [batch, heads, length, dim]
+    q, k, v = (g.input(name, FLOAT, shape) for name in ("q", "k", "v"))
+    scores = g.op("MatMul", [q, g.op("Transpose", [k], perm=[0, 1, 3, 2])])
+    mask_shape = [batch, 1, length, length]
+    if kind == "mask_before_scale":
+        scores = g.op("Mul", [g.op("Add", [scores, g.input("mask", FLOAT, mask_shape)]), g.const(np.float32(0.25))])
+    elif kind == "fill_zero":
+        scores = g.op("Where", [g.input("mask", TensorProto.BOOL, mask_shape), scores, g.const(np.float32(0.0))])
+    elif kind == "dynamic_scale":
+        scores = g.op("Mul", [scores, g.input("scale", FLOAT, [1])])
+    elif kind == "float_and_bool":
+        scores = g.op("Where", [g.input("keep", TensorProto.BOOL, mask_shape), scores, g.const(np.float32(-np.inf))])
+        scores = g.op("Add", [scores, g.input("mask", FLOAT, mask_shape)])
+    probs = g.op("Softmax", [scores], axis=-1)
+    out = g.op("MatMul", [probs, v])
+    return g.model(out, rank=4, extra_outputs=[probs] if kind == "probs_output" else ())

@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 import pytest
 
-from tests._attention_graphs import attention_inputs, onnx_attention, softmax_attention
+from tests._attention_graphs import attention_inputs, irregular_scores, onnx_attention, softmax_attention
 from trt_fusedattn.pipeline import fuse
 from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION
 from trt_fusedattn.verify import verify
@@ -122,6 +122,16 @@ def test_hand_built_pattern_fused_and_verified(case):
     assert result.passed, result.table()
 
 
+def test_additive_and_boolean_mask_combined():
+    """Where(keep, S, -inf) + additive mask: one float mask input (the boolean part as -inf), verified."""
+    original = irregular_scores("float_and_bool")
+    fused, report = fuse(original, only=["attention"])
+    (site,) = report.sites
+    assert site.fused and site.details["mask"] == "float", site.reason
+    result = verify(original, fused, inputs=attention_inputs(original, seed=6))
+    assert result.passed, result.table()
+
+
 def test_layers_share_one_mask_conversion():
     """masked_fill masks (True = drop) become one Not for all layers, not one per layer."""
     original = softmax_attention(mask="masked_fill", layers=3, lq=5, lkv=5)
@@ -157,6 +167,10 @@ LEFT_ALONE = {
     "Attention with past KV": (lambda: onnx_attention(past=True), "past_key/past_value"),
     "Attention with softcap": (lambda: onnx_attention(softcap=30.0), "softcap"),
     "Attention mask shorter than the keys": (lambda: onnx_attention(mask="float", mask_len=4), "covers 4 of 7"),
+    "probabilities also a graph output": (lambda: irregular_scores("probs_output"), "are a graph output"),
+    "mask added before the scale": (lambda: irregular_scores("mask_before_scale"), "before the scores are scaled"),
+    "Where filling masked scores with 0": (lambda: irregular_scores("fill_zero"), "does not fill masked scores"),
+    "scale from a graph input": (lambda: irregular_scores("dynamic_scale"), "non-constant"),
 }
 
 

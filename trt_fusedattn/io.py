@@ -7,15 +7,15 @@ partial output. Models whose tensors pass protobuf's 2 GB limit are saved with e
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import tempfile
 from pathlib import Path
 from typing import Iterator
 
 import onnx
-from google.protobuf.message import DecodeError
-from onnx import numpy_helper
+import numpy as np
+from google.protobuf.message import DecodeError, EncodeError
+from onnx import helper, numpy_helper
 
 from trt_fusedattn.errors import InputError
 
@@ -41,37 +41,53 @@ def all_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
 
 
 def tensor_bytes(model: onnx.ModelProto) -> int:
-    """Bytes of raw tensor data the model holds in memory."""
-    return sum(len(t.raw_data) for t in all_tensors(model))
+    """Bytes of tensor data the model holds."""
+    return sum(nbytes(t) for t in all_tensors(model))
 
 
 def has_external_data(model: onnx.ModelProto) -> bool:
     return any(t.data_location == onnx.TensorProto.EXTERNAL for t in all_tensors(model))
 
 
-@contextlib.contextmanager
-def large_tensors_detached(model: onnx.ModelProto, threshold: int = EXTERNAL_THRESHOLD):
-    """Take the data of every tensor of at least ``threshold`` bytes out of the model, put it back on exit.
+def nbytes(tensor: onnx.TensorProto) -> int:
+    """Bytes of a tensor's data, from its dims and type (without touching the data, which may be large)."""
+    if tensor.data_type in (onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED):
+        return 0
+    itemsize = helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+    return int(np.prod(tensor.dims, dtype=np.int64)) * itemsize
 
-    Yields ``[(tensor, data)]``. Lets the small rest of a huge model be serialized (shape inference,
-    the checker, saving with external data) without copying gigabytes."""
-    detached = []
-    try:
-        for tensor in all_tensors(model):
-            if tensor.data_location == onnx.TensorProto.EXTERNAL:
-                continue
-            if not tensor.HasField("raw_data") and tensor.data_type != onnx.TensorProto.STRING:
-                array = numpy_helper.to_array(tensor)
-                if array.nbytes < threshold:
-                    continue
-                tensor.CopyFrom(numpy_helper.from_array(array, tensor.name))  # same values, raw form
-            if len(tensor.raw_data) >= threshold:
-                detached.append((tensor, tensor.raw_data))
-                tensor.ClearField("raw_data")
-        yield detached
-    finally:
-        for tensor, data in detached:
-            tensor.raw_data = data
+
+def _copy_fields(source, target, skip: str) -> None:
+    for fd, value in source.ListFields():
+        if fd.name == skip:
+            continue
+        if fd.is_repeated:
+            getattr(target, fd.name).extend(value)
+        elif fd.message_type is not None:
+            getattr(target, fd.name).CopyFrom(value)
+        else:
+            setattr(target, fd.name, value)
+
+
+def skeleton(model: onnx.ModelProto, threshold: int = EXTERNAL_THRESHOLD):
+    """A copy of the model whose main-graph initializers of at least ``threshold`` bytes are stubs (name,
+    type, dims, no data); returns (copy, [(original tensor, stub)]).
+
+    Built without touching the large data (copying it costs seconds per GB): what shape inference, the
+    checker and saving with external data need."""
+    copy = onnx.ModelProto()
+    _copy_fields(model, copy, skip="graph")
+    _copy_fields(model.graph, copy.graph, skip="initializer")
+    stubs = []
+    for tensor in model.graph.initializer:
+        if tensor.data_location != onnx.TensorProto.EXTERNAL and nbytes(tensor) >= threshold:
+            stub = copy.graph.initializer.add()
+            stub.name, stub.data_type = tensor.name, tensor.data_type
+            stub.dims.extend(tensor.dims)
+            stubs.append((tensor, stub))
+        else:
+            copy.graph.initializer.add().CopyFrom(tensor)
+    return copy, stubs
 
 
 def _check_external_files(model: onnx.ModelProto, path: Path) -> None:
@@ -139,8 +155,9 @@ def save_model(model: onnx.ModelProto, path, external_data: bool | None = None) 
     try:
         tmp_model = workdir / path.name
         if external_data:
-            with large_tensors_detached(model) as detached, _as_external(detached, workdir / data_path.name):
-                _write_proto(model, tmp_model)
+            small, stubs = skeleton(model)
+            _write_external(stubs, workdir / data_path.name)
+            _write_proto(small, tmp_model)
             os.replace(workdir / data_path.name, data_path)
             written.append(data_path)
         else:
@@ -160,33 +177,27 @@ def save_model(model: onnx.ModelProto, path, external_data: bool | None = None) 
 def _write_proto(model: onnx.ModelProto, path: Path) -> None:
     try:
         data = model.SerializeToString()
-    except ValueError as err:  # protobuf refuses > 2 GB
+    except (ValueError, EncodeError) as err:  # protobuf refuses > 2 GB
         raise InputError(f"the model is too large to save in one file ({_first_line(err)}); "
                          f"save with external data") from None
     with open(path, "wb") as f:
         f.write(data)
 
 
-@contextlib.contextmanager
-def _as_external(detached, data_path: Path):
-    """Write detached tensor data to ``data_path`` and point the tensors at it while the context lasts."""
+def _write_external(stubs, data_path: Path) -> None:
+    """Write each tensor's data to ``data_path`` and point its stub there (page-aligned, so runtimes can map it)."""
     offset = 0
     with open(data_path, "wb") as f:
-        for tensor, data in detached:
-            offset += -offset % 4096  # page-aligned, so runtimes can map tensors in place
+        for tensor, stub in stubs:
+            data = tensor.raw_data if tensor.HasField("raw_data") else numpy_helper.to_array(tensor).tobytes()
+            offset += -offset % 4096
             f.seek(offset)
             f.write(data)
-            tensor.data_location = onnx.TensorProto.EXTERNAL
+            stub.data_location = onnx.TensorProto.EXTERNAL
             for key, value in (("location", data_path.name), ("offset", str(offset)), ("length", str(len(data)))):
-                entry = tensor.external_data.add()
+                entry = stub.external_data.add()
                 entry.key, entry.value = key, value
             offset += len(data)
-    try:
-        yield
-    finally:
-        for tensor, _ in detached:
-            tensor.data_location = onnx.TensorProto.DEFAULT
-            del tensor.external_data[:]
 
 
 def write_text(path, text: str) -> Path:

@@ -9,6 +9,8 @@ onnxruntime-extensions' Python custom ops, whose limits are worked around on a c
   JSON string;
 - it cannot pass float16 outputs nor bfloat16/float8 at all: such tensors are carried as float32 by Cast
   nodes around the custom node (exact both ways) and handed to the callable in their own dtype;
+- onnxruntime's Python API takes and gives no bfloat16/float8 arrays: such graph inputs and outputs are
+  float32 at the copy's boundary (Cast inside), converted exactly on our side;
 - onnxruntime reads models of IR version <= 13: the copy is labelled 13 when newer.
 """
 from __future__ import annotations
@@ -33,6 +35,7 @@ from trt_fusedattn.plugins import CONTRACTS
 MAX_IR_VERSION = 13
 _CARRIED_AS_FLOAT = {TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.FLOAT8E4M3FN,
                      TensorProto.FLOAT8E4M3FNUZ, TensorProto.FLOAT8E5M2, TensorProto.FLOAT8E5M2FNUZ}
+_NOT_IN_NUMPY_API = _CARRIED_AS_FLOAT - {TensorProto.FLOAT16}  # onnxruntime's Python API cannot pass these
 _BY_OP = {(c.domain, c.name): c for c in CONTRACTS}
 _BY_KEY = {c.qualified_name: c for c in CONTRACTS}
 
@@ -128,8 +131,7 @@ def element_types(model: onnx.ModelProto) -> dict[str, int]:
     Custom nodes are opaque to ONNX inference: an untyped output of one takes its first input's type
     (true of every contract), and inference runs again from there."""
     while True:
-        with io.large_tensors_detached(model):
-            inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+        inferred = onnx.shape_inference.infer_shapes(io.skeleton(model)[0], strict_mode=False)
         graph = inferred.graph
         types = {v.name: v.type.tensor_type.elem_type
                  for v in [*graph.input, *graph.value_info, *graph.output] if v.type.tensor_type.elem_type}
@@ -180,6 +182,33 @@ def bridged_model(model: onnx.ModelProto) -> onnx.ModelProto:
     return copy
 
 
+def runnable_model(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, np.dtype]]:
+    """The bridged copy with a numpy-friendly boundary, and the true dtypes of its float32-carried inputs/outputs."""
+    copy = bridged_model(model)
+    return copy, _float_boundary(copy.graph)
+
+
+def _float_boundary(graph: onnx.GraphProto) -> dict[str, np.dtype]:
+    """Make bfloat16/float8 graph inputs and outputs float32 (Cast inside, names kept); name -> true dtype."""
+    weights = {t.name for t in graph.initializer}
+    inputs = [v for v in graph.input if v.name not in weights and v.type.tensor_type.elem_type in _NOT_IN_NUMPY_API]
+    outputs = [v for v in graph.output if v.type.tensor_type.elem_type in _NOT_IN_NUMPY_API]
+    renamed = {v.name: f"{v.name}__{TensorProto.DataType.Name(v.type.tensor_type.elem_type).lower()}"
+               for v in inputs + outputs}
+    true_types = {v.name: v.type.tensor_type.elem_type for v in inputs + outputs}
+    for node in graph.node:
+        node.input[:] = [renamed.get(i, i) for i in node.input]
+        node.output[:] = [renamed.get(o, o) for o in node.output]
+    casts_in = [helper.make_node("Cast", [v.name], [renamed[v.name]], to=true_types[v.name]) for v in inputs]
+    casts_out = [helper.make_node("Cast", [renamed[v.name]], [v.name], to=TensorProto.FLOAT) for v in outputs]
+    nodes = casts_in + list(graph.node) + casts_out
+    del graph.node[:]
+    graph.node.extend(nodes)
+    for v in inputs + outputs:
+        v.type.tensor_type.elem_type = TensorProto.FLOAT
+    return {name: helper.tensor_dtype_to_np_dtype(t) for name, t in true_types.items()}
+
+
 def session(model: onnx.ModelProto) -> ort.InferenceSession:
     """An onnxruntime CPU session of a model (as given: bridge it first if it has custom nodes)."""
     from onnxruntime_extensions import get_library_path
@@ -210,8 +239,10 @@ def run_model(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
     """Outputs of ``model`` (name -> array) on ``feeds``; custom nodes run ``implementations``
     (contract or op name -> callable), the numpy reference where none is given."""
     active = {implementation_key(k): f for k, f in (implementations or {}).items()}
-    runner = session(bridged_model(model))
+    runnable, carried = runnable_model(model)
+    runner = session(runnable)
     names = [o.name for o in runner.get_outputs()]
+    feeds = {k: np.asarray(v).astype(np.float32) if k in carried else v for k, v in feeds.items()}
     with _LOCK:
         _ACTIVE.clear()
         _ACTIVE.update(active)
@@ -221,4 +252,4 @@ def run_model(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
             raise FuseError(f"onnxruntime failed to run the model: {_first_line(err)}") from err
         finally:
             _ACTIVE.clear()
-    return dict(zip(names, outputs))
+    return {n: out.astype(carried[n]) if n in carried else out for n, out in zip(names, outputs)}

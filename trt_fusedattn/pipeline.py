@@ -7,6 +7,7 @@ from pathlib import Path
 
 import onnx
 import onnx_graphsurgeon as gs
+from onnx_graphsurgeon.ir.tensor import LazyValues
 
 from trt_fusedattn import io
 from trt_fusedattn.errors import InputError
@@ -35,12 +36,11 @@ def check_opset(model: onnx.ModelProto, where: str) -> None:
 
 
 def infer_shapes(model: onnx.ModelProto) -> None:
-    """Add ONNX shape inference's value_info to ``model`` (large weights detached meanwhile; best effort)."""
-    with io.large_tensors_detached(model):
-        try:
-            inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
-        except (onnx.shape_inference.InferenceError, RuntimeError, ValueError):
-            return  # the rewrites then see fewer static shapes
+    """Add ONNX shape inference's value_info to ``model`` (inferred on its skeleton; best effort)."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(io.skeleton(model)[0], strict_mode=False, data_prop=True)
+    except (onnx.shape_inference.InferenceError, RuntimeError, ValueError):
+        return  # the rewrites then see fewer static shapes
     del model.graph.value_info[:]
     model.graph.value_info.extend(inferred.graph.value_info)
 
@@ -72,7 +72,8 @@ def fuse(model_or_path, only=None, *, consume: bool = False) -> tuple[onnx.Model
 
 
 def rewrite(model: onnx.ModelProto, only=None) -> tuple[onnx.ModelProto, list]:
-    """The pass itself on a loaded model (consumed): shapes, family rewrites, cleanup, export."""
+    """The pass itself on a loaded model, which becomes the fused model: shapes, family rewrites, cleanup,
+    export."""
     infer_shapes(model)
     graph = gs.import_onnx(model)
     sites = run_all(graph, only)
@@ -81,11 +82,34 @@ def rewrite(model: onnx.ModelProto, only=None) -> tuple[onnx.ModelProto, list]:
     opsets = [o for o in model.opset_import]
     opsets += [c.opset() for c in CONTRACTS
                if (c.domain, c.name) in used and all(o.domain != c.domain for o in opsets)]
-    fused = gs.export_onnx(graph, opset_imports=opsets)
-    for name in ("ir_version", "producer_name", "producer_version", "domain", "model_version", "doc_string"):
-        setattr(fused, name, getattr(model, name))
-    fused.metadata_props.extend(model.metadata_props)
-    return fused, sites
+    return _export(graph, model, opsets), sites
+
+
+def _export(graph: gs.Graph, model: onnx.ModelProto, opsets) -> onnx.ModelProto:
+    """Write the rewritten graph into ``model`` itself. Its large initializers the rewrites left alone stay
+    in place: ``gs.export_onnx`` copies every initializer, and copying gigabytes of weights costs seconds
+    (a single tensor over 2 GB cannot be copied at all)."""
+    kept = set()
+    for tensor in graph.tensors().values():
+        values = getattr(tensor, "_values", None)
+        if (isinstance(tensor, gs.Constant) and isinstance(values, LazyValues) and values.tensor.name == tensor.name
+                and io.nbytes(values.tensor) >= io.EXTERNAL_THRESHOLD):
+            stub = onnx.TensorProto(name=tensor.name, data_type=values.tensor.data_type, dims=values.tensor.dims)
+            tensor._values = LazyValues(stub)  # exported as this stub; the original stays in ``model``
+            kept.add(tensor.name)
+    exported = gs.export_onnx(graph, opset_imports=opsets)
+    weights = model.graph.initializer
+    for i in reversed(range(len(weights))):
+        if weights[i].name not in kept:
+            del weights[i]
+    weights.extend(t for t in exported.graph.initializer if t.name not in kept)
+    for name in ("node", "input", "output", "value_info", "sparse_initializer"):
+        model.graph.ClearField(name)
+        getattr(model.graph, name).extend(getattr(exported.graph, name))
+    for name in ("functions", "opset_import"):
+        model.ClearField(name)
+        getattr(model, name).extend(getattr(exported, name))
+    return model
 
 
 def default_output(path) -> Path:

@@ -1,7 +1,7 @@
 """Random inputs of a model's shapes, valid for what the inputs mean, for verification.
 
-Dynamic dimensions: batch 2, image height/width 32, any other (sequence) 17, an odd size so kernels' tails
-are exercised; a name shared by several inputs gets one size. Floats are standard normal; integer inputs
+Dynamic dimensions: batch 2, image height/width 32, sequences (and any other) 17, an odd size so kernels'
+tails are exercised; a name shared by several inputs gets one size. Floats are standard normal; integer inputs
 read by a Gather (token ids) are valid row indices of its table, others small values; inputs whose name
 says mask are padding masks: ones, with trailing zeros on some rows, never a row of zeros only.
 """
@@ -20,19 +20,29 @@ def graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
     return [i for i in model.graph.input if i.name not in weights]
 
 
+_SEQUENCE_HINTS = ("seq", "len", "token", "kv", "past", "total")
+_IMAGE_HINTS = ("height", "width")
+
+
 def concrete_shape(value: onnx.ValueInfoProto, dims: dict) -> list[int]:
-    """Static shape for one input; fills ``dims`` with the sizes chosen for named dimensions."""
+    """Static shape for one input; fills ``dims`` with the sizes chosen for named dimensions.
+
+    A dimension is a batch by its name or at axis 0, a sequence or image side by its name; unnamed ones
+    are image sides in an image-like input (rank 4, float, 1, 3 or 4 channels), sequences elsewhere."""
     tensor = value.type.tensor_type
-    rank = len(tensor.shape.dim)
-    image = rank == 4 and tensor.elem_type in _FLOATS
+    channels = tensor.shape.dim[1].dim_value if len(tensor.shape.dim) == 4 else 0
+    image = tensor.elem_type in _FLOATS and channels in (1, 3, 4)
     shape = []
     for axis, dim in enumerate(tensor.shape.dim):
         if dim.HasField("dim_value") and dim.dim_value > 0:
             shape.append(dim.dim_value)
             continue
-        if "batch" in dim.dim_param.lower() or axis == 0:
+        name = dim.dim_param.lower()
+        if "batch" in name or axis == 0:
             size = BATCH
-        elif image and axis >= 2:
+        elif any(h in name for h in _SEQUENCE_HINTS):
+            size = SEQUENCE
+        elif any(h in name for h in _IMAGE_HINTS) or (image and axis >= 2):
             size = IMAGE_SIDE
         else:
             size = SEQUENCE
@@ -42,12 +52,18 @@ def concrete_shape(value: onnx.ValueInfoProto, dims: dict) -> list[int]:
     return shape
 
 
+_SAME_VALUES = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Cast", "Transpose"}
+
+
 def table_rows(model: onnx.ModelProto, name: str) -> int | None:
-    """Rows of the smallest constant table a Gather reads with ``name`` as indices (a vocabulary size)."""
+    """Rows of the smallest constant table a Gather reads with ``name`` as indices (a vocabulary size),
+    following the ids through ops that only reshape or cast them."""
     tables = {t.name: t.dims for t in model.graph.initializer}
-    rows = []
-    for node in model.graph.node:
-        if node.op_type == "Gather" and len(node.input) > 1 and node.input[1] == name and node.input[0] in tables:
+    ids, rows = {name}, []
+    for node in model.graph.node:  # nodes are in topological order
+        if node.op_type in _SAME_VALUES and node.input and node.input[0] in ids:
+            ids.update(node.output)
+        elif node.op_type == "Gather" and len(node.input) > 1 and node.input[1] in ids and node.input[0] in tables:
             axis = next((helper.get_attribute_value(a) for a in node.attribute if a.name == "axis"), 0)
             dims = tables[node.input[0]]
             rows.append(dims[axis % len(dims)])

@@ -1,0 +1,113 @@
+"""Verification: the error measure, the onnxruntime bridge for custom nodes (dtypes, optional inputs,
+pluggable implementations), and random inputs."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto
+
+from _pipeline_models import fused_attention, standard_attention
+from trt_fusedattn.errors import VerificationError
+from trt_fusedattn.ort_session import implementation_key, run_model
+from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION, fused_attention_reference
+from trt_fusedattn.random_inputs import random_inputs
+from trt_fusedattn.verify import compare, verify
+
+
+def test_relative_error_is_max_abs_over_max_magnitude_of_the_original():
+    want = np.array([[4.0, -1.0], [0.5, 0.0]], np.float32)
+    got = want + np.array([[0.0, 0.002], [0.0, -0.001]], np.float32)
+    check = compare("y", got, want)
+    assert check.max_abs == pytest.approx(0.002, rel=1e-4)
+    assert check.max_rel == pytest.approx(0.002 / 4.0, rel=1e-4)
+    assert check.rtol == 1e-4 and not check.passed
+    assert compare("y", got, want, rtol=1e-3).passed
+    assert compare("y", got, want, rtol=0.0, atol=0.0021).passed
+
+
+def test_default_tolerance_follows_dtype_and_integers_must_match():
+    assert compare("y", np.ones(3, np.float16), np.ones(3, np.float16)).rtol == 1e-2
+    assert compare("y", np.ones(3, ml_dtypes.bfloat16), np.ones(3, ml_dtypes.bfloat16)).rtol == 2e-2
+    assert not compare("i", np.array([1, 2, 4]), np.array([1, 2, 3])).passed
+    assert compare("i", np.array([1, 2, 3]), np.array([1, 2, 3])).passed
+
+
+def test_nan_on_one_side_and_shape_mismatch_fail():
+    want = np.array([1.0, np.nan, 2.0])
+    assert compare("y", want.copy(), want).passed  # NaN where the original has NaN is agreement
+    assert not compare("y", np.array([1.0, 0.0, 2.0]), want).passed
+    assert not compare("y", np.array([np.nan, np.nan, 2.0]), want).passed
+    assert not compare("y", np.ones((2, 3)), np.ones((3, 2))).passed
+
+
+def test_fused_attention_matches_standard_ops_and_a_wrong_kernel_is_caught():
+    original, fused = standard_attention(), fused_attention()
+    result = verify(original, fused, seed=5)
+    assert result.passed and result.outputs[0].max_rel < 1e-5
+    assert result.inputs["q"] == [2, 2, 17, 8] and result.inputs["k"] == [2, 2, 17, 8]
+
+    def off_by_a_little(*args, **attrs):
+        return (fused_attention_reference(*args, **attrs) * 1.001).astype(np.float32)
+
+    wrong = verify(original, fused, seed=5, implementations={FUSED_ATTENTION: off_by_a_little})
+    assert not wrong.passed and 5e-4 < wrong.outputs[0].max_rel < 2e-3
+    with pytest.raises(VerificationError, match="output 'o' max relative error"):
+        wrong.raise_if_failed()
+
+
+@pytest.mark.parametrize("mask_dtype,key_lengths", [(None, False), (TensorProto.BOOL, True),
+                                                    (TensorProto.FLOAT16, False), (None, True)])
+def test_custom_node_gets_its_own_dtypes_and_none_for_missing_inputs(mask_dtype, key_lengths):
+    model = fused_attention(TensorProto.FLOAT16, mask_dtype, key_lengths)
+    feeds = random_inputs(model, seed=1)
+    if mask_dtype == TensorProto.BOOL:
+        feeds["mask"] = np.random.default_rng(2).random(feeds["mask"].shape) < 0.8
+    if key_lengths:
+        feeds["key_lengths"] = np.array([17, 9], np.int32)
+    seen = []
+
+    def recording(q, k, v, mask, key_lengths, **attrs):
+        seen.append(([None if a is None else a.dtype for a in (q, k, v, mask, key_lengths)], attrs))
+        return fused_attention_reference(q, k, v, mask, key_lengths, **attrs)
+
+    out = run_model(model, feeds, {"FusedAttention": recording})["o"]
+    (dtypes, attrs), = seen
+    assert dtypes[:3] == [np.float16] * 3
+    assert dtypes[3] == (None if mask_dtype is None else onnx.helper.tensor_dtype_to_np_dtype(mask_dtype))
+    assert dtypes[4] == (np.int32 if key_lengths else None)
+    assert attrs == {"layout": "BHSD", "scale": 0.25, "causal": 0, "causal_alignment": "top_left"}
+    expected = fused_attention_reference(*(feeds.get(n) for n in ("q", "k", "v", "mask", "key_lengths")), **attrs)
+    assert out.dtype == np.float16
+    np.testing.assert_array_equal(out, expected)  # carried through float32 and back: bit for bit
+
+
+def test_bfloat16_custom_node_runs_on_the_reference_exactly():
+    model = fused_attention(TensorProto.BFLOAT16, causal=1)
+    feeds = random_inputs(model, seed=4, dims={"seq": 5, "kv_seq": 7})
+    assert feeds["q"].dtype == ml_dtypes.bfloat16 and feeds["q"].shape == (2, 2, 5, 8)
+    out = run_model(model, feeds)["o"]
+    expected = fused_attention_reference(feeds["q"], feeds["k"], feeds["v"], layout="BHSD", scale=0.25, causal=1)
+    assert out.dtype == ml_dtypes.bfloat16
+    np.testing.assert_array_equal(out.astype(np.float32), expected.astype(np.float32))
+
+
+def test_implementation_keys():
+    qualified = "trt_fusedattn::FusedAttention"
+    assert implementation_key(FUSED_ATTENTION) == implementation_key("FusedAttention") == qualified
+    with pytest.raises(ValueError, match="no custom op"):
+        implementation_key("FusedSoftmax")
+
+
+def test_random_inputs_pad_masks_index_tables_and_share_dims():
+    model = onnx.load("models/samples/bert_sdpa_torchscript.onnx")
+    feeds = random_inputs(model, seed=0)
+    vocab = next(t.dims[0] for t in model.graph.initializer if "word_embeddings" in t.name)
+    ids, mask = feeds["input_ids"], feeds["attention_mask"]
+    assert ids.shape == mask.shape == (2, 17)
+    assert ids.max() < vocab and ids.max() > vocab // 2  # spread over the whole vocabulary
+    assert mask[0].all() and 0 < mask[1].sum() < 17 and mask[1, 0] == 1 and mask[1, -1] == 0
+    assert random_inputs(model, seed=0, dims={"seq": 40})["input_ids"].shape == (2, 40)
+    assert not np.array_equal(random_inputs(model, seed=1)["input_ids"], ids)
+    np.testing.assert_array_equal(random_inputs(model, seed=0)["input_ids"], ids)

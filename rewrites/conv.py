@@ -90,14 +90,14 @@ def rewrite(graph: gs.Graph) -> list[Site]:
     convs = [node for node in graph.nodes if node.op == "Conv" and not node.domain]
     if not convs:
         return []
-    weights, left, pads = {}, {}, {}
+    parameters, left, pads = {}, {}, {}
     for conv in convs:  # first, so that shapes are inferred through the Pads this pass absorbs
         try:
-            weights[id(conv)] = _constant_weights(conv, graph)
+            parameters[id(conv)] = _constant_parameters(conv, graph)
         except _Leave as leave:
             left[id(conv)] = str(leave)
             continue
-        pads[id(conv)] = _absorb_pad(conv, weights[id(conv)].ndim, graph)
+        pads[id(conv)] = _absorb_pad(conv, parameters[id(conv)][0].ndim, graph)
     shapes = TensorShapes(graph, [t for node in graph.nodes if node.op in ("Conv", "Add")
                                   for t in node.inputs[:2] + node.outputs])
     matched: list[_Chain | Site] = []
@@ -105,7 +105,7 @@ def rewrite(graph: gs.Graph) -> list[Site]:
         try:
             if id(conv) in left:
                 raise _Leave(left[id(conv)])
-            matched.append(_match(conv, weights[id(conv)], graph, shapes))
+            matched.append(_match(conv, *parameters[id(conv)], graph, shapes))
             matched[-1].pad = pads[id(conv)]
         except _Leave as leave:
             matched.append(Site(FAMILY, conv.name, False, reason=str(leave),
@@ -116,8 +116,8 @@ def rewrite(graph: gs.Graph) -> list[Site]:
     return [_replace(m, graph, shapes, taken) if isinstance(m, _Chain) else m for m in matched]
 
 
-def _constant_weights(conv: gs.Node, graph: gs.Graph) -> np.ndarray:
-    """The Conv's weights, when constant, float, and of a 1-D or 2-D convolution FusedConv takes."""
+def _constant_parameters(conv: gs.Node, graph: gs.Graph) -> tuple[np.ndarray, np.ndarray | None]:
+    """The Conv's weights (constant, float, of a 1-D or 2-D convolution FusedConv takes) and bias (float64)."""
     w = conv.inputs[1]
     origin = producer(w)
     if origin is not None and origin.op == "DequantizeLinear":
@@ -131,17 +131,17 @@ def _constant_weights(conv: gs.Node, graph: gs.Graph) -> np.ndarray:
         raise _Leave(f"weights of rank {weight.ndim} are not a 1-D or 2-D convolution")
     if weight.dtype.name not in _WEIGHT_DTYPES:
         raise _Leave(f"weights of dtype {weight.dtype} are not supported (float32 or float16 expected)")
-    return weight
+    if len(conv.inputs) < 3 or not is_present(conv.inputs[2]):
+        return weight, None
+    bias = folded_value(conv.inputs[2], graph)
+    if bias is None:
+        raise _Leave("bias is not constant")
+    return weight, bias.astype(np.float64).reshape(-1)
 
 
-def _match(conv: gs.Node, weight: np.ndarray, graph: gs.Graph, shapes: TensorShapes) -> _Chain:
+def _match(conv: gs.Node, weight: np.ndarray, shift: np.ndarray | None, graph: gs.Graph,
+           shapes: TensorShapes) -> _Chain:
     x = conv.inputs[0]
-    shift = None
-    if len(conv.inputs) > 2 and is_present(conv.inputs[2]):
-        shift = folded_value(conv.inputs[2], graph)
-        if shift is None:
-            raise _Leave("bias is not constant")
-        shift = shift.astype(np.float64).reshape(-1)
     chain = _Chain(conv, x, weight.astype(np.float64), weight.dtype, shift,
                    _conv_attributes(conv, weight.shape, shapes.of(x)), conv.outputs[0])
     chain.tail = _fold_constant_epilogue(chain, graph)

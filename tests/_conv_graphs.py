@@ -261,11 +261,14 @@ def nonresidual_add_case(kind: str) -> onnx.ModelProto:
     return b.model(inputs, {y: None})
 
 
-def dynamic_weight_case() -> onnx.ModelProto:
-    """Conv whose weights are a graph input."""
+def graph_input_parameter_case(which: str) -> onnx.ModelProto:
+    """Conv whose weights or bias are a graph input."""
     b = GraphBuilder()
-    y = b.op("Conv", ["x", "w"], pads=[1, 1, 1, 1])
-    return b.model({"x": [2, 4, 6, 6], "w": [6, 4, 3, 3]}, {y: None})
+    if which == "weights":
+        y = b.op("Conv", ["x", "w"], pads=[1, 1, 1, 1])
+        return b.model({"x": [2, 4, 6, 6], "w": [6, 4, 3, 3]}, {y: None})
+    y = b.op("Conv", ["x", b.random((6, 4, 3, 3)), "bias"], pads=[1, 1, 1, 1])
+    return b.model({"x": [2, 4, 6, 6], "bias": [6]}, {y: None})
 
 
 def affine_case() -> onnx.ModelProto:

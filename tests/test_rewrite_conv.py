@@ -112,10 +112,11 @@ def test_conv_attributes(case, pads):
 
 @pytest.mark.parametrize("model, reason", [
     (graphs.conv_case(spatial=3, size=5), "3-D convolution is not supported (FusedConv is 1-D or 2-D)"),
-    (graphs.dynamic_weight_case(), "weights are not constant (W comes from a graph input)"),
+    (graphs.graph_input_parameter_case("weights"), "weights are not constant (W comes from a graph input)"),
+    (graphs.graph_input_parameter_case("bias"), "bias is not constant"),
     (graphs.conv_case(auto_pad="SAME_UPPER", dynamic_spatial=True),
      "auto_pad SAME_UPPER needs static spatial input dims, X is [2, 4, 'h', 'w']"),
-], ids=["3d", "dynamic_weights", "same_dynamic_spatial"])
+], ids=["3d", "dynamic_weights", "dynamic_bias", "same_dynamic_spatial"])
 def test_left_alone_with_reason(model, reason):
     fused, sites = fuse_conv(model)
     site = only(sites)

@@ -804,12 +804,9 @@ def _replace(match: _Match, graph: gs.Graph, shared: _Shared) -> gs.Node:
 
 
 def _shapes(match: _Match) -> dict:
-    shapes = {}
-    for name, op in (("Q", match.q), ("K", match.k), ("V", match.v)):
-        tensor = op.any()
-        if tensor.shape is not None:
-            shapes[name] = [d if isinstance(d, int) else str(d) for d in tensor.shape]
-    return shapes
+    """Shapes of Q, K, V as the match found them (a site left alone reports these)."""
+    return {name: _listed(op.any().shape) for name, op in (("Q", match.q), ("K", match.k), ("V", match.v))
+            if op.any().shape is not None}
 
 
 def _check(match: _Match) -> None:
@@ -874,7 +871,14 @@ def _fuse(anchor: gs.Node, graph: gs.Graph, shared: _Shared) -> Site:
         site.reason = str(skip)
         return site
     site.fused, site.op, site.node, site.details = True, FUSED_ATTENTION.qualified_name, node.name, match.details
+    site.shapes = {name: _listed(t.shape) for name, t in zip(("Q", "K", "V", "mask"), node.inputs) if t.shape is not None}
+    if node.outputs[0].shape is not None:
+        site.shapes["O"] = _listed(node.outputs[0].shape)
     return site
+
+
+def _listed(shape) -> list:
+    return [d if isinstance(d, int) else str(d) for d in shape]
 
 
 def rewrite(graph: gs.Graph) -> list[Site]:

@@ -9,10 +9,11 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from tests import _conv_graphs as graphs
 from trt_fusedattn.pipeline import rewrite
 from trt_fusedattn.plugins.conv.contract import FUSED_CONV
 from trt_fusedattn.verify import verify
+
+import _conv_graphs as graphs
 
 SAMPLES = Path(__file__).resolve().parents[1] / "models" / "samples"
 CONV_SAMPLES = sorted(p for family in ("resnet", "mobilenetv2", "vit") for p in SAMPLES.glob(f"{family}_*.onnx"))

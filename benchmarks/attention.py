@@ -4,7 +4,7 @@ The FlashAttention-2 grid: batch * seq = 16k tokens, hidden 2048 (head dim 64 ->
 not, seq 512..16k, bf16 and fp16. Each kernel is captured 10x in a CUDA graph (no launch gaps), warmed up, and the
 median of event-timed replays is reported. FLOPs: 4 * B * H * S^2 * D, halved when causal.
 
-    python benchmarks/attention.py --out benchmarks/results/attention_h100.md [--quick] [--tiles 64:128x64x4x1x2,...]
+    python benchmarks/attention.py --out benchmarks/results/attention_h100.md [--quick] [--variants 64:BLOCK_N=128+Q_IN_REGISTERS=0,...]
 """
 from __future__ import annotations
 
@@ -50,12 +50,12 @@ def time_ms(fn, reps_in_graph: int = 10, replays: int = 15) -> float:
     return statistics.median(times)
 
 
-def ours(q, k, v, out, causal: bool, tile=None):
+def ours(q, k, v, out, causal: bool, tuning=None):
     """A closure launching our kernel on BSHD q/k/v into ``out`` (plan made once, like an engine)."""
     attrs = FUSED_ATTENTION.resolve({"layout": "BSHD", "causal": int(causal)})
     arch = device_arch(q.device.index or 0)
     plan = plan_attention([tuple(q.shape), tuple(k.shape), tuple(v.shape), None, None],
-                          [str(q.dtype).removeprefix("torch.")] * 3 + [None, None], attrs, arch, tile=tile)
+                          [str(q.dtype).removeprefix("torch.")] * 3 + [None, None], attrs, arch, tuning=tuning)
     ptrs = [q.data_ptr(), k.data_ptr(), v.data_ptr(), None, None]
     return lambda: launch(plan, arch, ptrs, [out.data_ptr()],
                           stream=torch.cuda.current_stream().cuda_stream, device=q.device.index or 0)
@@ -78,26 +78,38 @@ def versions() -> str:
             f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
 
 
-def parse_tiles(text: str) -> dict:
-    """'64:128x64x4x1x2' -> {64: [(128, 64, 4, 1, 2)]}: (BLOCK_M, BLOCK_N, warps, Q in registers, K/V stages) extra tile configs to time."""
-    tiles: dict = {}
+def ceilings() -> str:
+    """The two measured ceilings of the floor (NOTES.md): bf16 matrix product and device-to-device copy."""
+    a, b = (torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    gemm = 2 * 8192 ** 3 / time_ms(lambda: a @ b) / 1e9
+    src = torch.randn(2 ** 28, device="cuda")
+    dst = torch.empty_like(src)
+    copy = 2 * src.numel() * 4 / time_ms(lambda: dst.copy_(src)) / 1e9
+    return f"measured ceilings: bf16 GEMM 8192^3 {gemm:.0f} TFLOP/s, device copy {copy / 1e3:.2f} TB/s (read + write)"
+
+
+def parse_variants(text: str) -> dict:
+    """'64:BLOCK_N=128+Q_IN_REGISTERS=0,128:RESCALE_THRESHOLD=0.0f' -> {64: [{...}], 128: [{...}]}: plan tuning
+    overrides to time beside the default, per head dim."""
+    variants: dict = {}
     for item in filter(None, text.split(",")):
-        dim, cfg = item.split(":")
-        tiles.setdefault(int(dim), []).append(tuple(int(x) for x in cfg.split("x")))
-    return tiles
+        dim, spec = item.split(":")
+        variants.setdefault(int(dim), []).append(
+            {k: (v if v.endswith("f") else int(v)) for k, v in (kv.split("=") for kv in spec.split("+"))})
+    return variants
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="markdown file for the table")
     parser.add_argument("--quick", action="store_true", help="bf16 only, seq 2k and 8k")
-    parser.add_argument("--tiles", default="", help="extra tile configs to time, e.g. 64:128x64x4x1x2 (see plan.TILES)")
+    parser.add_argument("--variants", default="", help="tuning variants to time, e.g. 64:BLOCK_N=128+NUM_WARPS=4")
     args = parser.parse_args()
-    extra = parse_tiles(args.tiles)
+    extra = parse_variants(args.variants)
     dtypes = (torch.bfloat16,) if args.quick else (torch.bfloat16, torch.float16)
     seqs = (2048, 8192) if args.quick else SEQS
     header = ["dtype", "hd", "causal", "seq", "ours", "flash (FA2)", "cuDNN", "ours/FA2", "ours/cuDNN", "err vs FA2"]
-    header += [f"tile {d}:{'x'.join(map(str, t))}" for d, ts in extra.items() for t in ts]
+    header += [f"hd{d} " + " ".join(f"{k}={v}" for k, v in t.items()) for d, ts in extra.items() for t in ts]
     rows = []
     for dtype in dtypes:
         for dim in (64, 128):
@@ -127,7 +139,7 @@ def main():
                     print(" | ".join(map(str, row)), flush=True)
     table = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     table += ["| " + " | ".join(map(str, r)) + " |" for r in rows]
-    text = (f"# FusedAttention forward, TFLOP/s\n\n{versions()}\n\nbatch x seq = {TOKENS} tokens, hidden {HIDDEN}, "
+    text = (f"# FusedAttention forward, TFLOP/s\n\n{versions()}\n\n{ceilings()}\n\nbatch x seq = {TOKENS} tokens, hidden {HIDDEN}, "
             f"BSHD; CUDA-graph replays, median; FLOPs 4*B*H*S^2*D (/2 causal).\n\n" + "\n".join(table) + "\n")
     print(text)
     if args.out:

@@ -51,7 +51,7 @@ class AttentionCase:
 
 def _cases():
     cases = [AttentionCase(f"hd{d}-{t}", dim=d, dtype=t, small=True)
-             for d in (32, 64, 96, 128, 256) for t in ("float16", "bfloat16")]
+             for d in (16, 32, 64, 96, 128, 256) for t in ("float16", "bfloat16")]
     for lq, lkv in ((1, 1), (7, 7), (1, 300), (7, 127), (127, 7), (200, 1000), (1000, 64)):
         cases.append(AttentionCase(f"len{lq}x{lkv}", len_q=lq, len_kv=lkv, dtype="float16"))
     for lq, lkv in ((127, 127), (100, 300), (300, 100), (1, 129)):
@@ -80,6 +80,8 @@ def _cases():
         AttentionCase("bool-keylen-bhsd", mask="bool", mask_shape=(2, 1, 1, 127), key_lengths=True, layout="BHSD"),
         AttentionCase("additive-hd256-causal", mask="additive", dim=256, causal=1, dtype="float16"),
         AttentionCase("bool-hd32-cross", mask="bool", dim=32, len_q=50, len_kv=260),
+        AttentionCase("additive-hd16-causal-br", mask="additive", mask_shape=(2, 1, 1, 90), dim=16, len_q=40,
+                      len_kv=90, causal=1, alignment="bottom_right", dtype="float16"),
     ]
     return cases
 

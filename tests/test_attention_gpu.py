@@ -2,6 +2,9 @@
 inputs (outputs poisoned with NaN first), the direct API's array kinds and its errors."""
 from __future__ import annotations
 
+import random
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -113,3 +116,37 @@ def test_rejects_bad_arguments(bad, message):
     v = torch.randn(1, bad.get("v_len", 8), bad.get("heads_kv", 4), dim, device=device, dtype=torch.float16)
     with pytest.raises(ValueError, match=message):
         trt_fusedattn.attention(q, k, v)
+
+
+SAMPLES = Path(__file__).resolve().parents[1] / "models" / "samples"
+ATTENTION_SAMPLES = sorted(p.stem for p in SAMPLES.glob("*.onnx")
+                           if p.stem.split("_")[0] in ("bart", "bert", "gpt2", "llama", "vit"))
+
+
+def gpu_fused_attention(q, k, v, mask=None, key_lengths=None, **attrs):
+    """A FusedAttention node evaluated by our kernel: numpy in, float16 on the GPU (bfloat16 kept), numpy out."""
+    import trt_fusedattn
+    dtype = torch.float16
+    dev = lambda a, dt=dtype: torch.from_numpy(np.ascontiguousarray(a)).to("cuda", dt)  # noqa: E731
+    m = None if mask is None else dev(mask, torch.bool if mask.dtype == bool else dtype)
+    lengths = None if key_lengths is None else dev(key_lengths, torch.int32)
+    out = trt_fusedattn.attention(dev(q), dev(k), dev(v), mask=m, key_lengths=lengths, **attrs)
+    return out.float().cpu().numpy().astype(q.dtype)
+
+
+@pytest.mark.parametrize("sample", ATTENTION_SAMPLES)
+def test_fused_sample_models_match_the_originals(sample):
+    pytest.importorskip("onnxruntime_extensions")
+    import trt_fusedattn
+    from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION
+    from trt_fusedattn.verify import verify
+    path = SAMPLES / f"{sample}.onnx"
+    fused, _ = trt_fusedattn.fuse(str(path))
+    nodes = sum(n.op_type == "FusedAttention" for n in fused.graph.node)
+    assert nodes > 0, f"{sample}: no FusedAttention node after fusion"
+    calls = []
+    counted = lambda *a, **k: calls.append(1) or gpu_fused_attention(*a, **k)  # noqa: E731
+    result = verify(str(path), fused, seed=random.SystemRandom().randrange(2 ** 31), rtol=2e-2,
+                    implementations={FUSED_ATTENTION: counted})
+    assert len(calls) == nodes
+    assert result.passed, result.table()

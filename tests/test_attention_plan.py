@@ -20,7 +20,7 @@ def test_bshd_geometry_and_scalars():
     p = plan()
     block_m, block_n, warps, _, stages = TILES[64]
     assert p.kernel == "fused_attention" and p.source.name == "attention.cu"
-    assert p.grid == (2 * 8, math.ceil(100 / block_m), 1) and p.block == (32 * warps, 1, 1)
+    assert p.grid == (math.ceil(100 / block_m), 8, 2) and p.block == (32 * warps, 1, 1)
     assert p.shared_mem == (block_m + 2 * stages * block_n) * (64 + 8) * 2
     # B, Hq, Hkv, Lq, Lkv, Q strides (batch, head, seq), K/V strides
     assert p.scalars == (2, 8, 2, 100, 77, 100 * 8 * 64, 64, 8 * 64, 77 * 2 * 64, 64, 2 * 64)
@@ -78,7 +78,7 @@ class Symbolic:
 def test_dynamic_dims_use_only_arithmetic():
     b, lq, lkv = Symbolic(3), Symbolic(500), Symbolic(700)
     p = plan(q=(b, lq, 8, 64), kv=(b, lkv, 8, 64), mask=(b, 1, lq, lkv), mask_dtype="bool", lengths=(b,))
-    assert int(p.grid[1]) == math.ceil(500 / TILES[64][0]) and int(p.scalars[4]) == 700
+    assert int(p.grid[0]) == math.ceil(500 / TILES[64][0]) and int(p.grid[2]) == 3 and int(p.scalars[4]) == 700
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -97,3 +97,12 @@ def test_dynamic_dims_use_only_arithmetic():
 def test_rejections(kwargs, message):
     with pytest.raises(ValueError, match=message):
         plan(**kwargs)
+
+
+def test_tuning_overrides_defines_and_rejects_unknown_names():
+    p = plan_attention([(1, 300, 2, 128)] * 3 + [None, None], ["bfloat16"] * 3 + [None, None],
+                       FUSED_ATTENTION.resolve({}), "sm_90a", tuning={"BLOCK_N": 64, "RESCALE_THRESHOLD": "0.0f"})
+    assert p.defines["BLOCK_N"] == 64 and p.defines["RESCALE_THRESHOLD"] == "0.0f"
+    with pytest.raises(ValueError, match="unknown tuning"):
+        plan_attention([(1, 300, 2, 128)] * 3 + [None, None], ["bfloat16"] * 3 + [None, None],
+                       FUSED_ATTENTION.resolve({}), "sm_90a", tuning={"BLOCK_K": 64})

@@ -28,8 +28,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) fused_attention(
   elem_t* sK = sQ + kBlockM * kRowPitch;     // kStages K tiles
   elem_t* sV = sK + kStages * kTileElems;    // kStages V tiles
 
-  const AttentionTile tile = schedule_tile(heads_q);
-  if (tile.batch >= batch) return;
+  const AttentionTile tile = schedule_tile();
   const int head_kv = tile.head / (heads_q / heads_kv);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int m0 = tile.m_block * kBlockM;

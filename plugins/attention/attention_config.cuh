@@ -7,8 +7,9 @@
 
 #if !defined(HEAD_DIM) || !defined(DTYPE_BF16) || !defined(CAUSAL) || !defined(CAUSAL_BOTTOM_RIGHT) || \
     !defined(MASK_KIND) || !defined(HAS_KEY_LENGTHS) || !defined(SCALE_LOG2) || !defined(BLOCK_M) ||  \
-    !defined(BLOCK_N) || !defined(NUM_WARPS) || !defined(Q_IN_REGISTERS) || !defined(KV_STAGES)
-#error "attention.cu needs HEAD_DIM DTYPE_BF16 CAUSAL CAUSAL_BOTTOM_RIGHT MASK_KIND HAS_KEY_LENGTHS SCALE_LOG2 BLOCK_M BLOCK_N NUM_WARPS Q_IN_REGISTERS KV_STAGES (plan_attention sets them)"
+    !defined(BLOCK_N) || !defined(NUM_WARPS) || !defined(Q_IN_REGISTERS) || !defined(KV_STAGES) || \
+    !defined(RESCALE_THRESHOLD)
+#error "attention.cu needs HEAD_DIM DTYPE_BF16 CAUSAL CAUSAL_BOTTOM_RIGHT MASK_KIND HAS_KEY_LENGTHS SCALE_LOG2 BLOCK_M BLOCK_N NUM_WARPS Q_IN_REGISTERS KV_STAGES RESCALE_THRESHOLD (plan_attention sets them)"
 #endif
 
 #define MASK_NONE 0
@@ -40,14 +41,16 @@ constexpr int kChunksPerRow = kHeadDim / 8;   // 16-byte chunks per row of Q/K/V
 constexpr int kTileElems = kBlockN * kRowPitch;  // one K or V tile in smem
 constexpr int kStages = KV_STAGES;            // K/V tile buffers (1 or 2)
 constexpr float kScaleLog2 = SCALE_LOG2;      // scale * log2(e): softmax runs on exp2
+constexpr float kRescaleThreshold = RESCALE_THRESHOLD;  // log2 units; 0 = rescale whenever the max grows
 constexpr float kLog2e = 1.4426950408889634f;
 // Additive masks (and a negative scale, which flips the row max) need scores scaled before the row max.
 constexpr bool kPrescale = MASK_KIND == MASK_ADDITIVE || SCALE_LOG2 < 0;
 constexpr float kSoftmaxScale = kPrescale ? 1.0f : kScaleLog2;
 
-static_assert(kHeadDim % 32 == 0 && kHeadDim <= 256, "head dim must be 32, 64, 96, 128 or 256");
+static_assert(kHeadDim % 16 == 0 && kHeadDim <= 256, "head dim must be 16, 32, 64, 96, 128 or 256");
 static_assert(kWarpRows % 16 == 0 && kMAtoms >= 1, "BLOCK_M must give each warp a multiple of 16 rows");
 static_assert(kBlockN % 16 == 0, "BLOCK_N must be a multiple of 16");
+static_assert(kRescaleThreshold >= 0.f && kRescaleThreshold <= 14.f, "p <= 2^threshold must stay well inside fp16");
 static_assert(kStages == 1 || kStages == 2, "KV_STAGES must be 1 or 2");
 static_assert((kBlockN * kChunksPerRow) % kThreads == 0 && (kBlockM * kChunksPerRow) % kThreads == 0,
               "tile loads must split evenly over the threads");

@@ -60,28 +60,37 @@ __device__ __forceinline__ float quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffff, x, 2);
 }
 
-// One online-softmax step: update the running row max, rescale O and the partial row sums, and replace the
-// scores by p = exp2(s * scale - max * scale). A row with no unmasked key so far keeps max -inf and p = 0.
+// One online-softmax step: replace the scores by p = exp2(s * scale - m * scale) for each row's reference max m,
+// and keep O and the partial row sums consistent with m. m moves (rescaling O and the sums by exp2(old - new))
+// only when the tile's max exceeds it by more than RESCALE_THRESHOLD (log2 units): until then p <= 2^threshold,
+// harmless in fp32 sums and fp16/bf16 P, and most tiles skip the O rescale (exact: O / sum does not depend on m).
+// A row with no unmasked key so far keeps m = -inf and p = 0.
 __device__ __forceinline__ void online_softmax(float (&s)[kMAtoms][kNTiles][4], float (&row_max)[kMAtoms][2],
                                                float (&row_sum)[kMAtoms][2], float (&o)[kMAtoms][kDTiles][4]) {
 #pragma unroll
   for (int mt = 0; mt < kMAtoms; ++mt)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      float tile_max = row_max[mt][half];
+      float tile_max = -INFINITY;
 #pragma unroll
       for (int nt = 0; nt < kNTiles; ++nt)
         tile_max = fmaxf(tile_max, fmaxf(s[mt][nt][half * 2], s[mt][nt][half * 2 + 1]));
-      const float new_max = quad_max(tile_max);
-      const float base = new_max == -INFINITY ? 0.f : new_max * kSoftmaxScale;
-      const float alpha = exp2_approx(row_max[mt][half] * kSoftmaxScale - base);
-      row_max[mt][half] = new_max;
-      float sum = row_sum[mt][half] * alpha;
+      tile_max = quad_max(tile_max);
+      const float old_max = row_max[mt][half];
+      // false when both are -inf (NaN difference): nothing unmasked yet, nothing to move
+      if ((tile_max - old_max) * kSoftmaxScale > kRescaleThreshold) {
+        const float alpha = exp2_approx((old_max - tile_max) * kSoftmaxScale);  // 0 when old_max is -inf
+        row_max[mt][half] = tile_max;
+        row_sum[mt][half] *= alpha;
 #pragma unroll
-      for (int dt = 0; dt < kDTiles; ++dt) {
-        o[mt][dt][half * 2] *= alpha;
-        o[mt][dt][half * 2 + 1] *= alpha;
+        for (int dt = 0; dt < kDTiles; ++dt) {
+          o[mt][dt][half * 2] *= alpha;
+          o[mt][dt][half * 2 + 1] *= alpha;
+        }
       }
+      const float m = row_max[mt][half];
+      const float base = m == -INFINITY ? 0.f : m * kSoftmaxScale;
+      float sum = row_sum[mt][half];
 #pragma unroll
       for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll

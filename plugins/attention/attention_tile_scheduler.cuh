@@ -1,6 +1,8 @@
-// Which (batch, head, query block) a thread block computes. grid = (batch * heads_q, query blocks): the launch
-// order walks x fastest, so every head's LAST query block (under causal masking the one with the most keys) is
-// dispatched first and the short blocks fill the tail of the wave.
+// Which (batch, head, query block) a thread block computes. grid = (query blocks, heads_q, batch): the launch
+// order walks x fastest, so the blocks running at one time are mostly query blocks of the SAME head and share its
+// K/V tiles in L2 (with heads fastest, each of ~2 blocks per SM would stream its own head's K/V from HBM). Within a
+// head the LAST query block (under causal masking the one with the most keys) is dispatched first, so the short
+// blocks fill the tail of the wave.
 #pragma once
 #include "attention_config.cuh"
 
@@ -8,10 +10,10 @@ struct AttentionTile {
   int batch, head, m_block;
 };
 
-__device__ __forceinline__ AttentionTile schedule_tile(int heads_q) {
+__device__ __forceinline__ AttentionTile schedule_tile() {
   AttentionTile t;
-  t.batch = blockIdx.x / heads_q;
-  t.head = blockIdx.x - t.batch * heads_q;
-  t.m_block = gridDim.y - 1 - blockIdx.y;
+  t.m_block = gridDim.x - 1 - blockIdx.x;
+  t.head = blockIdx.y;
+  t.batch = blockIdx.z;
   return t;
 }

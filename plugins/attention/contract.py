@@ -26,7 +26,7 @@ from trt_fusedattn.contract import AttrSpec, OpContract, TensorSpec
 
 LAYOUTS = ("BSHD", "BHSD")
 CAUSAL_ALIGNMENTS = ("top_left", "bottom_right")
-HEAD_DIMS = (32, 64, 96, 128, 256)  # what the kernels are built for; the reference takes any
+HEAD_DIMS = (16, 32, 64, 96, 128, 256)  # what the kernels are built for; the reference takes any
 
 
 def to_bhsd(x: np.ndarray, layout: str) -> np.ndarray:

@@ -20,15 +20,17 @@ LOG2E = 1.4426950408889634
 
 # Tile per head dim: (BLOCK_M, BLOCK_N, NUM_WARPS, Q_IN_REGISTERS, KV_STAGES), chosen by H100 timings
 # (NOTES.md) among those ptxas builds without register spills.
-TILES = {32: (128, 64, 4, 0, 2), 64: (128, 64, 4, 1, 2), 96: (128, 64, 8, 0, 2), 128: (128, 32, 4, 0, 2),
+TILES = {16: (128, 128, 4, 1, 2), 32: (128, 64, 4, 0, 2), 64: (128, 64, 4, 1, 2), 96: (128, 64, 8, 0, 2), 128: (128, 32, 4, 0, 2),
          256: (128, 32, 8, 0, 2)}
 # A mask's per-element loads need registers: masked specializations use 16 query rows per warp.
-TILES_MASKED = {32: (128, 64, 8, 0, 2), 64: (128, 64, 8, 0, 2), 96: (128, 64, 8, 0, 2), 128: (128, 64, 8, 0, 2),
+TILES_MASKED = {16: (128, 128, 8, 0, 2), 32: (128, 64, 8, 0, 2), 64: (128, 64, 8, 0, 2), 96: (128, 64, 8, 0, 2), 128: (128, 64, 8, 0, 2),
                 256: (128, 32, 8, 0, 2)}
 # GPUs with 99 KB of shared memory per block (sm_86, sm_87, sm_89) get smaller head-dim-256 tiles.
 TILES_SMALL_SMEM = {**TILES, 256: (64, 16, 4, 0, 2)}
 SMEM_LIMIT = {"sm_80": 163 * 1024, "sm_86": 99 * 1024, "sm_87": 163 * 1024, "sm_89": 99 * 1024}
 SMEM_LIMIT_DEFAULT = 227 * 1024  # sm_90 and newer
+# The online softmax moves a row's reference max only when a tile exceeds it by more than this (log2 units).
+RESCALE_THRESHOLD = "8.0f"
 
 
 def shared_mem_bytes(head_dim: int, block_m: int, block_n: int, stages: int) -> int:
@@ -69,9 +71,10 @@ def _mask_strides(mask_shape, batch, heads_q, len_q, len_kv) -> tuple:
     return tuple(reversed(strides))
 
 
-def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tile: tuple | None = None) -> LaunchPlan:
+def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning: dict | None = None) -> LaunchPlan:
     """Launch plan of FusedAttention for these inputs (Q, K, V, mask, key_lengths; None when absent).
-    ``tile`` = (BLOCK_M, BLOCK_N, NUM_WARPS, Q_IN_REGISTERS, KV_STAGES) overrides the per-head-dim choice (benchmarks)."""
+    ``tuning`` overrides tuning defines (BLOCK_M, BLOCK_N, NUM_WARPS, Q_IN_REGISTERS, KV_STAGES,
+    RESCALE_THRESHOLD) of the per-head-dim choice: for benchmarks."""
     q_shape, k_shape, v_shape, mask_shape, lengths_shape = (list(input_shapes) + [None] * 5)[:5]
     q_dtype, k_dtype, v_dtype, mask_dtype, lengths_dtype = (list(input_dtypes) + [None] * 5)[:5]
     layout = attrs.get("layout", "BSHD")
@@ -108,11 +111,21 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tile: 
             raise ValueError(f"FusedAttention: key_lengths must be int32 [batch], got {lengths_dtype} {lengths_shape}")
         _check_equal("key_lengths and batch", lengths_shape[0], batch)
 
+    for name, d in (("batch", batch), ("query heads", heads_q)):
+        if isinstance(d, int) and d > 65535:
+            raise ValueError(f"FusedAttention: {name} {d} exceeds the grid limit 65535; split the call")
     small_smem = SMEM_LIMIT.get(arch, SMEM_LIMIT_DEFAULT) < 128 * 1024
     table = TILES_MASKED if mask_kind is not None else TILES
     if small_smem:
         table = {**table, 256: TILES_SMALL_SMEM[256]}
-    block_m, block_n, warps, q_in_registers, stages = tile or table[dim]
+    block_m, block_n, warps, q_in_registers, stages = table[dim]
+    tune = {"BLOCK_M": block_m, "BLOCK_N": block_n, "NUM_WARPS": warps, "Q_IN_REGISTERS": q_in_registers,
+            "KV_STAGES": stages, "RESCALE_THRESHOLD": RESCALE_THRESHOLD}
+    unknown = set(tuning or ()) - set(tune)
+    if unknown:
+        raise ValueError(f"FusedAttention: unknown tuning defines {sorted(unknown)}; known: {sorted(tune)}")
+    tune.update(tuning or {})
+    block_m, block_n, warps, stages = tune["BLOCK_M"], tune["BLOCK_N"], tune["NUM_WARPS"], tune["KV_STAGES"]
     smem = shared_mem_bytes(dim, block_m, block_n, stages)
     if smem > SMEM_LIMIT.get(arch, SMEM_LIMIT_DEFAULT):
         raise ValueError(f"FusedAttention: tile {block_m}x{block_n} at head dim {dim} needs {smem} B of shared memory, "
@@ -127,16 +140,12 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tile: 
         "MASK_KIND": MASK_KINDS[mask_kind],
         "HAS_KEY_LENGTHS": int(lengths_shape is not None),
         "SCALE_LOG2": f"{scale * LOG2E:.9g}f",
-        "BLOCK_M": block_m,
-        "BLOCK_N": block_n,
-        "NUM_WARPS": warps,
-        "Q_IN_REGISTERS": q_in_registers,
-        "KV_STAGES": stages,
+        **tune,
     }
     scalars = (batch, heads_q, heads_kv, len_q, len_kv,
                *_strides(len_q, heads_q, dim, layout), *_strides(len_kv, heads_kv, dim, layout))
     if mask_kind is not None:
         scalars += _mask_strides(mask_shape, batch, heads_q, len_q, len_kv)
     return LaunchPlan(source=SOURCE, kernel=KERNEL, defines=defines,
-                      grid=(batch * heads_q, (len_q + block_m - 1) // block_m, 1),
+                      grid=((len_q + block_m - 1) // block_m, heads_q, batch),
                       block=(warps * 32, 1, 1), shared_mem=smem, scalars=scalars)

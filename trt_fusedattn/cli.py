@@ -15,6 +15,7 @@ from pathlib import Path
 from trt_fusedattn.errors import FuseError, InputError, TensorRTUnavailable
 
 PRECISIONS = ("fp32", "fp16", "bf16", "fp8")
+_LARGE = 256 * 2**20  # bytes of model file from which loading is announced before it starts
 
 
 def parser() -> argparse.ArgumentParser:
@@ -45,19 +46,20 @@ def parser() -> argparse.ArgumentParser:
 
 
 class _Progress:
-    """Progress lines on stderr: each long step as it starts, and how long it took."""
+    """Progress on stderr: a line when a step ends (so bad input gives the error line alone), and one when a
+    long step begins."""
 
     def __init__(self, quiet: bool):
         self.quiet, self.start = quiet, time.perf_counter()
 
-    def step(self, message: str) -> None:
+    def begin(self, announce: str | None = None) -> None:
         self.start = time.perf_counter()
-        if not self.quiet:
-            print(f"fuse-onnx: {message} ...", file=sys.stderr, flush=True)
+        if announce and not self.quiet:
+            print(f"fuse-onnx: {announce} ...", file=sys.stderr, flush=True)
 
-    def done(self) -> None:
+    def end(self, message: str) -> None:
         if not self.quiet:
-            print(f"fuse-onnx:   done in {time.perf_counter() - self.start:.2f} s", file=sys.stderr, flush=True)
+            print(f"fuse-onnx: {message} in {time.perf_counter() - self.start:.2f} s", file=sys.stderr, flush=True)
 
 
 def _dims(items: list[str]) -> dict[str, int]:
@@ -88,22 +90,23 @@ def run(args: argparse.Namespace) -> int:
         if path:
             _check_folder(Path(path), option)
 
-    progress.step(f"loading {args.model}")
+    size = Path(args.model).stat().st_size if Path(args.model).is_file() else 0
+    progress.begin(f"loading {args.model} ({size / 2**20:.0f} MB)" if size > _LARGE else None)
     model, external = io.load_model(args.model)
     pipeline.check_opset(model, args.model)
-    progress.done()
-    progress.step(f"rewriting {len(model.graph.node)} nodes")
+    progress.end(f"loaded {args.model} ({len(model.graph.node)} nodes)")
+    progress.begin()
     fused, report = pipeline.fuse(model, only, consume=not args.verify)  # verify needs the original intact
     report.model = args.model
-    progress.done()
+    progress.end(f"rewrote: {report.summary()}")
 
     failure = None
     if args.verify:
         from trt_fusedattn.verify import verify
 
-        progress.step("verifying under onnxruntime (original vs fused, custom nodes by the numpy reference)")
+        progress.begin("verifying under onnxruntime (original vs fused, custom nodes by the numpy reference)")
         report.verification = verify(model, fused, seed=args.seed, dims=dims, rtol=args.rtol, atol=args.atol)
-        progress.done()
+        progress.end("verified" if report.verification.passed else "verification FAILED")
         try:
             report.verification.raise_if_failed()
         except FuseError as err:
@@ -111,11 +114,11 @@ def run(args: argparse.Namespace) -> int:
             report.notes.append(f"fused model not saved: {err}")
 
     if failure is None:
-        progress.step(f"saving {output}")
+        progress.begin()
         written = io.save_model(fused, output, external_data=True if external else None)
         report.output = str(output)
         report.notes.extend(f"external data: {p}" for p in written[1:])
-        progress.done()
+        progress.end(f"saved {output}")
 
     ok, reason = trt_layer.available()
     if args.engine and not ok:
@@ -123,10 +126,10 @@ def run(args: argparse.Namespace) -> int:
     elif args.engine and failure is None:
         from trt_fusedattn.tensorrt import build_engine
 
-        progress.step(f"building TensorRT engine {args.engine}")
+        progress.begin(f"building TensorRT engine {args.engine}")
         build_engine(output, args.engine, precision=args.precision or "fp32")
         report.notes.append(f"engine: {args.engine}")
-        progress.done()
+        progress.end(f"built {args.engine}")
     elif not ok:
         report.notes.append(f"building an engine (--engine) needs TensorRT's builder: {reason}")
 

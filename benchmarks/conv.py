@@ -25,9 +25,13 @@ from trt_fusedattn.launcher.compile import compile_ptx, nvcc_version
 from trt_fusedattn.launcher.launch import device_arch
 from trt_fusedattn.plugins.conv.contract import FUSED_CONV
 from trt_fusedattn.launcher.launch import launch
-from trt_fusedattn.plugins.conv.plan import GEMM_TILES, plan_conv
+from trt_fusedattn.plugins.conv.plan import plan_conv
 
 REPS, TRIALS, EPS = 20, 7, 1e-5
+# Tile sweep: (GEMM_TILES name, BLOCK_K, pipeline stages or None for the plan's).
+SWEEP = [(t, bk, None) for t in ("128x128w4", "128x64w4", "64x128w4", "64x64w4", "128x32w4", "128x64w4s2",
+                                 "128x32w4s2", "64x64w4s2", "64x64w4s4") for bk in (32, 64)]
+SWEEP += [("128x64w4", 64, 4), ("128x64w4s2", 64, 4), ("128x32w4s2", 64, 4)]
 BATCHES = (1, 8, 32)
 
 
@@ -209,9 +213,10 @@ def sweep(nets: dict, batches: list, arch: str) -> list[str]:
     for layers in nets.values():
         for lay, _ in layers:
             if lay.groups == 1:
-                for name in GEMM_TILES:
-                    for bk in (32, 64) if lay.c % 64 == 0 else (32,):
-                        variants[(lay, name, bk)] = layer_plan(lay, 1, arch, tile=name, block_k=bk)
+                for name, bk, stages in SWEEP:
+                    if bk == 32 or lay.c % 64 == 0:
+                        variants[(lay, name, bk, stages)] = layer_plan(lay, 1, arch, tile=name, block_k=bk,
+                                                                       stages=stages)
     with ThreadPoolExecutor(max_workers=16) as pool:
         list(pool.map(lambda p: compile_ptx(p.source, arch, p.defines), variants.values()))
     lines = ["\n## Tile sweep (implicit-GEMM layers; µs)\n",
@@ -225,10 +230,10 @@ def sweep(nets: dict, batches: list, arch: str) -> list[str]:
                 base, default = time_us(case.baseline), time_us(case.fused)
                 want = case.baseline().float()
                 times = {}
-                for (vl, name, bk), _ in variants.items():
+                for (vl, name, bk, stages), _ in variants.items():
                     if vl != lay:
                         continue
-                    plan = layer_plan(lay, n, arch, tile=name, block_k=bk)
+                    plan = layer_plan(lay, n, arch, tile=name, block_k=bk, stages=stages)
                     ptrs = [case.x.data_ptr(), case.w_folded.data_ptr(), case.shift.data_ptr(), None,
                             None if case.residual is None else case.residual.data_ptr()]
                     fn = lambda plan=plan, ptrs=ptrs: launch(  # noqa: E731
@@ -236,7 +241,8 @@ def sweep(nets: dict, batches: list, arch: str) -> list[str]:
                     case.out.fill_(float("nan"))
                     fn()
                     err = float((case.out.float() - want).norm() / want.norm())
-                    times[f"{name}/{bk}"] = time_us(fn) if err < 1e-2 else float("inf")
+                    times[f"{name}/{bk}" + (f"/{stages}st" if stages else "")] = (
+                        time_us(fn) if err < 1e-2 else float("inf"))
                 best = min(times, key=times.get)
                 lines.append(f"| {net} | {lay.name} | {n} | {base:.1f} | {default:.1f} | {times[best]:.1f} | {best} | "
                              + ", ".join(f"{k}: {v:.1f}" for k, v in times.items()) + " |")
@@ -249,7 +255,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="markdown file for the tables")
     parser.add_argument("--batches", default=",".join(map(str, BATCHES)))
-    parser.add_argument("--sweep", help="batches to run the tile sweep at (e.g. 32), before the tables")
+    parser.add_argument("--sweep", help="batches to run the tile sweep at (e.g. 32), after the tables")
     args = parser.parse_args()
     torch.backends.cudnn.benchmark = True
     batches = [int(b) for b in args.batches.split(",")]
@@ -261,7 +267,6 @@ def main():
         list(pool.map(lambda p: compile_ptx(p.source, arch, p.defines), plans.values()))
 
     env = environment()
-    swept = sweep(nets, [int(b) for b in args.sweep.split(",")], arch) if args.sweep else []
     lines = [f"# FusedConv vs cuDNN + separate epilogue ops\n", f"{env}\n",
              "Per call, µs (CUDA-graph replay median). base = cuDNN conv2d + BatchNorm + activation [+ add + ReLU] "
              "as the unfused model runs them; fused = one FusedConv kernel. err = |fused - base| / |base| "
@@ -291,12 +296,19 @@ def main():
     for (net, n), (base, ours, worst, name) in sums.items():
         lines.append(f"| {net} | {n} | {base:.0f} | {ours:.0f} | {base / ours:.2f}x | {name} ({worst:.2f}x) |")
     lines.append("\nFP8 (E4M3) FusedConv: not implemented yet, so no FP8 rows.")
-    lines += swept
-    text = "\n".join(lines) + "\n"
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
-    print("\n".join(lines[lines.index("\n## Whole conv stacks (sum over layers x count)\n"):]))
+    summary = "\n".join(lines[lines.index("\n## Whole conv stacks (sum over layers x count)\n"):])
+    _write(args.out, lines)
+    print(summary, flush=True)
+    if args.sweep:  # after the tables are safe on disk
+        lines += sweep(nets, [int(b) for b in args.sweep.split(",")], arch)
+        _write(args.out, lines)
+        print(summary)
+
+
+def _write(path: str | None, lines: list[str]) -> None:
+    if path:
+        with open(path, "w") as f:
+            f.write("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

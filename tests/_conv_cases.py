@@ -73,6 +73,10 @@ _BASE = [
     ConvCase("3x3_s2_c32_k96_batch32", 32, 32, 9, 9, 96, 3, 3, stride=2, pad=1, residual=True,
              post_activation="relu"),
     ConvCase("1x1_c128_k520_batch32", 32, 128, 5, 5, 520, 1, 1),
+    ConvCase("3x3_c256_k128_split", 3, 256, 7, 7, 128, 3, 3, pad=1, residual=True, post_activation="relu"),
+    ConvCase("1x1_c2048_k64_split", 2, 2048, 7, 5, 64, 1, 1, scale=True),
+    ConvCase("7x7_c45_k24_split_gather", 2, 45, 9, 9, 24, 7, 7, pad=3, residual=True),
+    ConvCase("1x1_c64_k1024_wide", 2, 64, 6, 7, 1024, 1, 1, residual=True, post_activation="relu"),
     ConvCase("3x3_groups4_c64_k64", 2, 64, 10, 10, 64, 3, 3, pad=1, groups=4),
     ConvCase("3x3_groups8_cg4_kg6", 2, 32, 9, 9, 48, 3, 3, pad=1, groups=8, residual=True),
     ConvCase("dw3x3_c96", 2, 96, 15, 15, 96, 3, 3, pad=1, groups=96, activation="clip"),
@@ -93,6 +97,6 @@ _ACTIVATION_SWEEP = [
 
 CASES = _BASE + [replace(c, name=c.name + "_bf16", dtype="bfloat16") for c in _BASE] + _ACTIVATION_SWEEP
 # Small cases compute-sanitizer runs through (memcheck of every loader and epilogue path).
-SANITIZER_CASES = ["7x7_s2_c3_k64_stem", "3x3_c48_k40", "3x3_groups8_cg4_kg6", "dw3x3_c13_odd", "dw5x5_c40_residual",
+SANITIZER_CASES = ["7x7_s2_c3_k64_stem", "3x3_c256_k128_split", "7x7_c45_k24_split_gather", "3x3_c48_k40", "3x3_groups8_cg4_kg6", "dw3x3_c13_odd", "dw5x5_c40_residual",
                    "1x1_s2_c256_k128_odd"]
 BY_NAME = {c.name: c for c in CASES}

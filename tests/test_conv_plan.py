@@ -63,7 +63,7 @@ def test_plan_sizes_grid_and_scalars(case: ConvCase):
         assert plan.source == IMPLICIT_GEMM and d["GROUPS"] == case.groups
         assert plan.grid == (math.ceil(pixels / d["BLOCK_M"]), math.ceil(case.k // case.groups / d["BLOCK_N"]),
                              case.groups)
-        assert plan.block == (d["WARPS_M"] * d["WARPS_N"] * 32, 1, 1)
+        assert plan.block == (d["WARPS_M"] * d["WARPS_N"] * d["SPLIT_K"] * 32, 1, 1)
         assert d["IN_VEC"] == (8 if (case.c // case.groups) % 8 == 0 else 1)
         assert (case.k // case.groups) % d["OUT_VEC"] == 0
         assert plan.shared_mem <= 227 * 1024
@@ -90,6 +90,26 @@ def test_one_dimensional_conv_maps_to_height_one():
     q = (37 + 3 - 4 - 1) // 2 + 1
     assert plan.scalars == (4, 1, 37, 16, 32, 1, q, 0, 1)
     assert (plan.defines["KH"], plan.defines["KW"], plan.defines["STRIDE_W"]) == (1, 5, 2)
+
+
+def test_tile_choice_by_channels():
+    def tile(c, k, kernel):
+        d = ConvCase("t", 1, c, 8, 8, k, kernel, kernel).plan("sm_90a").defines
+        return d["BLOCK_M"], d["BLOCK_N"], d["SPLIT_K"], d["BLOCK_K"]
+    assert tile(64, 64, 3) == (128, 64, 1, 64)
+    assert tile(256, 256, 3) == (128, 64, 2, 64)      # deep reduction: two warp groups
+    assert tile(960, 160, 1) == (128, 32, 1, 64)      # narrow 1x1 projection
+    assert tile(512, 2048, 1) == (128, 128, 1, 32)    # wide 1x1 output
+    assert tile(3, 32, 3) == (128, 32, 1, 32)
+
+
+def test_pipeline_depth_fits_each_archs_shared_memory():
+    case = ConvCase("deep", 1, 256, 7, 7, 128, 3, 3, pad=1)
+    from trt_fusedattn.plugins.conv.plan import SHARED_LIMIT
+    for arch in ("sm_80", "sm_89", "sm_90a"):
+        plan = case.plan(arch)
+        assert plan.shared_mem <= SHARED_LIMIT[arch] and plan.defines["STAGES"] >= 2
+    assert case.plan("sm_89").defines["STAGES"] < case.plan("sm_90a").defines["STAGES"]
 
 
 def test_float_literal_is_exact_and_handles_infinity():

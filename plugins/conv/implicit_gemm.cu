@@ -14,15 +14,24 @@
 // image); IN_VEC = 1 (any Cg, e.g. the 3-channel stem) gathers elements into registers one tile ahead and stores
 // them after the tile's MMAs.
 //
+// Split reduction (SPLIT_K > 1): the CTA holds SPLIT_K groups of WARPS_M x WARPS_N warps on the same output tile,
+// group g taking reduction tiles g, g + SPLIT_K, ... through its own pipeline (own stages, own named barrier); the
+// groups' accumulators are summed through shared memory before the epilogue. More warps per output tile hide the
+// load latency of deep, narrow layers (3x3 over 256+ channels at 7x7/14x14) without a workspace or second kernel.
+//
 // Compile-time: CONV_BF16, KH, KW, STRIDE_H, STRIDE_W, DIL_H, DIL_W, GROUPS, BLOCK_M, BLOCK_N, BLOCK_K (32|64),
-// WARPS_M, WARPS_N, STAGES, IN_VEC, OUT_VEC, and the epilogue's defines.
+// WARPS_M, WARPS_N, SPLIT_K, STAGES (per group), IN_VEC, OUT_VEC, and the epilogue's defines.
 // Arguments (AOT plugin ABI): x [N,H,W,C], w [K,KH,KW,C/G], shift?, scale?, residual? [N,P,Q,K];
 // int32 N, H, W, C, K, P, Q, pad_h, pad_w; y [N,P,Q,K]. Tensors must hold < 2^31 elements.
 #include "element.cuh"
 #include "fast_divmod.cuh"
 #include "epilogue.cuh"
 
-constexpr int kThreads = WARPS_M * WARPS_N * 32;
+#ifndef SPLIT_K
+#define SPLIT_K 1
+#endif
+constexpr int kGroupThreads = WARPS_M * WARPS_N * 32;  // one reduction group: the warps of one output tile
+constexpr int kThreads = kGroupThreads * SPLIT_K;
 constexpr int kWarpM = BLOCK_M / WARPS_M, kWarpN = BLOCK_N / WARPS_N;
 constexpr int kMI = kWarpM / 16, kNI = kWarpN / 8;
 constexpr int kChunks = BLOCK_K / 8;                      // 16-byte chunks per shared-memory row
@@ -49,6 +58,15 @@ __device__ __forceinline__ void cp_async_16(unsigned dst, const void* src, bool 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+// Barrier over one reduction group's threads (named barrier 1 + group; 0 is __syncthreads').
+__device__ __forceinline__ void group_barrier(int group) {
+  if (SPLIT_K == 1) {
+    __syncthreads();
+  } else {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(group + 1), "n"(kGroupThreads) : "memory");
+  }
+}
 
 __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -112,8 +130,8 @@ struct RowOrigin {
 #if IN_VEC == 8
 // cp.async loader: thread owns one 16-byte chunk column and kRows rows of the A (and kBRows of the B) tile.
 struct TileLoader {
-  static constexpr int kRows = BLOCK_M * kChunks / kThreads;
-  static constexpr int kBRows = BLOCK_N * kChunks / kThreads;
+  static constexpr int kRows = BLOCK_M * kChunks / kGroupThreads;
+  static constexpr int kBRows = BLOCK_N * kChunks / kGroupThreads;
   static_assert(kRows >= 1 && kBRows >= 1, "tile too small for the thread count");
   int a_offset[kRows], a_h0[kRows], a_w0[kRows];
   int b_offset[kBRows];
@@ -127,13 +145,13 @@ struct TileLoader {
     row0 = tid / kChunks;
 #pragma unroll
     for (int i = 0; i < kRows; ++i) {
-      const RowOrigin o(m0 + row0 + i * (kThreads / kChunks), M, pq_div, q_div, H, W, C, pad_h, pad_w, g * Cg);
+      const RowOrigin o(m0 + row0 + i * (kGroupThreads / kChunks), M, pq_div, q_div, H, W, C, pad_h, pad_w, g * Cg);
       a_offset[i] = o.offset; a_h0[i] = o.h0; a_w0[i] = o.w0;
     }
     b_valid = 0;
 #pragma unroll
     for (int j = 0; j < kBRows; ++j) {
-      const int kout = n0 + row0 + j * (kThreads / kChunks);
+      const int kout = n0 + row0 + j * (kGroupThreads / kChunks);
       b_offset[j] = (g * Kg + kout) * Kgemm;
       b_valid |= unsigned(kout < Kg) << j;
     }
@@ -151,13 +169,13 @@ struct TileLoader {
     const unsigned a_base = smem_addr(stage), b_base = smem_addr(stage + BLOCK_M * BLOCK_K);
 #pragma unroll
     for (int i = 0; i < kRows; ++i) {
-      const int row = row0 + i * (kThreads / kChunks);
+      const int row = row0 + i * (kGroupThreads / kChunks);
       const bool ok = k_ok && unsigned(a_h0[i] + dh) < unsigned(H) && unsigned(a_w0[i] + dw) < unsigned(W);
       cp_async_16(a_base + 2 * smem_index(row, chunk), ok ? x + a_offset[i] + delta : x, ok);
     }
 #pragma unroll
     for (int j = 0; j < kBRows; ++j) {
-      const int row = row0 + j * (kThreads / kChunks);
+      const int row = row0 + j * (kGroupThreads / kChunks);
       const bool ok = k_ok && ((b_valid >> j) & 1);
       cp_async_16(b_base + 2 * smem_index(row, chunk), ok ? w + b_offset[j] + kg : w, ok);
     }
@@ -167,9 +185,9 @@ struct TileLoader {
 // Element gather for channel counts that are not multiples of 8: thread owns one A row (and one B row) and a run
 // of kA (kB) consecutive reduction indices, walked incrementally through (r, s, c).
 struct TileLoader {
-  static constexpr int kASegs = kThreads / BLOCK_M, kA = BLOCK_K / kASegs;
-  static constexpr int kBSegs = kThreads / BLOCK_N, kB = BLOCK_K / kBSegs;
-  static_assert(kThreads % BLOCK_M == 0 && kThreads % BLOCK_N == 0 && kA % 8 == 0 && kB % 8 == 0,
+  static constexpr int kASegs = kGroupThreads / BLOCK_M, kA = BLOCK_K / kASegs;
+  static constexpr int kBSegs = kGroupThreads / BLOCK_N, kB = BLOCK_K / kBSegs;
+  static_assert(kGroupThreads % BLOCK_M == 0 && kGroupThreads % BLOCK_N == 0 && kA % 8 == 0 && kB % 8 == 0,
                 "element gather needs BLOCK_M, BLOCK_N dividing the thread count in runs of 8");
   RowOrigin a;
   int a_row, a_seg, b_row, b_seg, b_offset;
@@ -230,14 +248,16 @@ fused_conv_implicit_gemm(const elem_t* __restrict__ x, const elem_t* __restrict_
   extern __shared__ __align__(128) unsigned char smem_raw[];
   elem_t* smem = reinterpret_cast<elem_t*>(smem_raw);
 
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int tid = threadIdx.x, lane = tid & 31;
+  const int group = tid / kGroupThreads, group_tid = tid % kGroupThreads, warp = group_tid >> 5;
   const int warp_m = warp % WARPS_M, warp_n = warp / WARPS_M;
   const int Cg = C / GROUPS, Kg = K / GROUPS;
   const int M = N * P * Q, Kgemm = KH * KW * Cg;
   const int m0 = blockIdx.x * BLOCK_M, n0 = blockIdx.y * BLOCK_N, g = blockIdx.z;
   const FastDivmod pq_div(P * Q), q_div(Q), cg_div(Cg);
+  elem_t* stages = smem + group * STAGES * kStageElems;
 
-  TileLoader loader(tid, m0, n0, g, M, Kg, Kgemm, H, W, C, Cg, pad_h, pad_w, pq_div, q_div);
+  TileLoader loader(group_tid, m0, n0, g, M, Kg, Kgemm, H, W, C, Cg, pad_h, pad_w, pq_div, q_div);
 
   float acc[kMI][kNI][4];
 #pragma unroll
@@ -247,15 +267,17 @@ fused_conv_implicit_gemm(const elem_t* __restrict__ x, const elem_t* __restrict_
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.f;
 
-  const int k_tiles = (Kgemm + BLOCK_K - 1) / BLOCK_K;
+  // This group's reduction tiles: group, group + SPLIT_K, ...
+  const int k_tiles = ((Kgemm + BLOCK_K - 1) / BLOCK_K - group + SPLIT_K - 1) / SPLIT_K;
 #pragma unroll
   for (int st = 0; st < STAGES - 1; ++st) {
     if (st < k_tiles) {
+      const int k0 = (group + st * SPLIT_K) * BLOCK_K;
 #if IN_VEC == 8
-      loader.load(smem + st * kStageElems, st * BLOCK_K, x, w, H, W, C, Kgemm, cg_div);
+      loader.load(stages + st * kStageElems, k0, x, w, H, W, C, Kgemm, cg_div);
 #else
-      loader.gather(st * BLOCK_K, x, w, H, W, C, Cg, Kgemm, cg_div);
-      loader.store(smem + st * kStageElems);
+      loader.gather(k0, x, w, H, W, C, Cg, Kgemm, cg_div);
+      loader.store(stages + st * kStageElems);
 #endif
     }
     cp_async_commit();
@@ -263,42 +285,74 @@ fused_conv_implicit_gemm(const elem_t* __restrict__ x, const elem_t* __restrict_
 
   for (int it = 0; it < k_tiles; ++it) {
     cp_async_wait<STAGES - 2>();
-    __syncthreads();
+    group_barrier(group);
     const int ahead = it + STAGES - 1;
+    const int k_ahead = (group + ahead * SPLIT_K) * BLOCK_K;
 #if IN_VEC == 8
-    if (ahead < k_tiles) loader.load(smem + (ahead % STAGES) * kStageElems, ahead * BLOCK_K, x, w, H, W, C, Kgemm,
-                                     cg_div);
+    if (ahead < k_tiles) loader.load(stages + (ahead % STAGES) * kStageElems, k_ahead, x, w, H, W, C, Kgemm, cg_div);
     cp_async_commit();
 #else
-    if (ahead < k_tiles) loader.gather(ahead * BLOCK_K, x, w, H, W, C, Cg, Kgemm, cg_div);
+    if (ahead < k_tiles) loader.gather(k_ahead, x, w, H, W, C, Cg, Kgemm, cg_div);
 #endif
-    const elem_t* stage = smem + (it % STAGES) * kStageElems;
+    const elem_t* stage = stages + (it % STAGES) * kStageElems;
     mma_stage(acc, stage, stage + BLOCK_M * BLOCK_K, warp_m, warp_n, lane);
 #if IN_VEC != 8
-    if (ahead < k_tiles) loader.store(smem + (ahead % STAGES) * kStageElems);
+    if (ahead < k_tiles) loader.store(stages + (ahead % STAGES) * kStageElems);
 #endif
   }
   cp_async_wait<0>();
   __syncthreads();
+
+#if SPLIT_K > 1
+  // Sum the groups' partial accumulators into group 0's (conflict-free: consecutive threads, consecutive words).
+  {
+    float* partial = reinterpret_cast<float*>(smem_raw);
+    constexpr int kAcc = kMI * kNI * 4;
+    if (group > 0) {
+#pragma unroll
+      for (int mi = 0; mi < kMI; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < kNI; ++ni)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            partial[((group - 1) * kAcc + (mi * kNI + ni) * 4 + e) * kGroupThreads + group_tid] = acc[mi][ni][e];
+    }
+    __syncthreads();
+    if (group == 0) {
+#pragma unroll
+      for (int s = 0; s < SPLIT_K - 1; ++s)
+#pragma unroll
+        for (int mi = 0; mi < kMI; ++mi)
+#pragma unroll
+          for (int ni = 0; ni < kNI; ++ni)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              acc[mi][ni][e] += partial[(s * kAcc + (mi * kNI + ni) * 4 + e) * kGroupThreads + group_tid];
+    }
+    __syncthreads();
+  }
+#endif
 
   // Epilogue: scale, shift, activation on the accumulators; the tile goes through shared memory so that the
   // residual read and the output store are OUT_VEC wide.
   elem_t* tile = smem;
   const ChannelAffine affine{SCALE_ARG, SHIFT_ARG};
   const int channel0 = g * Kg + n0;
+  if (group == 0) {
 #pragma unroll
-  for (int ni = 0; ni < kNI; ++ni) {
-    const int col = warp_n * kWarpN + ni * 8 + (lane & 3) * 2;
-    const bool ok0 = n0 + col < Kg, ok1 = n0 + col + 1 < Kg;
+    for (int ni = 0; ni < kNI; ++ni) {
+      const int col = warp_n * kWarpN + ni * 8 + (lane & 3) * 2;
+      const bool ok0 = n0 + col < Kg, ok1 = n0 + col + 1 < Kg;
 #pragma unroll
-    for (int mi = 0; mi < kMI; ++mi)
+      for (int mi = 0; mi < kMI; ++mi)
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int row = warp_m * kWarpM + mi * 16 + (lane >> 2) + half * 8;
-        const float v0 = ok0 ? affine.apply(acc[mi][ni][half * 2], channel0 + col) : 0.f;
-        const float v1 = ok1 ? affine.apply(acc[mi][ni][half * 2 + 1], channel0 + col + 1) : 0.f;
-        *reinterpret_cast<elem2_t*>(tile + row * kCStride + col) = pack2(v0, v1);
-      }
+        for (int half = 0; half < 2; ++half) {
+          const int row = warp_m * kWarpM + mi * 16 + (lane >> 2) + half * 8;
+          const float v0 = ok0 ? affine.apply(acc[mi][ni][half * 2], channel0 + col) : 0.f;
+          const float v1 = ok1 ? affine.apply(acc[mi][ni][half * 2 + 1], channel0 + col + 1) : 0.f;
+          *reinterpret_cast<elem2_t*>(tile + row * kCStride + col) = pack2(v0, v1);
+        }
+    }
   }
   __syncthreads();
   // Output pass in batches of kBatch vectors per thread: all residual loads of a batch are in flight at once.

@@ -6,8 +6,9 @@ attributes; dims that may be symbolic only enter ``+ - * //`` arithmetic for the
 Activations are NHWC in memory ("channels-last"), weights OHWI, output NHWC.
 
 Kernels: ``depthwise.cu`` when each group has one input channel (group == C > 1); ``implicit_gemm.cu`` otherwise.
-Tile (implicit GEMM): BLOCK_M = 128 output pixels; BLOCK_N = 128/64/32 output channels by K/G; BLOCK_K = 64 when
-C/G is a multiple of 64, else 32; 16-byte cp.async loads when C/G is a multiple of 8, an element gather otherwise.
+Tile (implicit GEMM, ``default_gemm_tile``): by K/G, the reduction depth kH*kW*C/G and its ratio to K/G, from a
+tile sweep over the ResNet-50 / MobileNetV2 layers; BLOCK_K = 64 when C/G is a multiple of 64, else 32; 16-byte
+cp.async loads when C/G is a multiple of 8, an element gather otherwise.
 """
 from __future__ import annotations
 
@@ -89,34 +90,64 @@ def epilogue_defines(attrs, has_shift: bool, has_scale: bool, has_residual: bool
     }
 
 
-# Implicit-GEMM CTA tiles: name -> (BLOCK_M, BLOCK_N, WARPS_M, WARPS_N).
+# Implicit-GEMM CTA tiles: name -> (BLOCK_M, BLOCK_N, WARPS_M, WARPS_N, SPLIT_K); "s2" tiles put two warp groups
+# on one output tile, each taking every other reduction tile.
 GEMM_TILES = {
-    "128x256w8": (128, 256, 2, 4), "128x128w4": (128, 128, 2, 2), "128x128w8": (128, 128, 2, 4),
-    "128x64w4": (128, 64, 2, 2), "64x128w4": (64, 128, 2, 2), "64x64w4": (64, 64, 2, 2), "128x32w4": (128, 32, 4, 1),
+    "128x256w8": (128, 256, 2, 4, 1), "128x128w4": (128, 128, 2, 2, 1), "128x128w8": (128, 128, 2, 4, 1),
+    "128x64w4": (128, 64, 2, 2, 1), "64x128w4": (64, 128, 2, 2, 1), "64x64w4": (64, 64, 2, 2, 1),
+    "128x32w4": (128, 32, 4, 1, 1), "128x64w4s2": (128, 64, 2, 2, 2), "128x32w4s2": (128, 32, 4, 1, 2),
+    "64x64w4s2": (64, 64, 2, 2, 2), "64x64w4s4": (64, 64, 2, 2, 4),
 }
 
 
-def default_gemm_tile(cg: int, kg: int, taps: int) -> str:
-    """The CTA tile for a group's C/G input and K/G output channels and kH*kW taps."""
-    return "128x128w4" if kg > 64 else "128x64w4" if kg > 32 else "128x32w4"
+def default_gemm_tile(cg: int, kg: int, taps: int) -> tuple[str, int | None]:
+    """(tile, BLOCK_K or None for the default) for a group's C/G input and K/G output channels and kH*kW taps.
+
+    From the tile sweep on H100 (NOTES.md): 128x64 with BLOCK_K 64 wins most ResNet-50 layers; narrow outputs
+    (K/G <= 32) and 1x1 projections that reduce >= 3x over <= 320 outputs (MobileNetV2) want 128x32; wide 1x1
+    outputs (K/G >= 1024) 128x128 with BLOCK_K 32; deep reductions (>= 2048) split over two warp groups."""
+    reduction = taps * cg
+    if kg >= 1024:
+        return "128x128w4", 32
+    if kg <= 32 or (taps == 1 and reduction >= 3 * kg and kg <= 320):
+        tile = "128x32w4"
+    else:
+        tile = "128x64w4"
+    return (tile + "s2" if reduction >= 2048 else tile), None
 
 
-def gemm_tile(cg: int, kg: int, taps: int, tile: str | None = None, block_k: int | None = None) -> dict:
-    """Compile-time tile of the implicit GEMM, chosen on the static channel counts (``tile``/``block_k``
-    override the choice, for tuning)."""
-    block_m, block_n, warps_m, warps_n = GEMM_TILES[tile or default_gemm_tile(cg, kg, taps)]
+# Dynamic shared memory a block may opt into, per arch (bytes); unknown arches get the smallest.
+SHARED_LIMIT = {"sm_80": 166912, "sm_86": 101376, "sm_89": 101376, "sm_90": 232448, "sm_90a": 232448}
+
+
+def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, block_k: int | None = None,
+              stages: int | None = None) -> dict:
+    """Compile-time tile of the implicit GEMM, chosen on the static channel counts (``tile``/``block_k``/
+    ``stages`` override the choice, for tuning); pipeline stages shrink to fit ``arch``'s shared memory."""
+    default_tile, default_block_k = default_gemm_tile(cg, kg, taps)
+    block_m, block_n, warps_m, warps_n, split = GEMM_TILES[tile or default_tile]
     in_vec = 8 if cg % 8 == 0 else 1
-    block_k = block_k or (64 if in_vec == 8 and cg % 64 == 0 else 32)
+    block_k = block_k or (None if tile else default_block_k) or (64 if in_vec == 8 and cg % 64 == 0 else 32)
     k_tiles = -(-taps * cg // block_k)
-    stages = max(2, min(3 if block_k == 64 else 4, k_tiles))  # no more stages than reduction tiles
-    return dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, WARPS_M=warps_m, WARPS_N=warps_n,
-                STAGES=stages, IN_VEC=in_vec, OUT_VEC=_largest_vector(kg))
+    k_tiles = -(-k_tiles // split)  # reduction tiles per warp group
+    stages = max(2, min(stages or (3 if block_k == 64 else 4), k_tiles))  # no more stages than tiles
+    config = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, WARPS_M=warps_m, WARPS_N=warps_n,
+                  SPLIT_K=split, STAGES=stages, IN_VEC=in_vec, OUT_VEC=_largest_vector(kg))
+    limit = SHARED_LIMIT.get(arch, min(SHARED_LIMIT.values()))
+    while gemm_shared_bytes(config) > limit and config["STAGES"] > 2:
+        config["STAGES"] -= 1
+    if gemm_shared_bytes(config) > limit:
+        raise ValueError(f"implicit-GEMM tile {tile or default_tile} needs {gemm_shared_bytes(config)} bytes of "
+                         f"shared memory; {arch} allows {limit}: pick a smaller tile")
+    return config
 
 
 def gemm_shared_bytes(tile: dict) -> int:
-    """Dynamic shared memory of implicit_gemm.cu: the pipeline stages, reused for the staged output tile."""
-    stages = tile["STAGES"] * (tile["BLOCK_M"] + tile["BLOCK_N"]) * tile["BLOCK_K"] * 2
-    return max(stages, tile["BLOCK_M"] * (tile["BLOCK_N"] + 8) * 2)
+    """Dynamic shared memory of implicit_gemm.cu: every group's pipeline stages, reused after the main loop for
+    the split groups' partial sums (fp32) and then for the staged output tile."""
+    stages = tile["SPLIT_K"] * tile["STAGES"] * (tile["BLOCK_M"] + tile["BLOCK_N"]) * tile["BLOCK_K"] * 2
+    partials = (tile["SPLIT_K"] - 1) * tile["BLOCK_M"] * tile["BLOCK_N"] * 4
+    return max(stages, partials, tile["BLOCK_M"] * (tile["BLOCK_N"] + 8) * 2)
 
 
 def depthwise_tile(c: int, k: int) -> dict:
@@ -128,10 +159,10 @@ def depthwise_tile(c: int, k: int) -> dict:
 
 
 def plan_conv(input_shapes, input_dtypes, attrs, arch: str, *, tile: str | None = None,
-              block_k: int | None = None) -> LaunchPlan:
+              block_k: int | None = None, stages: int | None = None) -> LaunchPlan:
     """The FusedConv launch (kernel arguments: ``X, W, shift?, scale?, residual?``, then int32
-    ``N, H, W, C, K, P, Q, pad_h, pad_w``, then ``Y``). ``tile``/``block_k``: implicit-GEMM tile override
-    (a ``GEMM_TILES`` name, 32 or 64), for tuning only."""
+    ``N, H, W, C, K, P, Q, pad_h, pad_w``, then ``Y``). ``tile``/``block_k``/``stages``: implicit-GEMM tile
+    override (a ``GEMM_TILES`` name, 32 or 64, pipeline depth), for tuning only."""
     x_shape, w_shape, shift_shape, scale_shape, residual_shape = (list(input_shapes) + [None] * 5)[:5]
     x_dtype, w_dtype = input_dtypes[0], input_dtypes[1]
     if attrs["input_scale"]:
@@ -163,10 +194,10 @@ def plan_conv(input_shapes, input_dtypes, attrs, arch: str, *, tile: str | None 
                           grid=((pixels + block_pixels - 1) // block_pixels,
                                 (geo["K"] + block_channels - 1) // block_channels, 1),
                           block=(256, 1, 1), shared_mem=0, scalars=scalars)
-    config = gemm_tile(geo["Cg"], geo["Kg"], geo["KH"] * geo["KW"], tile, block_k)
+    config = gemm_tile(geo["Cg"], geo["Kg"], geo["KH"] * geo["KW"], arch, tile, block_k, stages)
     return LaunchPlan(source=IMPLICIT_GEMM, kernel="fused_conv_implicit_gemm",
                       defines={**defines, "GROUPS": geo["G"], **config},
                       grid=((pixels + config["BLOCK_M"] - 1) // config["BLOCK_M"],
                             (geo["Kg"] + config["BLOCK_N"] - 1) // config["BLOCK_N"], geo["G"]),
-                      block=(config["WARPS_M"] * config["WARPS_N"] * 32, 1, 1), shared_mem=gemm_shared_bytes(config),
+                      block=(config["WARPS_M"] * config["WARPS_N"] * config["SPLIT_K"] * 32, 1, 1), shared_mem=gemm_shared_bytes(config),
                       scalars=scalars)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -32,17 +33,27 @@ def export(sample: Sample, path: str | os.PathLike, exporter: str, opset: int | 
     big = sum(p.numel() * p.element_size() for p in sample.model.parameters()) >= TWO_GB
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        if exporter == "torchscript":
-            torch.onnx.export(
-                sample.model, args, str(path), dynamo=False, opset_version=opset,
-                input_names=list(sample.input_names), output_names=list(sample.output_names),
-                dynamic_axes=sample.dynamic_axes, do_constant_folding=fold_constants)
+        if exporter == "torchscript" and big:
+            # Over 2 GB the TorchScript exporter writes one external file per tensor; gather them into one.
+            with tempfile.TemporaryDirectory(dir=path.parent) as scratch:
+                _export_torchscript(sample, args, Path(scratch) / path.name, opset, fold_constants)
+                onnx.save_model(onnx.load(str(Path(scratch) / path.name)), str(path), save_as_external_data=True,
+                                all_tensors_to_one_file=True, location=path.name + ".data")
+        elif exporter == "torchscript":
+            _export_torchscript(sample, args, path, opset, fold_constants)
         else:
             program = torch.onnx.export(
                 sample.model, args, dynamo=True, opset_version=opset, input_names=list(sample.input_names),
                 output_names=list(sample.output_names), dynamic_shapes=_dynamic_shapes(sample), optimize=True)
             program.save(str(path), external_data=big)
     return path
+
+
+def _export_torchscript(sample: Sample, args, path: Path, opset: int, fold_constants: bool) -> None:
+    torch.onnx.export(
+        sample.model, args, str(path), dynamo=False, opset_version=opset,
+        input_names=list(sample.input_names), output_names=list(sample.output_names),
+        dynamic_axes=sample.dynamic_axes, do_constant_folding=fold_constants)
 
 
 def _dynamic_shapes(sample: Sample) -> tuple[tuple[dict[int, torch.export.Dim], ...]]:

@@ -54,6 +54,12 @@ def file_name(name: str, exporter: str, dtype: torch.dtype = torch.float32) -> s
     return f"{name}{precision}_{exporter}.onnx"
 
 
+def _file_bytes(path: Path) -> int:
+    """Size of the model file plus its external data file, if any."""
+    data = path.with_name(path.name + ".data")
+    return path.stat().st_size + (data.stat().st_size if data.exists() else 0)
+
+
 def generate(out: str | Path, names=tuple(CATALOGUE), exporters=tuple(EXPORTERS), dtype: torch.dtype = torch.float32,
              check: bool = True, **overrides) -> list[dict]:
     """Export every (name, exporter) pair into `out`; one record per file with size, export seconds and (with
@@ -65,7 +71,7 @@ def generate(out: str | Path, names=tuple(CATALOGUE), exporters=tuple(EXPORTERS)
             path = Path(out) / file_name(name, exporter, dtype)
             start = time.perf_counter()
             export(sample, path, exporter)
-            record = {"file": str(path), "bytes": path.stat().st_size, "export_s": time.perf_counter() - start}
+            record = {"file": str(path), "bytes": _file_bytes(path), "export_s": time.perf_counter() - start}
             if check:
                 record["rel_err"] = relative_error(sample, path)
             records.append(record)
@@ -82,7 +88,7 @@ def write_samples(out: str | Path) -> list[dict]:
         records += generate(out, (name,), (exporter,), torch.float16)
     sample = build("resnet")
     path = export(sample, Path(out) / "resnet_bn_torchscript.onnx", "torchscript", fold_constants=False)
-    records.append({"file": str(path), "bytes": path.stat().st_size, "rel_err": relative_error(sample, path)})
+    records.append({"file": str(path), "bytes": _file_bytes(path), "rel_err": relative_error(sample, path)})
     print(records[-1], flush=True)
     return records
 
@@ -96,7 +102,8 @@ def main(argv=None) -> None:
     parser.add_argument("--check", action="store_true", help="compare onnxruntime with torch on random inputs")
     parser.add_argument("--samples", action="store_true",
                         help="write exactly the committed sample set (models/samples/), ignoring the other options")
-    for option in ("layers", "hidden", "heads", "kv-heads", "intermediate", "vocab", "image-size", "seed"):
+    for option in ("layers", "hidden", "heads", "kv-heads", "intermediate", "vocab", "max-positions", "image-size",
+                   "seed"):
         parser.add_argument(f"--{option}", type=int)
     parser.add_argument("--depths", type=int, nargs="+", help="ResNet blocks per stage, e.g. 3 8 36 3")
     parser.add_argument("--hidden-sizes", type=int, nargs="+", help="ResNet stage widths, e.g. 256 512 1024 2048")

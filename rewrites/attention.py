@@ -375,7 +375,8 @@ def _match_softmax(softmax: gs.Node, graph: gs.Graph) -> _Match:
     qb, kt = scores_mm.inputs
     rank = _rank(qb) or _rank(kt) or _rank(scores_mm.outputs[0])
     if rank != 4:
-        raise _Skip(f"the Q·Kᵀ MatMul '{scores_mm.name}' has inputs of rank {rank or 'unknown'}, not 4")
+        raise _Skip(f"the Softmax input comes from MatMul '{scores_mm.name}' of rank {rank or 'unknown'}, not a "
+                    f"rank-4 Q·Kᵀ (not attention, or heads folded into the batch)")
     axis = softmax.attrs.get("axis", -1 if graph.opset >= 13 else 1)  # before opset 13: 2-D coercion at axis
     if axis not in (-1, rank - 1):
         raise _Skip(f"Softmax '{softmax.name}' normalizes axis {axis}, not the last (keys) axis")

@@ -48,8 +48,8 @@ def softmax_attention(*, batch=2, lq=5, lkv=5, heads=4, kv_heads=4, dim=16, scal
     """Q/K/V projections reshaped to heads, Softmax(scale·Q·Kᵀ + mask)·V, heads merged back to [B, Lq, H·D].
 
     scale: "div" | "mul" | "split" (sqrt on Q and on K) ; mask: None | "float" | "where" (Where(m, S, -inf)) |
-    "masked_fill" (Where(m, -inf, S)) | "causal_const" | "causal_const_br" | "trilu" | "range" |
-    "float+range" ; gqa (kv_heads < heads): "expand" | "tile" (Tile on an inserted axis) | "tile_heads"
+    "masked_fill" (Where(m, -inf, S)) | "causal_const" | "causal_const_br" | "trilu" | "range" | "range_less" |
+    "range_greater_drop" | "range_bottom_right" | "float+range" ; gqa (kv_heads < heads): "expand" | "tile" (Tile on an inserted axis) | "tile_heads"
     (Tile on the heads axis: h % H order) ; keys: "split" (Transpose 0,2,3,1) | "bhsd" (0,1,3,2 of BHSD);
     layers: blocks in a chain, each reading the previous output as queries and the same K, V and mask."""
     g = GraphBuilder()
@@ -140,11 +140,18 @@ def _apply_mask(g: GraphBuilder, scores: str, mask, batch, lq, lkv) -> str:
                     value=numpy_helper.from_array(np.ones(1, np.float32)))
         upper = g.op("Trilu", [ones, g.const(np.int64(1))], upper=1)
         return g.op("Where", [g.op("Cast", [upper], to=TensorProto.BOOL), neg_inf, scores])
-    if mask == "range":  # key position <= query position, positions from Range
+    if mask.startswith("range"):  # positions from Range compared: key j <= query i (+ Lkv - Lq: bottom right)
         zero, one = g.const(np.int64(0)), g.const(np.int64(1))
         rows = g.op("Unsqueeze", [g.op("Range", [zero, g.const(np.int64(lq)), one]), g.const([1], np.int64)])
         cols = g.op("Unsqueeze", [g.op("Range", [zero, g.const(np.int64(lkv)), one]), g.const([0], np.int64)])
-        allowed = g.op("LessOrEqual", [cols, rows])
+        if mask == "range_greater_drop":  # masked_fill(j > i, -inf)
+            return g.op("Where", [g.op("Greater", [cols, rows]), neg_inf, scores])
+        if mask == "range_less":  # i >= j written as j < i + 1
+            allowed = g.op("Less", [cols, g.op("Add", [rows, one])])
+        elif mask == "range_bottom_right":
+            allowed = g.op("GreaterOrEqual", [g.op("Add", [rows, g.const(np.int64(lkv - lq))]), cols])
+        else:
+            allowed = g.op("LessOrEqual", [cols, rows])
         bias = g.op("Where", [allowed, g.const(np.float32(0.0)), neg_inf])
         return g.op("Add", [scores, bias])
     raise ValueError(f"unknown mask kind {mask!r}")

@@ -88,6 +88,9 @@ CASES = {
     "causal_trilu": dict(mask="trilu"),
     "causal_range": dict(mask="range"),
     "causal_range_and_float_mask": dict(mask="float+range"),
+    "causal_range_less": dict(mask="range_less"),
+    "causal_range_greater_drop": dict(mask="range_greater_drop"),
+    "causal_range_bottom_right": dict(lq=3, lkv=6, mask="range_bottom_right"),
     "cross_attention": dict(lq=3, lkv=7, mask="float"),
     "causal_bottom_right": dict(lq=3, lkv=6, mask="causal_const_br"),
     "gqa_expand": dict(kv_heads=2, gqa="expand"),
@@ -102,6 +105,8 @@ EXPECTED = {  # details the fused node must carry
     "causal_trilu": {"causal": 1, "mask": "none"}, "causal_range": {"causal": 1, "mask": "none"},
     "causal_range_and_float_mask": {"causal": 1, "mask": "float"},
     "causal_bottom_right": {"causal": 1, "causal_alignment": "bottom_right"},
+    "causal_range_less": {"causal": 1, "mask": "none"}, "causal_range_greater_drop": {"causal": 1, "mask": "none"},
+    "causal_range_bottom_right": {"causal": 1, "mask": "none", "causal_alignment": "bottom_right"},
     "gqa_expand": {"gqa_group": 2}, "gqa_tile": {"gqa_group": 2}, "mqa_tile_heads": {"gqa_group": 4},
     "split_scale": {"layout": "BSHD"},
 }

@@ -17,7 +17,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 from onnx import TensorProto, helper
 
-from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION
+from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION, HEAD_DIMS
 from trt_fusedattn.rewrites import Site
 from trt_fusedattn.rewrites._graph import (consumers, constant_value, is_graph_output, is_present, names_in_use,
                                            producer, scalar_value, static_value, unique_name)
@@ -747,8 +747,8 @@ def _check_masks(match: _Match) -> None:
         rank = _rank(mask)
         if rank is None:
             raise _Skip(f"the rank of mask '{mask.name}' is unknown; run shape inference first")
-        if rank > 4:
-            raise _Skip(f"mask '{mask.name}' has rank {rank}; FusedAttention broadcasts masks of rank <= 4")
+        if not 2 <= rank <= 4:
+            raise _Skip(f"mask '{mask.name}' has rank {rank}; FusedAttention broadcasts masks of rank 2 to 4")
 
 
 def _route_output(out: _Output, layout: str, emit: _Emitter, qtype) -> gs.Tensor:
@@ -828,9 +828,14 @@ def _check(match: _Match) -> None:
     hq, hkv = _heads(match.q), _heads(match.k)
     if hq and hkv and hq % hkv:
         raise _Skip(f"{hq} query heads are not a multiple of {hkv} key/value heads")
-    dq, dk = _head_dim(match.q), _head_dim(match.k)
-    if dq and dk and dq != dk:
-        raise _Skip(f"Q has head dim {dq} but K has {dk}")
+    dq, dk, dv = _head_dim(match.q), _head_dim(match.k), _head_dim(match.v)
+    if dq is None:
+        raise _Skip("the head dim of Q is not static; FusedAttention kernels are compiled per head dim")
+    if dq not in HEAD_DIMS:
+        raise _Skip(f"head dim {dq} is not one the FusedAttention kernels are built for {HEAD_DIMS}")
+    for name, d in (("K", dk), ("V", dv)):
+        if d is not None and d != dq:
+            raise _Skip(f"Q has head dim {dq} but {name} has {d}; FusedAttention takes one head dim")
     _check_masks(match)
 
 

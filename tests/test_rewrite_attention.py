@@ -173,6 +173,7 @@ LEFT_ALONE = {
     "Attention with softcap": (lambda: onnx_attention(softcap=30.0), "softcap"),
     "Attention mask shorter than the keys": (lambda: onnx_attention(mask="float", mask_len=4), "covers 4 of 7"),
     "probabilities also a graph output": (lambda: irregular_scores("probs_output"), "are a graph output"),
+    "head dim the kernels are not built for": (lambda: softmax_attention(dim=24), "head dim 24"),
     "mask added before the scale": (lambda: irregular_scores("mask_before_scale"), "before the scores are scaled"),
     "Where filling masked scores with 0": (lambda: irregular_scores("fill_zero"), "does not fill masked scores"),
     "scale from a graph input": (lambda: irregular_scores("dynamic_scale"), "non-constant"),

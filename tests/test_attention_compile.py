@@ -1,5 +1,8 @@
 """Every FusedAttention specialization the GPU tests launch compiles with the local nvcc for sm_80 and sm_90a,
-without register spills (CPU: catches compile errors and spills in CI, no GPU needed)."""
+without register spills (CPU: catches compile errors and spills in CI, no GPU needed).
+
+One accepted exception: head dim 128 with 128x64 tiles spills a few registers (ptxas: 4-64 bytes, reloaded once
+per K/V tile) and still ran faster on the H100 than the spill-free 128x32 tiles (NOTES.md, run 3)."""
 from __future__ import annotations
 
 import re
@@ -12,6 +15,7 @@ from trt_fusedattn.launcher import CompileError, compile_cubin
 from trt_fusedattn.launcher.compile import nvcc_path
 
 ARCHES = ("sm_80", "sm_90a")
+ACCEPTED_SPILL_BYTES = {(128, 64): 64}  # (HEAD_DIM, BLOCK_N) -> most spill-store bytes allowed
 
 
 def _nvcc_missing() -> bool:
@@ -32,5 +36,7 @@ def test_every_tested_specialization_compiles_without_spills():
         reports = dict(zip(plans, pool.map(lambda kv: compile_cubin(kv[1].source, kv[0][0], kv[1].defines)[1],
                                            plans.items())))
     for (arch, defines), report in reports.items():
+        d = dict(defines)
+        allowed = ACCEPTED_SPILL_BYTES.get((d["HEAD_DIM"], d["BLOCK_N"]), 0)
         spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", report)]
-        assert spills and max(spills) == 0, f"{arch} {dict(defines)}: register spills\n{report}"
+        assert spills and max(spills) <= allowed, f"{arch} {d}: register spills over {allowed} bytes\n{report}"

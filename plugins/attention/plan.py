@@ -20,7 +20,7 @@ LOG2E = 1.4426950408889634
 
 # Tile per head dim: (BLOCK_M, BLOCK_N, NUM_WARPS, Q_IN_REGISTERS, KV_STAGES), chosen by H100 timings
 # (NOTES.md) among those ptxas builds without register spills.
-TILES = {16: (128, 128, 4, 1, 2), 32: (128, 64, 4, 0, 2), 64: (128, 64, 4, 1, 2), 96: (128, 64, 8, 0, 2), 128: (128, 32, 4, 0, 2),
+TILES = {16: (128, 128, 4, 1, 2), 32: (128, 64, 4, 0, 2), 64: (128, 64, 4, 1, 2), 96: (128, 64, 8, 0, 2), 128: (128, 64, 4, 0, 2),
          256: (128, 32, 8, 0, 2)}
 # A mask's per-element loads need registers: masked specializations use 16 query rows per warp.
 TILES_MASKED = {16: (128, 128, 8, 0, 2), 32: (128, 64, 8, 0, 2), 64: (128, 64, 8, 0, 2), 96: (128, 64, 8, 0, 2), 128: (128, 64, 8, 0, 2),

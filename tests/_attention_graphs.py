@@ -268,11 +268,16 @@ def export_torch_attention(style: str, exporter: str, path) -> onnx.ModelProto:
 
 def irregular_scores(kind: str, *, batch=2, heads=4, length=5, dim=16) -> onnx.ModelProto:
     """Softmax(f(Q·Kᵀ))·V on BHSD inputs where f is not what FusedAttention computes, or the probabilities are
-    used elsewhere: "probs_output", "mask_before_scale", "fill_zero", "dynamic_scale", "float_and_bool"."""
+    used elsewhere: "probs_output", "mask_before_scale", "fill_zero", "dynamic_scale", "float_and_bool"; and
+    "kt_input" (plain attention with Kᵀ as the graph input, no transpose to undo)."""
     g = GraphBuilder()
     shape = [batch, heads, length, dim]
-    q, k, v = (g.input(name, FLOAT, shape) for name in ("q", "k", "v"))
-    scores = g.op("MatMul", [q, g.op("Transpose", [k], perm=[0, 1, 3, 2])])
+    q, v = g.input("q", FLOAT, shape), g.input("v", FLOAT, shape)
+    if kind == "kt_input":  # Kᵀ given as is: [B, H, D, L]
+        kt = g.input("kt", FLOAT, [batch, heads, dim, length])
+    else:
+        kt = g.op("Transpose", [g.input("k", FLOAT, shape)], perm=[0, 1, 3, 2])
+    scores = g.op("MatMul", [q, kt])
     mask_shape = [batch, 1, length, length]
     if kind == "mask_before_scale":
         scores = g.op("Mul", [g.op("Add", [scores, g.input("mask", FLOAT, mask_shape)]), g.const(np.float32(0.25))])

@@ -137,6 +137,17 @@ def test_additive_and_boolean_mask_combined():
     assert result.passed, result.table()
 
 
+def test_keys_given_transposed():
+    """Kᵀ with no Transpose to undo: one Transpose back to K is inserted; BHSD needs no other (Q, V, O)."""
+    original = irregular_scores("kt_input")
+    fused, report = fuse(original, only=["attention"])
+    (site,) = report.sites
+    assert site.fused and site.details["layout"] == "BHSD", (site.reason, site.details)
+    assert [n.op_type for n in fused.graph.node].count("Transpose") == 1
+    result = verify(original, fused, inputs=attention_inputs(original, seed=7))
+    assert result.passed, result.table()
+
+
 def test_layers_share_one_mask_conversion():
     """masked_fill masks (True = drop) become one Not for all layers, not one per layer."""
     original = softmax_attention(mask="masked_fill", layers=3, lq=5, lkv=5)

@@ -140,3 +140,13 @@ def test_bad_options_one_line_exit_2(args, message, tmp_path):
     result = fuse_onnx(CONV_SAMPLE.resolve(), *args, cwd=tmp_path)
     assert_one_line_error(result, 2)
     assert message in result.stderr and os.listdir(tmp_path) == []
+
+
+def test_ci_runs_exactly_the_readme_commands():
+    readme = Path("README.md").read_text()
+    block = readme.split("## Two commands", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    install_and_sample, test = block.strip().splitlines()
+    ci = Path(".ci/run").read_text().splitlines()
+    assert install_and_sample in ci and test in ci
+    assert "-c .ci/constraints.txt" in install_and_sample and "fuse-onnx models/samples/" in install_and_sample
+    assert Path(install_and_sample.split("fuse-onnx ", 1)[1].split()[0]).is_file()

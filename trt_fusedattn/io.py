@@ -70,8 +70,8 @@ def _copy_fields(source, target, skip: str) -> None:
 
 
 def skeleton(model: onnx.ModelProto, threshold: int = EXTERNAL_THRESHOLD):
-    """A copy of the model whose main-graph initializers of at least ``threshold`` bytes are stubs (name,
-    type, dims, no data); returns (copy, [(original tensor, stub)]).
+    """A copy of the model whose main-graph initializers of at least ``threshold`` bytes, or external, are
+    stubs (name, type, dims, no data); returns (copy, [(original tensor, stub)]).
 
     Built without touching the large data (copying it costs seconds per GB): what shape inference, the
     checker and saving with external data need."""
@@ -80,7 +80,7 @@ def skeleton(model: onnx.ModelProto, threshold: int = EXTERNAL_THRESHOLD):
     _copy_fields(model.graph, copy.graph, skip="initializer")
     stubs = []
     for tensor in model.graph.initializer:
-        if tensor.data_location != onnx.TensorProto.EXTERNAL and nbytes(tensor) >= threshold:
+        if tensor.data_location == onnx.TensorProto.EXTERNAL or nbytes(tensor) >= threshold:
             stub = copy.graph.initializer.add()
             stub.name, stub.data_type = tensor.name, tensor.data_type
             stub.dims.extend(tensor.dims)
@@ -124,9 +124,13 @@ def load_model(path) -> tuple[onnx.ModelProto, bool]:
                          f"export it again") from None
     _check_external_files(model, path)
     external = has_external_data(model)
+    checked, stubs = skeleton(model)  # the checker on the graph, its weights emptied: no second parse of the file
+    for _, stub in stubs:
+        del stub.dims[:]
+        stub.dims.append(0)
     try:
-        onnx.checker.check_model(str(path))
-    except (onnx.checker.ValidationError, DecodeError, RuntimeError, ValueError) as err:
+        onnx.checker.check_model(checked)
+    except (onnx.checker.ValidationError, RuntimeError, ValueError) as err:
         raise InputError(f"{path}: is not a valid ONNX model, it may be truncated or corrupt "
                          f"({_first_line(err)}); export it again") from None
     if external:

@@ -96,7 +96,3 @@ _ACTIVATION_SWEEP = [
              post_activation=a) for a in ("gelu", "hard_swish", "leaky_relu")]
 
 CASES = _BASE + [replace(c, name=c.name + "_bf16", dtype="bfloat16") for c in _BASE] + _ACTIVATION_SWEEP
-# Small cases compute-sanitizer runs through (memcheck of every loader and epilogue path).
-SANITIZER_CASES = ["7x7_s2_c3_k64_stem", "3x3_c256_k128_split", "7x7_c45_k24_split_gather", "3x3_c48_k40", "3x3_groups8_cg4_kg6", "dw3x3_c13_odd", "dw5x5_c40_residual",
-                   "1x1_s2_c256_k128_odd"]
-BY_NAME = {c.name: c for c in CASES}

@@ -3,7 +3,7 @@
 // ACTIVATIONS keys, so the plan passes the attribute string straight through as -DACTIVATION=<name>.
 //
 // Compile-time inputs: ACTIVATION, ACTIVATION_ALPHA, ACTIVATION_BETA, POST_ACTIVATION, POST_ACTIVATION_ALPHA,
-// POST_ACTIVATION_BETA, HAS_SHIFT, HAS_SCALE, HAS_RESIDUAL, ACC_SCALE (the FP8 input scale, 1 otherwise).
+// POST_ACTIVATION_BETA, HAS_SHIFT, HAS_SCALE, HAS_RESIDUAL.
 #pragma once
 #include "element.cuh"
 
@@ -45,10 +45,6 @@ struct gelu_tanh {
 struct tanh { static __device__ __forceinline__ float apply(float x, float, float) { return tanhf(x); } };
 }  // namespace act
 
-#ifndef ACC_SCALE
-#define ACC_SCALE 1.0
-#endif
-
 // The optional per-channel inputs as kernel parameters, in contract order (shift, scale, residual).
 #if HAS_SHIFT
 #define SHIFT_PARAM , const float* __restrict__ shift
@@ -70,13 +66,13 @@ struct tanh { static __device__ __forceinline__ float apply(float x, float, floa
 #define RESIDUAL_PARAM
 #endif
 
-// y = act(acc * ACC_SCALE * scale[ch] + shift[ch]); absent inputs are compiled out.
+// y = act(acc * scale[ch] + shift[ch]); absent inputs are compiled out.
 struct ChannelAffine {
   const float* scale_ptr;
   const float* shift_ptr;
 
   __device__ __forceinline__ float apply(float acc, int ch) const {
-    float v = acc * float(ACC_SCALE);
+    float v = acc;
 #if HAS_SCALE
     v *= __ldg(scale_ptr + ch);
 #endif

@@ -21,7 +21,6 @@ HERE = Path(__file__).resolve().parent
 IMPLICIT_GEMM = HERE / "implicit_gemm.cu"
 DEPTHWISE = HERE / "depthwise.cu"
 ELEMENT_DTYPES = ("float16", "bfloat16")
-ARGUMENT_ORDER = "X, W, shift?, scale?, residual?; N, H, W, C, K, P, Q, pad_h, pad_w; Y"
 
 
 def float_literal(value: float) -> str:

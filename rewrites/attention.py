@@ -100,6 +100,8 @@ class _Output:
     flat: gs.Tensor | None = None
     producer: gs.Node | None = None
     merges: list = field(default_factory=list)  # head-merge Transposes absorbed in BSHD
+    bypassed: list = field(default_factory=list)  # Reshapes of the output to its own shape, between it and merges
+    shape_readers: list = field(default_factory=list)  # Shape nodes reading the output (or a bypassed Reshape)
 
     def cost(self, layout: str) -> int:
         if self.flat is not None:
@@ -236,14 +238,63 @@ def _trace_keys(kt: gs.Tensor) -> tuple[_Operand, float]:
     return _Operand(kt=kt), factor
 
 
-def _trace_output(out: gs.Tensor, graph: gs.Graph) -> _Output:
-    """The output in BHSD and, when every reader is a head-merge Transpose, its BSHD form."""
+def _trace_output(out: gs.Tensor, graph: gs.Graph, match: _Match) -> _Output:
+    """The output in BHSD and, when its readers are head-merge Transposes (after Reshapes to its own shape, as the
+    sdpa export writes) and Shape nodes, its BSHD form."""
     result = _Output(bhsd=out, producer=producer(out))
-    readers = consumers(out)
-    if readers and not is_graph_output(out, graph) and all(_perm(n) == HEAD_SPLIT for n in readers):
-        result.merges = readers
-        result.bshd = readers[0].outputs[0]
+    tensor, bypassed, shape_readers = out, [], []
+    while not is_graph_output(tensor, graph):
+        readers = consumers(tensor)
+        shape_readers += [n for n in readers if _is_op(n, "Shape")]
+        others = [n for n in readers if not _is_op(n, "Shape")]
+        if len(others) == 1 and _keeps_output_shape(others[0], tensor, match):
+            bypassed.append(others[0])
+            tensor = others[0].outputs[0]
+            continue
+        if others and all(_perm(n) == HEAD_SPLIT for n in others):
+            result.merges, result.bshd = others, others[0].outputs[0]
+            result.bypassed, result.shape_readers = bypassed, shape_readers
+        break
     return result
+
+
+def _keeps_output_shape(node: gs.Node, tensor: gs.Tensor, match: _Match) -> bool:
+    """Whether ``node`` is a Reshape of the [B,H,Lq,Dv] output to [B,H,Lq,Dv]: each target dim a constant equal
+    to the static dim, a dim read by Shape from a tensor known to share it (Q, V, the output), or the one -1."""
+    if not _is_op(node, "Reshape") or _rank(node.outputs[0]) not in (None, 4):
+        return False
+    q, v = match.q.bhsd, match.v.bhsd
+    sources = [((tensor, 0), (q, 0), (v, 0)), ((tensor, 1), (q, 1)), ((tensor, 2), (q, 2)), ((tensor, 3), (v, 3))]
+    pieces = _shape_pieces(node.inputs[1])
+    if pieces is None or len(pieces) != 4 or sum(p == -1 for p in pieces) > 1:
+        return False
+    for position, piece in enumerate(pieces):
+        if isinstance(piece, tuple):
+            if not any(piece[0] is t and piece[1] == axis for t, axis in sources[position] if t is not None):
+                return False
+        elif piece != -1 and piece != _dim(tensor, position) and not (piece == 0 and not node.attrs.get("allowzero", 0)):
+            return False
+    return True
+
+
+def _shape_pieces(tensor: gs.Tensor) -> list | None:
+    """A 1-D shape tensor as its elements: ints for constants, (tensor, axis) for dims read with Shape; else None."""
+    value = constant_value(tensor)
+    if value is not None:
+        return [int(v) for v in value.reshape(-1)]
+    node = producer(tensor)
+    if _is_op(node, "Concat"):
+        parts = [_shape_pieces(t) for t in node.inputs]
+        return None if any(p is None for p in parts) else [piece for part in parts for piece in part]
+    if _is_op(node, "Unsqueeze") or _is_op(node, "Reshape"):
+        inner = _shape_pieces(node.inputs[0])
+        return inner if inner is not None and len(inner) == 1 else None
+    if _is_op(node, "Gather") and _is_op(producer(node.inputs[0]), "Shape"):
+        shape_node, index = producer(node.inputs[0]), constant_value(node.inputs[1])
+        if index is None or index.size != 1 or shape_node.attrs.get("start", 0) != 0:
+            return None
+        return [(shape_node.inputs[0], int(index.reshape(-1)[0]) % 4)]
+    return None
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -388,7 +439,7 @@ def _match_softmax(softmax: gs.Node, graph: gs.Graph) -> _Match:
     if v_factor != 1.0:
         match.v = _Operand(bhsd=values)  # scaled values: keep the scaled tensor
     match.scale *= q_factor * k_factor
-    match.out = _trace_output(pv_mm.outputs[0], graph)
+    match.out = _trace_output(pv_mm.outputs[0], graph, match)
     if _rank(pv_mm.outputs[0]) not in (None, 4):
         raise _Skip(f"the MatMul with V '{pv_mm.name}' is not rank 4")
     return match
@@ -418,7 +469,7 @@ def _match_onnx_attention(node: gs.Node, graph: gs.Graph) -> _Match:
         match.v, v_factor = _trace_bhsd(v, allow_repeat=True)
         if v_factor != 1.0:
             match.v = _Operand(bhsd=v)
-        match.out = _trace_output(node.outputs[0], graph)
+        match.out = _trace_output(node.outputs[0], graph, match)
     elif rank == 3:
         hq, hkv = node.attrs.get("q_num_heads"), node.attrs.get("kv_num_heads")
         if not hq or not hkv:
@@ -772,13 +823,41 @@ def _route_output(out: _Output, layout: str, emit: _Emitter, qtype) -> gs.Tensor
         result = out.bshd
         for merge in out.merges:
             merged = merge.outputs[0]
-            merge.outputs.clear()
+            _detach(merge)
             if merged is not result:
                 emit.node("Identity", [result], "O_alias", outputs=[merged])
+        for reshape in out.bypassed:
+            _detach(reshape)
+        if out.shape_readers:  # Shape of the BHSD output: the BSHD output's, permuted
+            bhsd_shape = emit.node("Gather", [emit.node("Shape", [result], "O_shape", np.dtype(np.int64)),
+                                              gs.Constant(unique_name(f"{emit.base}/bhsd_axes", emit.taken),
+                                                          np.array(HEAD_SPLIT, np.int64))],
+                                   "O_bhsd_shape", np.dtype(np.int64), {"axis": 0})
+            for reader in out.shape_readers:
+                _reroute_shape(reader, bhsd_shape, emit)
         return result
     result = emit.tensor("O_bshd", qtype)
     emit.node("Transpose", [result], "O_bhsd", attrs={"perm": list(HEAD_SPLIT)}, outputs=[readers_see])
     return result
+
+
+def _detach(node: gs.Node) -> None:
+    """Cut a node the fused node replaces out of the graph (the driver's cleanup then drops it)."""
+    node.inputs.clear()
+    node.outputs.clear()
+
+
+def _reroute_shape(reader: gs.Node, shape: gs.Tensor, emit: _Emitter) -> None:
+    """Make ``reader``'s output (Shape of the old BHSD output, maybe sliced by start/end) come from ``shape``."""
+    out = reader.outputs[0]
+    start, end = reader.attrs.get("start"), reader.attrs.get("end")
+    _detach(reader)
+    if start is None and end is None:
+        emit.node("Identity", [shape], "O_shape_alias", outputs=[out])
+        return
+    bounds = [gs.Constant(unique_name(f"{emit.base}/shape_{what}", emit.taken), np.array([value], np.int64))
+              for what, value in (("start", start or 0), ("end", 4 if end is None else end))]
+    emit.node("Slice", [shape, *bounds], "O_shape_slice", outputs=[out])
 
 
 def _replace(match: _Match, graph: gs.Graph, shared: _Shared) -> gs.Node:

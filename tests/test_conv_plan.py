@@ -8,7 +8,7 @@ import pytest
 
 from _conv_cases import CASES, ConvCase
 from trt_fusedattn.plugins.conv.contract import FUSED_CONV
-from trt_fusedattn.plugins.conv.plan import DEPTHWISE, IMPLICIT_GEMM, float_literal, plan_conv
+from trt_fusedattn.plugins.conv.plan import DEPTHWISE, IMPLICIT_GEMM, float_literal, output_shape_conv, plan_conv
 
 
 class Sym:
@@ -110,6 +110,32 @@ def test_pipeline_depth_fits_each_archs_shared_memory():
         plan = case.plan(arch)
         assert plan.shared_mem <= SHARED_LIMIT[arch] and plan.defines["STAGES"] >= 2
     assert case.plan("sm_89").defines["STAGES"] < case.plan("sm_90a").defines["STAGES"]
+
+
+@pytest.mark.parametrize("case", CASES[:12], ids=lambda c: c.name)
+def test_output_shape(case: ConvCase):
+    assert output_shape_conv(case.shapes(), case.attrs()) == (case.n, case.k, *case.out_hw)
+
+
+def test_output_shape_symbolic_and_one_dimensional():
+    attrs = FUSED_CONV.resolve(dict(strides=[2], pads=[1, 1]))
+    n, w = Sym.var("n"), Sym.var("w")
+    shape = output_shape_conv([(n, 16, w), (32, 3, 16), None, None, None], attrs)
+    env = {"n": 5, "w": 37}
+    assert tuple(_resolve(d, env) for d in shape) == (5, 32, (37 + 2 - 3) // 2 + 1)
+
+
+def test_tensorrt_formats_hwc8_accepted_when_it_is_nhwc():
+    case = ConvCase("fmt", 2, 64, 8, 8, 32, 3, 3, pad=1, residual=True)
+    formats = ("HWC8", "LINEAR", "LINEAR", None, "HWC8", "HWC8")
+    assert plan_conv(case.shapes(), case.dtypes(), case.attrs(), "sm_90a", formats=formats) == case.plan("sm_90a")
+    with pytest.raises(ValueError, match="HWC8"):
+        plan_conv(case.shapes(), case.dtypes(), case.attrs(), "sm_90a",
+                  formats=("LINEAR", "LINEAR", "LINEAR", None, "HWC8", "HWC8"))
+    stem = ConvCase("stem", 1, 3, 16, 16, 64, 7, 7, stride=2, pad=3)
+    with pytest.raises(ValueError, match="multiple of 8"):
+        plan_conv(stem.shapes(), stem.dtypes(), stem.attrs(), "sm_90a",
+                  formats=("HWC8", "LINEAR", "LINEAR", None, None, "HWC8"))
 
 
 def test_float_literal_is_exact_and_handles_infinity():

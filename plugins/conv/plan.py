@@ -157,11 +157,33 @@ def depthwise_tile(c: int, k: int) -> dict:
     return dict(CH_MULT=mult, DW_VEC=vec, CHUNKS=chunks)
 
 
-def plan_conv(input_shapes, input_dtypes, attrs, arch: str, *, tile: str | None = None,
+def output_shape_conv(input_shapes, attrs) -> tuple:
+    """Y's shape: [N, K, P, Q] (1-D: [N, K, Q]); ints or symbolic dims, ``+ - * //`` only."""
+    geo = conv_geometry(input_shapes[0], input_shapes[1], attrs)
+    return (geo["N"], geo["K"], geo["P"], geo["Q"]) if len(input_shapes[0]) == 4 else (geo["N"], geo["K"], geo["Q"])
+
+
+def check_formats(formats, geo: dict) -> None:
+    """TensorRT's formats (X, W, shift, scale, residual, Y): the kernels read NHWC, which ``HWC8`` is exactly
+    when the channel count is a multiple of 8 (HWC8 pads channels up to 8)."""
+    for name, fmt, channels in (("X", formats[0], geo["C"]), ("residual", formats[4], geo["K"]),
+                                ("Y", formats[5], geo["K"])):
+        if fmt is None:
+            continue
+        if fmt != "HWC8":
+            raise ValueError(f"FusedConv reads {name} channels-last; TensorRT offered {fmt} (ask for HWC8)")
+        if channels % 8:
+            raise ValueError(f"FusedConv {name} has {channels} channels: HWC8 pads them to a multiple of 8, "
+                             "which the kernels' NHWC indexing does not skip (give the layer 8k channels)")
+
+
+def plan_conv(input_shapes, input_dtypes, attrs, arch: str, *, formats=None, tile: str | None = None,
               block_k: int | None = None, stages: int | None = None) -> LaunchPlan:
     """The FusedConv launch (kernel arguments: ``X, W, shift?, scale?, residual?``, then int32
-    ``N, H, W, C, K, P, Q, pad_h, pad_w``, then ``Y``). ``tile``/``block_k``/``stages``: implicit-GEMM tile
-    override (a ``GEMM_TILES`` name, 32 or 64, pipeline depth), for tuning only."""
+    ``N, H, W, C, K, P, Q, pad_h, pad_w``, then ``Y``). ``formats``: TensorRT's tensor formats (contract inputs,
+    then Y; None from the direct launcher, whose arrays are checked channels-last by the API).
+    ``tile``/``block_k``/``stages``: implicit-GEMM tile override (a ``GEMM_TILES`` name, 32 or 64, pipeline
+    depth), for tuning only."""
     x_shape, w_shape, shift_shape, scale_shape, residual_shape = (list(input_shapes) + [None] * 5)[:5]
     x_dtype, w_dtype = input_dtypes[0], input_dtypes[1]
     if attrs["input_scale"]:
@@ -175,6 +197,8 @@ def plan_conv(input_shapes, input_dtypes, attrs, arch: str, *, tile: str | None 
     if residual_shape is not None and input_dtypes[4] != x_dtype:
         raise ValueError(f"residual must have X's dtype {x_dtype}; got {input_dtypes[4]}")
     geo = conv_geometry(x_shape, w_shape, attrs)
+    if formats is not None:
+        check_formats(formats, geo)
     for name, shape in (("shift", shift_shape), ("scale", scale_shape)):
         if shape is not None and isinstance(shape[0], int) and shape[0] != geo["K"]:
             raise ValueError(f"{name} has {shape[0]} entries; W has K={geo['K']} output channels")

@@ -44,26 +44,29 @@ class GraphBuilder:
 
 
 def softmax_attention(*, batch=2, lq=5, lkv=5, heads=4, kv_heads=4, dim=16, scale="mul", mask=None,
-                      gqa="expand", keys="split", softmax_axis=-1, fp16_softmax=False, layers=1) -> onnx.ModelProto:
+                      gqa="expand", keys="split", softmax_axis=-1, fp16_softmax=False, layers=1,
+                      merge="constant") -> onnx.ModelProto:
     """Q/K/V projections reshaped to heads, Softmax(scale·Q·Kᵀ + mask)·V, heads merged back to [B, Lq, H·D].
 
     scale: "div" | "mul" | "split" (sqrt on Q and on K) ; mask: None | "float" | "where" (Where(m, S, -inf)) |
     "masked_fill" (Where(m, -inf, S)) | "causal_const" | "causal_const_br" | "trilu" | "range" | "range_less" |
     "range_greater_drop" | "range_bottom_right" | "float+range" ; gqa (kv_heads < heads): "expand" | "tile" (Tile on an inserted axis) | "tile_heads"
     (Tile on the heads axis: h % H order) ; keys: "split" (Transpose 0,2,3,1) | "bhsd" (0,1,3,2 of BHSD);
-    layers: blocks in a chain, each reading the previous output as queries and the same K, V and mask."""
+    layers: blocks in a chain, each reading the previous output as queries and the same K, V and mask;
+    merge: "constant" (heads merged by a constant Reshape) | "shape" (the sdpa export's way: the output Reshaped
+    to its own shape read with Shape, transposed, then merged by a shape read from the output with Shape)."""
     g = GraphBuilder()
     result = g.input("q", FLOAT, [batch, lq, heads * dim])
     k_in = g.input("k", FLOAT, [batch, lkv, kv_heads * dim])
     v_in = g.input("v", FLOAT, [batch, lkv, kv_heads * dim])
     for _ in range(layers):
         result = _attention_block(g, result, k_in, v_in, batch, lq, lkv, heads, kv_heads, dim, scale, mask, gqa,
-                                  keys, softmax_axis, fp16_softmax)
+                                  keys, softmax_axis, fp16_softmax, merge)
     return g.model(result, rank=3)
 
 
 def _attention_block(g, q_in, k_in, v_in, batch, lq, lkv, heads, kv_heads, dim, scale, mask, gqa, keys,
-                     softmax_axis, fp16_softmax) -> str:
+                     softmax_axis, fp16_softmax, merge) -> str:
     q = g.op("Transpose", [g.op("Reshape", [q_in, g.const([batch, lq, heads, dim], np.int64)])], perm=[0, 2, 1, 3])
     k_bshd = g.op("Reshape", [k_in, g.const([batch, lkv, kv_heads, dim], np.int64)])
     v = g.op("Transpose", [g.op("Reshape", [v_in, g.const([batch, lkv, kv_heads, dim], np.int64)])],
@@ -91,8 +94,16 @@ def _attention_block(g, q_in, k_in, v_in, batch, lq, lkv, heads, kv_heads, dim, 
     if fp16_softmax:
         probs = g.op("Cast", [probs], to=FLOAT)
     out = g.op("MatMul", [probs, v])
-    merged = g.op("Transpose", [out], perm=[0, 2, 1, 3])
-    return g.op("Reshape", [merged, g.const([batch, lq, heads * dim], np.int64)])
+    if merge == "constant":
+        merged = g.op("Transpose", [out], perm=[0, 2, 1, 3])
+        return g.op("Reshape", [merged, g.const([batch, lq, heads * dim], np.int64)])
+    def dim_of(tensor, axis):
+        return g.op("Unsqueeze", [g.op("Gather", [g.op("Shape", [tensor]), g.const(np.int64(axis))], axis=0),
+                                  g.const([0], np.int64)])
+    own_shape = g.op("Concat", [dim_of(out, 0), g.const([-1], np.int64), dim_of(q, 2), dim_of(v, 3)], axis=0)
+    merged = g.op("Transpose", [g.op("Reshape", [out, own_shape])], perm=[0, 2, 1, 3])
+    target = g.op("Concat", [dim_of(out, 0), dim_of(out, 2), g.const([-1], np.int64)], axis=0)
+    return g.op("Reshape", [merged, target])
 
 
 def _repeat_heads(g: GraphBuilder, t: str, how: str, batch, kv_heads, group, length, dim) -> str:

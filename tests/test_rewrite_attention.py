@@ -99,6 +99,7 @@ CASES = {
     "gqa_tile": dict(kv_heads=2, gqa="tile", mask="where"),
     "mqa_tile_heads": dict(kv_heads=1, gqa="tile_heads"),
     "fp16_softmax_casts": dict(fp16_softmax=True),
+    "merge_through_own_shape": dict(merge="shape", mask="float"),
 }
 EXPECTED = {  # details the fused node must carry
     "bool_where": {"mask": "bool"}, "masked_fill": {"mask": "bool"},
@@ -110,7 +111,7 @@ EXPECTED = {  # details the fused node must carry
     "causal_range_less": {"causal": 1, "mask": "none"}, "causal_range_greater_drop": {"causal": 1, "mask": "none"},
     "causal_range_bottom_right": {"causal": 1, "mask": "none", "causal_alignment": "bottom_right"},
     "gqa_expand": {"gqa_group": 2}, "gqa_tile": {"gqa_group": 2}, "mqa_tile_heads": {"gqa_group": 4},
-    "split_scale": {"layout": "BSHD"},
+    "split_scale": {"layout": "BSHD"}, "merge_through_own_shape": {"layout": "BSHD"},
 }
 
 

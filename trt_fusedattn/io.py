@@ -1,9 +1,14 @@
 """Reading and writing ONNX models: clear errors for bad files, external data, atomic writes.
 
-A model is loaded whole (external data read into memory, as the rewrites read weights). It is saved to a
-temporary file beside the target and renamed into place, so a failed or interrupted save never leaves a
-partial output. Models whose tensors pass protobuf's 2 GB limit are saved with external data (one
-``<name>.data`` file beside the model), as are models that had external data when loaded.
+External data is not read at load (copying gigabytes costs seconds): each large external tensor keeps
+pointing at its file, by absolute path, and is read when needed (``read_external``; the rewrites' constant
+values, ``load_weights``) or copied file to file when saved. Small external tensors are read at load. So
+the data files must stay as they are while a loaded model is in use, and such a model is saved with
+``save_model`` (``onnx.save`` would keep the absolute paths).
+
+A model is saved to a temporary file beside the target and renamed into place, so a failed or interrupted
+save never leaves a partial output. Models whose tensors pass protobuf's 2 GB limit are saved with external
+data (one ``<name>.data`` file beside the model), as are models that had external data when loaded.
 """
 from __future__ import annotations
 
@@ -47,6 +52,52 @@ def tensor_bytes(model: onnx.ModelProto) -> int:
 
 def has_external_data(model: onnx.ModelProto) -> bool:
     return any(t.data_location == onnx.TensorProto.EXTERNAL for t in all_tensors(model))
+
+
+def _external_info(tensor: onnx.TensorProto) -> tuple[str, int, int]:
+    """(file, offset, length) of an external tensor."""
+    info = {e.key: e.value for e in tensor.external_data}
+    return info.get("location", ""), int(info.get("offset", 0)), int(info.get("length", nbytes(tensor)))
+
+
+def read_external(tensor: onnx.TensorProto) -> bytes:
+    """The data of an external tensor of a model loaded by ``load_model`` (its location is absolute)."""
+    location, offset, length = _external_info(tensor)
+    with open(location, "rb") as f:
+        f.seek(offset)
+        data = f.read(length)
+    if len(data) != length:
+        raise InputError(f"external data file '{location}' changed since the model was loaded "
+                         f"(tensor '{tensor.name}' is cut short); load the model again")
+    return data
+
+
+def _read_into_memory(tensor: onnx.TensorProto) -> None:
+    tensor.raw_data = read_external(tensor)
+    tensor.ClearField("data_location")
+    del tensor.external_data[:]
+
+
+def load_weights(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Read every external tensor of a model loaded by ``load_model`` into memory; returns the model."""
+    for tensor in all_tensors(model):
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            _read_into_memory(tensor)
+    return model
+
+
+def _point_external_data(model: onnx.ModelProto, folder: Path) -> None:
+    """Make external locations absolute; read the small tensors and those outside the main graph's
+    initializers (the rewrites read them as ordinary constants)."""
+    for tensor in all_tensors(model):
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            for entry in tensor.external_data:
+                if entry.key == "location":
+                    entry.value = str((folder / entry.value).resolve())
+    main = {t.name for t in model.graph.initializer if nbytes(t) >= EXTERNAL_THRESHOLD}
+    for tensor in all_tensors(model):
+        if tensor.data_location == onnx.TensorProto.EXTERNAL and tensor.name not in main:
+            _read_into_memory(tensor)
 
 
 def nbytes(tensor: onnx.TensorProto) -> int:
@@ -134,7 +185,7 @@ def load_model(path) -> tuple[onnx.ModelProto, bool]:
         raise InputError(f"{path}: is not a valid ONNX model, it may be truncated or corrupt "
                          f"({_first_line(err)}); export it again") from None
     if external:
-        onnx.external_data_helper.load_external_data_for_model(model, str(path.parent))
+        _point_external_data(model, path.parent)
     return model, external
 
 
@@ -147,7 +198,7 @@ def save_model(model: onnx.ModelProto, path, external_data: bool | None = None) 
     """Write ``model`` to ``path`` atomically; returns the files written (the model, then its data file, if any).
 
     ``external_data=None`` chooses: external data exactly when the model would pass protobuf's 2 GB limit.
-    The model object is left as it was."""
+    The model is left as it was, but that saving one without external data reads its external tensors in."""
     path = Path(path)
     if not path.parent.is_dir():
         raise InputError(f"{path}: folder '{path.parent}' does not exist; create it or choose another output path")
@@ -165,7 +216,7 @@ def save_model(model: onnx.ModelProto, path, external_data: bool | None = None) 
             os.replace(workdir / data_path.name, data_path)
             written.append(data_path)
         else:
-            _write_proto(model, tmp_model)
+            _write_proto(load_weights(model), tmp_model)
         os.replace(tmp_model, path)
         return [path] + written
     except BaseException:
@@ -189,19 +240,48 @@ def _write_proto(model: onnx.ModelProto, path: Path) -> None:
 
 
 def _write_external(stubs, data_path: Path) -> None:
-    """Write each tensor's data to ``data_path`` and point its stub there (page-aligned, so runtimes can map it)."""
+    """Write each tensor's data to ``data_path`` and point its stub there (page-aligned, so runtimes can map
+    it). Data still in another file is copied file to file."""
     offset = 0
     with open(data_path, "wb") as f:
         for tensor, stub in stubs:
-            data = tensor.raw_data if tensor.HasField("raw_data") else numpy_helper.to_array(tensor).tobytes()
             offset += -offset % 4096
-            f.seek(offset)
-            f.write(data)
+            if tensor.data_location == onnx.TensorProto.EXTERNAL:
+                length = _copy_range(tensor, f, offset)
+            else:
+                data = tensor.raw_data if tensor.HasField("raw_data") else numpy_helper.to_array(tensor).tobytes()
+                f.seek(offset)
+                f.write(data)
+                length = len(data)
             stub.data_location = onnx.TensorProto.EXTERNAL
-            for key, value in (("location", data_path.name), ("offset", str(offset)), ("length", str(len(data)))):
+            for key, value in (("location", data_path.name), ("offset", str(offset)), ("length", str(length))):
                 entry = stub.external_data.add()
                 entry.key, entry.value = key, value
-            offset += len(data)
+            offset += length
+
+
+def _copy_range(tensor: onnx.TensorProto, out, at: int) -> int:
+    """Copy an external tensor's bytes into ``out`` at offset ``at`` in the kernel; returns the length."""
+    location, offset, length = _external_info(tensor)
+    out.flush()
+    with open(location, "rb") as source:
+        done = 0
+        try:
+            while done < length:
+                step = os.copy_file_range(source.fileno(), out.fileno(), length - done, offset + done, at + done)
+                if step == 0:
+                    break
+                done += step
+        except OSError:  # no in-kernel copy between these files: through memory
+            source.seek(offset + done)
+            out.seek(at + done)
+            out.write(source.read(length - done))
+            done = length
+    if done != length:
+        raise InputError(f"external data file '{location}' changed since the model was loaded "
+                         f"(tensor '{tensor.name}' is cut short); load the model again")
+    out.seek(at + length)
+    return length
 
 
 def write_text(path, text: str) -> Path:

@@ -144,10 +144,15 @@ def element_types(model: onnx.ModelProto) -> dict[str, int]:
         model.graph.value_info.extend(typed)
 
 
-def bridged_model(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy of ``model`` onnxruntime can run with the custom nodes bridged to Python (see module doc)."""
+def _copied(model: onnx.ModelProto) -> onnx.ModelProto:
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
+    return copy
+
+
+def bridged_model(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` onnxruntime can run with the custom nodes bridged to Python (see module doc)."""
+    copy = io.load_weights(_copied(model))  # onnxruntime reads no external data by absolute path
     types = element_types(copy)
     nodes = []
     for node in copy.graph.node:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.ir.tensor import LazyValues
@@ -76,6 +77,10 @@ def rewrite(model: onnx.ModelProto, only=None) -> tuple[onnx.ModelProto, list]:
     export."""
     infer_shapes(model)
     graph = gs.import_onnx(model)
+    for tensor in graph.tensors().values():  # external weights are read only if a rewrite asks for them
+        values = getattr(tensor, "_values", None)
+        if isinstance(values, LazyValues) and values.tensor.data_location == onnx.TensorProto.EXTERNAL:
+            tensor._values = _ExternalValues(values.tensor)
     sites = run_all(graph, only)
     graph.cleanup().toposort()
     used = {(n.domain, n.op) for n in graph.nodes}
@@ -83,6 +88,14 @@ def rewrite(model: onnx.ModelProto, only=None) -> tuple[onnx.ModelProto, list]:
     opsets += [c.opset() for c in CONTRACTS
                if (c.domain, c.name) in used and all(o.domain != c.domain for o in opsets)]
     return _export(graph, model, opsets), sites
+
+
+class _ExternalValues(LazyValues):
+    """A constant whose data lies in an external file (see ``io``), read when a rewrite asks for its values."""
+
+    def load(self):
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(self.tensor.data_type)
+        return np.frombuffer(io.read_external(self.tensor), dtype=dtype).reshape(tuple(self.tensor.dims)).copy()
 
 
 def _export(graph: gs.Graph, model: onnx.ModelProto, opsets) -> onnx.ModelProto:

@@ -71,10 +71,17 @@ def folded_value(tensor: gs.Tensor | None, graph: gs.Graph, max_nodes: int = 64)
 
 def scalar_value(tensor: gs.Tensor | None) -> float | None:
     """The number a one-element constant tensor holds (any rank), else None."""
-    value = constant_value(tensor)
-    if value is None or value.size != 1 or not np.issubdtype(value.dtype, np.number):
+    return number(constant_value(tensor))
+
+
+def number(value: np.ndarray | None) -> float | None:
+    """The number a one-element numeric array holds (numpy or ml_dtypes types such as bfloat16), else None."""
+    if value is None or value.size != 1 or value.dtype == bool or value.dtype.kind in "OSUM":
         return None
-    return float(value.reshape(()))
+    try:
+        return float(np.asarray(value, np.float64).reshape(()))
+    except (TypeError, ValueError):
+        return None
 
 
 def producer(tensor: gs.Tensor | None) -> gs.Node | None:

@@ -20,7 +20,7 @@ from onnx import TensorProto, helper
 from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION, HEAD_DIMS
 from trt_fusedattn.rewrites import Site
 from trt_fusedattn.rewrites._graph import (consumers, constant_value, is_graph_output, is_present, names_in_use,
-                                           producer, scalar_value, static_value, unique_name)
+                                           number, producer, scalar_value, static_value, unique_name)
 
 FAMILY = "attention"
 HEAD_SPLIT = (0, 2, 1, 3)           # BSHD <-> BHSD, its own inverse
@@ -131,10 +131,9 @@ class _Match:
 def _scalar_factor(node: gs.Node, tensor_side: int) -> float | None:
     """For Mul/Div of a tensor by a one-element constant (or a number computed from static dims): the factor
     the tensor is multiplied by, else None."""
-    other = static_value(node.inputs[1 - tensor_side])
-    if other is None or other.size != 1 or not np.issubdtype(other.dtype, np.number):
+    value = number(static_value(node.inputs[1 - tensor_side]))
+    if value is None:
         return None
-    value = float(other.reshape(()))
     if _is_op(node, "Mul"):
         return value
     if _is_op(node, "Div") and tensor_side == 0 and value != 0:

@@ -261,12 +261,13 @@ def torch_attention_module(style: str, *, heads: int = 4, kv_heads: int = 2, dim
     return Attention().eval()
 
 
-def export_torch_attention(style: str, exporter: str, path) -> onnx.ModelProto:
-    """Export ``torch_attention_module(style)`` with TorchScript (opset 18) or dynamo (opset 23), dynamic batch
-    and sequence."""
+def export_torch_attention(style: str, exporter: str, path, dtype: str = "float32") -> onnx.ModelProto:
+    """Export ``torch_attention_module(style)`` in ``dtype`` with TorchScript (opset 18) or dynamo (opset 23),
+    dynamic batch and sequence."""
     import torch
 
-    module, x = torch_attention_module(style), torch.randn(2, 6, 64)
+    dtype = getattr(torch, dtype)
+    module, x = torch_attention_module(style).to(dtype), torch.randn(2, 6, 64, dtype=dtype)
     if exporter == "torchscript":
         torch.onnx.export(module, (x,), str(path), opset_version=18, dynamo=False, input_names=["x"],
                           output_names=["y"], dynamic_axes={"x": {0: "batch", 1: "seq"}})

@@ -242,3 +242,17 @@ def test_torch_export_variant_fused_and_verified(style, exporter, tmp_path):
     assert not [n for n in fused.graph.node if n.op_type == "Transpose"]
     result = verify(original, fused, dims={"batch": 2, "seq": 5})
     assert result.passed, result.table()
+
+
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_bfloat16_export_fused(exporter, tmp_path):
+    """bfloat16 scales and fills are read as numbers (onnxruntime's CPU kernels cannot run bfloat16 models, so
+    this checks the rewrite only; the GPU tests run such models)."""
+    from tests._attention_graphs import export_torch_attention
+
+    original = export_torch_attention("sdpa_causal", exporter, tmp_path / "attention.onnx", dtype="bfloat16")
+    fused, report = fuse(original, only=["attention"])
+    (site,) = report.sites
+    assert site.fused, site.reason
+    assert abs(site.details["scale"] - 0.25) < 1e-6 and site.details["causal"] == 1, site.details
+    assert len(_fused_nodes(fused)) == 1 and _anchors(fused) == 0

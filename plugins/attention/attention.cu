@@ -2,10 +2,17 @@
 // kBlockM query rows of one (batch, head); K/V tiles stream past it through shared memory, S and P live only in
 // registers, the softmax is online (running max and sum), accumulation is fp32.
 //
+// Two mainloops serve this one kernel body: mma.sync (sm_80+, attention_mainloop.cuh) and, with WGMMA=1, Hopper's
+// warpgroup MMA (sm_90a, attention_mainloop_sm90.cuh); tile loads, masking, softmax and epilogue are shared.
+//
 // AOT plugin ABI: input pointers (Q, K, V[, mask][, key_lengths]), int32 scalars, output pointer. Strides are in
 // elements; the output has Q's strides. Everything else is a -D constant chosen by plan.py.
 #include "attention_tile_scheduler.cuh"
+#if WGMMA
+#include "attention_mainloop_sm90.cuh"
+#else
 #include "attention_mainloop.cuh"
+#endif
 #include "attention_softmax.cuh"
 #include "attention_epilogue.cuh"
 
@@ -24,9 +31,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) fused_attention(
 #endif
     elem_t* __restrict__ O) {
   extern __shared__ __align__(16) unsigned char smem[];
-  elem_t* sQ = reinterpret_cast<elem_t*>(smem);
-  elem_t* sK = sQ + kBlockM * kRowPitch;     // kStages K tiles
-  elem_t* sV = sK + kStages * kTileElems;    // kStages V tiles
+  // the plan adds kSmemAlign - 16 bytes of slack for this round-up (0 for the mma.sync mainloop)
+  elem_t* sQ = reinterpret_cast<elem_t*>(smem + ((kSmemAlign - smem_addr(smem) % kSmemAlign) % kSmemAlign));
+  elem_t* sK = sQ + kQTileElems;             // kStages K tiles
+  elem_t* sV = sK + kStages * kKVTileElems;  // kStages V tiles
 
   const AttentionTile tile = schedule_tile();
   const int head_kv = tile.head / (heads_q / heads_kv);
@@ -83,7 +91,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) fused_attention(
   }
 
 #if Q_IN_REGISTERS
-  cp_async_wait_all();
+  wait_tiles_landed();
   __syncthreads();
   const QInRegisters q_operand(sQ, warp, lane);
 #else
@@ -95,13 +103,13 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) fused_attention(
   for (int t = n_tiles - 1; t >= 0; --t) {
     const int n0 = t * kBlockN;
     const int buffer = kStages == 2 ? (n_tiles - 1 - t) & 1 : 0;
-    const elem_t* sK_t = sK + buffer * kTileElems;
-    const elem_t* sV_t = sV + buffer * kTileElems;
-    cp_async_wait_all();
+    const elem_t* sK_t = sK + buffer * kKVTileElems;
+    const elem_t* sV_t = sV + buffer * kKVTileElems;
+    wait_tiles_landed();
     __syncthreads();  // tile t's K (and V with 2 stages) is in smem; every warp is done with tile t + 1
     if (kStages == 2 && t > 0) {
-      load_tile_async<kBlockN>(sK + (buffer ^ 1) * kTileElems, k_base, kv_stride_s, n0 - kBlockN, len_kv);
-      load_tile_async<kBlockN>(sV + (buffer ^ 1) * kTileElems, v_base, kv_stride_s, n0 - kBlockN, len_kv);
+      load_tile_async<kBlockN>(sK + (buffer ^ 1) * kKVTileElems, k_base, kv_stride_s, n0 - kBlockN, len_kv);
+      load_tile_async<kBlockN>(sV + (buffer ^ 1) * kKVTileElems, v_base, kv_stride_s, n0 - kBlockN, len_kv);
       cp_async_commit();
     } else if (kStages == 1) {
       load_tile_async<kBlockN>(sV, v_base, kv_stride_s, n0, len_kv);
@@ -116,7 +124,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) fused_attention(
       mask_scores(s, coords, check_bounds, kv_end, causal_offset, len_q, mask_base, mask_stride_q, mask_stride_k);
     }
     if (kStages == 1) {
-      cp_async_wait_all();
+      wait_tiles_landed();
       __syncthreads();  // V tile t is in smem; every warp is done with K tile t
       if (t > 0) {
         load_tile_async<kBlockN>(sK, k_base, kv_stride_s, n0 - kBlockN, len_kv);

@@ -8,8 +8,8 @@
 #if !defined(HEAD_DIM) || !defined(DTYPE_BF16) || !defined(CAUSAL) || !defined(CAUSAL_BOTTOM_RIGHT) || \
     !defined(MASK_KIND) || !defined(HAS_KEY_LENGTHS) || !defined(SCALE_LOG2) || !defined(BLOCK_M) ||  \
     !defined(BLOCK_N) || !defined(NUM_WARPS) || !defined(Q_IN_REGISTERS) || !defined(KV_STAGES) || \
-    !defined(RESCALE_THRESHOLD)
-#error "attention.cu needs HEAD_DIM DTYPE_BF16 CAUSAL CAUSAL_BOTTOM_RIGHT MASK_KIND HAS_KEY_LENGTHS SCALE_LOG2 BLOCK_M BLOCK_N NUM_WARPS Q_IN_REGISTERS KV_STAGES RESCALE_THRESHOLD (plan_attention sets them)"
+    !defined(RESCALE_THRESHOLD) || !defined(WGMMA)
+#error "attention.cu needs HEAD_DIM DTYPE_BF16 CAUSAL CAUSAL_BOTTOM_RIGHT MASK_KIND HAS_KEY_LENGTHS SCALE_LOG2 BLOCK_M BLOCK_N NUM_WARPS Q_IN_REGISTERS KV_STAGES RESCALE_THRESHOLD WGMMA (plan_attention sets them)"
 #endif
 
 #define MASK_NONE 0
@@ -36,9 +36,9 @@ constexpr int kWarpRows = kBlockM / kWarps;   // query rows owned by one warp
 constexpr int kMAtoms = kWarpRows / 16;       // m16 MMA tiles per warp
 constexpr int kNTiles = kBlockN / 8;          // n8 MMA tiles of S per row block
 constexpr int kDTiles = kHeadDim / 8;         // n8 MMA tiles of O
-constexpr int kRowPitch = kHeadDim + 8;       // smem row pitch in elements: 16 bytes of padding keep ldmatrix conflict-free
+constexpr int kRowPitch = kHeadDim + 8;       // padded smem row pitch in elements (mma.sync tiles, output staging):
+                                              // 16 bytes of padding keep ldmatrix conflict-free
 constexpr int kChunksPerRow = kHeadDim / 8;   // 16-byte chunks per row of Q/K/V
-constexpr int kTileElems = kBlockN * kRowPitch;  // one K or V tile in smem
 constexpr int kStages = KV_STAGES;            // K/V tile buffers (1 or 2)
 constexpr float kScaleLog2 = SCALE_LOG2;      // scale * log2(e): softmax runs on exp2
 constexpr float kRescaleThreshold = RESCALE_THRESHOLD;  // log2 units; 0 = rescale whenever the max grows

@@ -3,6 +3,13 @@
 #pragma once
 #include "attention_mma.cuh"
 
+constexpr int kQTileElems = kBlockM * kRowPitch;   // the Q tile in smem
+constexpr int kKVTileElems = kBlockN * kRowPitch;  // one K or V tile in smem
+constexpr int kSmemAlign = 16;                     // cp.async / ldmatrix granule
+
+// cp.async has landed in this thread's smem (the caller then syncs the block).
+__device__ __forceinline__ void wait_tiles_landed() { cp_async_wait_all(); }
+
 // Copy rows [row0, row0 + ROWS) of a [len, HEAD_DIM] matrix (row stride `stride` elements) into smem;
 // rows >= len are zero-filled so they add nothing to P V and make no NaN.
 template <int ROWS>

@@ -1,0 +1,104 @@
+// The two matrix products of one K/V tile on Hopper (sm_90a, WGMMA=1): S = Q K^T and O += P V with wgmma, one
+// warpgroup (4 warps) per 64 query rows. Same interface as attention_mainloop.cuh (the mma.sync mainloop), so the
+// kernel body, masking, online softmax and epilogue are shared; only the shared-memory layout and the products differ.
+//
+// Shared-memory layout (every region 1024-byte aligned): a tile of ROWS rows x HEAD_DIM 16-bit elements is stored
+// as HEAD_DIM / 64 column blocks of ROWS x 64 elements; in a column block, row r occupies 128 bytes at r * 128 and
+// its 16-byte chunk c (elements 8c..8c+7) sits at chunk position c ^ (r % 8) -- the 128-byte swizzle (CuTe's
+// Swizzle<3,4,3> on byte addresses: address bits 4-6 ^= bits 7-9). The three operands read that layout as:
+// - Q (A of Q K^T, K-major) and K (B of Q K^T, K-major: stored N x K): rows at 128 B, 8-row groups at 1024 B (the
+//   stride byte offset), no leading offset (1 by convention: a k16 step is 32 B, inside one swizzle row). The k16
+//   step kk starts at column block kk / 4, byte 32 * (kk % 4) of the row; warpgroup g's A rows start at g * 64 rows.
+// - V (B of P V, [keys, HEAD_DIM] with HEAD_DIM contiguous = MN-major, transpose flag 1): 8-key groups at 1024 B
+//   (stride byte offset), the next 64-wide column block of HEAD_DIM at BLOCK_N * 128 B (leading byte offset); the
+//   k16 step kk (16 keys) starts 2048 B further.
+// - P (A of P V) comes from registers: the m64nN accumulator fragment of S is, per warp, the m16n8 layout of
+//   mma.sync, and two adjacent n8 blocks of it rounded to 16 bits are the m64k16 A fragment (as in the mma.sync path).
+#pragma once
+#include "wgmma.cuh"
+
+static_assert(kHeadDim == 64 || kHeadDim == 128, "the wgmma mainloop serves head dims 64 and 128");
+static_assert(kBlockN == 64 || kBlockN == 128, "the wgmma mainloop takes BLOCK_N 64 or 128");
+static_assert(kWarpRows == 16 && kMAtoms == 1 && kWarps % 4 == 0, "the wgmma mainloop needs BLOCK_M = 16 * NUM_WARPS "
+              "(one warpgroup per 64 query rows)");
+static_assert(Q_IN_REGISTERS == 0, "the wgmma mainloop reads Q from shared memory (Q_IN_REGISTERS=0)");
+
+constexpr int kSwizzleRowBytes = 128;              // one swizzle row: 64 16-bit elements
+constexpr int kSwizzleAtomBytes = 8 * kSwizzleRowBytes;
+constexpr int kQTileElems = kBlockM * kHeadDim;
+constexpr int kKVTileElems = kBlockN * kHeadDim;
+constexpr int kSmemAlign = kSwizzleAtomBytes;    // swizzle atoms (and so every tile) start 1024-byte aligned
+static_assert((kQTileElems * 2) % kSmemAlign == 0 && (kKVTileElems * 2) % kSmemAlign == 0, "tiles keep alignment");
+
+// cp.async has landed in this thread's smem; make it visible to wgmma (the caller then syncs the block).
+__device__ __forceinline__ void wait_tiles_landed() {
+  cp_async_wait_all();
+  fence_async_proxy();
+}
+
+// Copy rows [row0, row0 + ROWS) of a [len, HEAD_DIM] matrix (row stride `stride` elements) into the swizzled tile;
+// rows >= len are zero-filled so they add nothing to P V and make no NaN.
+template <int ROWS>
+__device__ __forceinline__ void load_tile_async(elem_t* smem, const elem_t* base, int64_t stride, int row0, int len) {
+  constexpr int kRowsPerStep = kThreads / kChunksPerRow;  // each step copies whole rows
+  static_assert(kThreads % kChunksPerRow == 0 && kRowsPerStep % 8 == 0 && ROWS % kRowsPerStep == 0,
+                "a thread keeps its row % 8 (its swizzle) in every step");
+  const int row = threadIdx.x / kChunksPerRow, chunk = threadIdx.x % kChunksPerRow;
+  const elem_t* src = base + (row0 + row) * stride + chunk * 8;  // one running pointer (few live registers)
+  const int64_t step = kRowsPerStep * stride;
+  const uint32_t dst = smem_addr(smem) + (chunk / 8) * (ROWS * kSwizzleRowBytes) + row * kSwizzleRowBytes +
+                       (((chunk % 8) ^ (row % 8)) * 16);
+#pragma unroll
+  for (int i = 0; i < ROWS / kRowsPerStep; ++i) {
+    const bool valid = row0 + row + i * kRowsPerStep < len;
+    cp_async_16(dst + i * kRowsPerStep * kSwizzleRowBytes, valid ? src : base, valid ? 16 : 0);
+    src += step;
+  }
+}
+
+// The A operand of S = Q K^T: this warpgroup's 64 rows of the Q tile in shared memory, as a wgmma descriptor.
+struct QFromSmem {
+  uint64_t desc;
+  __device__ __forceinline__ QFromSmem(const elem_t* sQ, int warp, int /*lane*/)
+      : desc(smem_desc_sw128(smem_addr(sQ) + (warp / 4) * 64 * kSwizzleRowBytes, 16, kSwizzleAtomBytes)) {}
+};
+
+// S (this warpgroup's 64 x kBlockN raw scores; this thread's part in the mma.sync fragment layout) = Q K^T.
+__device__ __forceinline__ void gemm_qk(float (&s)[1][kNTiles][4], const QFromSmem& q, const elem_t* sK, int) {
+  const uint64_t k_desc = smem_desc_sw128(smem_addr(sK), 16, kSwizzleAtomBytes);
+  fence_operands(s[0]);
+  wgmma_fence();  // S's registers were last read by the previous tile's softmax
+#pragma unroll
+  for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+    const uint32_t a_bytes = (kk / 4) * (kBlockM * kSwizzleRowBytes) + (kk % 4) * 32;
+    const uint32_t b_bytes = (kk / 4) * (kBlockN * kSwizzleRowBytes) + (kk % 4) * 32;
+    wgmma_ss<kBlockN>(s[0], q.desc + (a_bytes >> 4), k_desc + (b_bytes >> 4), kk > 0);
+  }
+  wgmma_commit();
+  wgmma_wait<0>();
+  fence_operands(s[0]);
+}
+
+// O += P V: P (the probabilities in S's registers) rounded to the element type in registers is the A operand.
+__device__ __forceinline__ void gemm_pv(float (&o)[1][kDTiles][4], const float (&p)[1][kNTiles][4],
+                                        const elem_t* sV, int) {
+  const uint64_t v_desc = smem_desc_sw128(smem_addr(sV), kBlockN * kSwizzleRowBytes, kSwizzleAtomBytes);
+  uint32_t a[kBlockN / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < kBlockN / 16; ++kk) {
+    a[kk][0] = pack_elem2(p[0][2 * kk][0], p[0][2 * kk][1]);
+    a[kk][1] = pack_elem2(p[0][2 * kk][2], p[0][2 * kk][3]);
+    a[kk][2] = pack_elem2(p[0][2 * kk + 1][0], p[0][2 * kk + 1][1]);
+    a[kk][3] = pack_elem2(p[0][2 * kk + 1][2], p[0][2 * kk + 1][3]);
+  }
+  fence_operands(a);
+  fence_operands(o[0]);
+  wgmma_fence();  // P was written and O possibly rescaled by ordinary instructions
+#pragma unroll
+  for (int kk = 0; kk < kBlockN / 16; ++kk)
+    wgmma_rs_b_mn_major<kHeadDim>(o[0], a[kk], v_desc + ((kk * 16 * kSwizzleRowBytes) >> 4));
+  wgmma_commit();
+  wgmma_wait<0>();
+  fence_operands(a);
+  fence_operands(o[0]);
+}

@@ -121,6 +121,7 @@ class _Match:
     keep_masks: list = field(default_factory=list)  # (tensor, negate): boolean, True = attend (after negate)
     causal: int = 0
     causal_alignment: str = "top_left"
+    key_lengths: gs.Tensor | None = None   # valid keys per batch (int64 [B] from ONNX Attention's nonpad_kv_seqlen)
     details: dict = field(default_factory=dict)
 
 
@@ -494,10 +495,13 @@ def _match_onnx_attention(node: gs.Node, graph: gs.Graph) -> _Match:
         if mask_len is not None and keys_len is not None and mask_len != keys_len:
             raise _Skip(f"Attention mask covers {mask_len} of {keys_len} keys (ONNX pads it with -inf); "
                         f"FusedAttention needs a mask over all keys")
-    if is_present(nonpad):
-        raise _Skip("Attention nonpad_kv_seqlen is not supported by this rewrite")
     if node.attrs.get("is_causal", 0):
+        if is_present(nonpad):
+            raise _Skip("Attention is_causal with nonpad_kv_seqlen aligns causality to each batch's valid keys "
+                        "(offset nonpad_kv_seqlen[b] - L_q); FusedAttention's causal alignment is one for all")
         match.causal = 1
+    if is_present(nonpad):
+        match.key_lengths = nonpad
     return match
 
 
@@ -868,6 +872,11 @@ def _replace(match: _Match, graph: gs.Graph, shared: _Shared) -> gs.Node:
     mask, kind = _mask_input(match, emit, qtype)
     inputs = [emit.operand(match.q, layout, "Q"), emit.operand(match.k, layout, "K"),
               emit.operand(match.v, layout, "V")] + ([mask] if mask is not None else [])
+    if match.key_lengths is not None:  # int32 [B], after the mask slot (left empty when there is no mask)
+        lengths = match.key_lengths
+        if _dtype(lengths) != np.dtype(np.int32):
+            lengths = emit.shared_node("Cast", [lengths], "key_lengths", np.dtype(np.int32), {"to": TensorProto.INT32})
+        inputs += ([] if mask is not None else [gs.Variable.empty()]) + [lengths]
     result = _route_output(match.out, layout, emit, qtype)
     attrs = {"layout": layout, "scale": match.scale, "causal": match.causal}
     if match.causal:
@@ -876,6 +885,8 @@ def _replace(match: _Match, graph: gs.Graph, shared: _Shared) -> gs.Node:
                    name=unique_name(f"{base}/FusedAttention", taken),
                    attrs=FUSED_ATTENTION.explicit_attributes(**attrs), inputs=inputs, outputs=[result])
     graph.nodes.append(node)
+    if match.key_lengths is not None:
+        match.details["key_lengths"] = True
     match.details.update(layout=layout, mask=kind, scale=match.scale, causal=match.causal,
                          **({"causal_alignment": match.causal_alignment} if match.causal else {}),
                          **({"gqa_group": match.k.repeats or "from shapes"} if match.k.repeats != 1 else {}))
@@ -955,7 +966,8 @@ def _fuse(anchor: gs.Node, graph: gs.Graph, shared: _Shared) -> Site:
         site.reason = str(skip)
         return site
     site.fused, site.op, site.node, site.details = True, FUSED_ATTENTION.qualified_name, node.name, match.details
-    site.shapes = {name: _listed(t.shape) for name, t in zip(("Q", "K", "V", "mask"), node.inputs) if t.shape is not None}
+    site.shapes = {name: _listed(t.shape) for name, t in zip(("Q", "K", "V", "mask", "key_lengths"), node.inputs)
+                   if t.shape is not None}
     if node.outputs[0].shape is not None:
         site.shapes["O"] = _listed(node.outputs[0].shape)
     return site

@@ -169,8 +169,9 @@ def _apply_mask(g: GraphBuilder, scores: str, mask, batch, lq, lkv) -> str:
 
 
 def onnx_attention(*, batch=2, lq=5, lkv=7, heads=4, kv_heads=2, dim=16, rank=4, is_causal=0, mask=None,
-                   past=False, softcap=0.0, scale=None, mask_len=None) -> onnx.ModelProto:
-    """One opset-23 ONNX Attention node on graph inputs (4-D BHSD or 3-D [B, S, H·D])."""
+                   past=False, softcap=0.0, scale=None, mask_len=None, nonpad=False) -> onnx.ModelProto:
+    """One ONNX Attention node on graph inputs (4-D BHSD or 3-D [B, S, H·D]); opset 23, or 24 with the
+    nonpad_kv_seqlen input (valid keys per batch)."""
     g = GraphBuilder()
     shape = (lambda h, l: [batch, h, l, dim]) if rank == 4 else (lambda h, l: [batch, l, h * dim])
     inputs = [g.input("q", FLOAT, shape(heads, lq)), g.input("k", FLOAT, shape(kv_heads, lkv)),
@@ -180,11 +181,13 @@ def onnx_attention(*, batch=2, lq=5, lkv=7, heads=4, kv_heads=2, dim=16, rank=4,
         inputs.append(g.input("mask", TensorProto.BOOL, [batch, 1, lq, mask_len]))
     elif mask == "float":
         inputs.append(g.input("mask", FLOAT, [batch, 1, lq, mask_len]))
-    elif past:
+    elif past or nonpad:
         inputs.append("")
     if past:
         inputs += [g.input("past_key", FLOAT, [batch, kv_heads, 3, dim]),
                    g.input("past_value", FLOAT, [batch, kv_heads, 3, dim])]
+    if nonpad:
+        inputs += [""] * (6 - len(inputs)) + [g.input("nonpad_kv_seqlen", TensorProto.INT64, [batch])]
     attrs = {"is_causal": is_causal}
     if rank == 3:
         attrs.update(q_num_heads=heads, kv_num_heads=kv_heads)
@@ -193,7 +196,7 @@ def onnx_attention(*, batch=2, lq=5, lkv=7, heads=4, kv_heads=2, dim=16, rank=4,
     if scale is not None:
         attrs["scale"] = scale
     out = g.op("Attention", inputs, **attrs)
-    return g.model(out, rank=rank, opset=23)
+    return g.model(out, rank=rank, opset=24 if nonpad else 23)
 
 
 def attention_inputs(model: onnx.ModelProto, seed: int = 0) -> dict:
@@ -203,7 +206,10 @@ def attention_inputs(model: onnx.ModelProto, seed: int = 0) -> dict:
     feeds = {}
     for value in model.graph.input:
         shape = [d.dim_value for d in value.type.tensor_type.shape.dim]
-        if value.type.tensor_type.elem_type == TensorProto.BOOL:
+        if value.name == "nonpad_kv_seqlen":  # valid keys per batch: 1 to all of them
+            keys = [d.dim_value for d in next(v for v in model.graph.input if v.name == "k").type.tensor_type.shape.dim]
+            feeds[value.name] = rng.integers(1, keys[-2 if len(keys) == 4 else 1] + 1, shape).astype(np.int64)
+        elif value.type.tensor_type.elem_type == TensorProto.BOOL:
             keep = rng.random(shape) < 0.7
             keep[..., 0] = True
             feeds[value.name] = ~keep if value.name == "drop" else keep

@@ -168,10 +168,12 @@ def test_layout_absorbs_head_transposes():
     assert not [n for n in fused.graph.node if n.op_type == "Transpose"]
 
 
-@pytest.mark.parametrize("case", ["bhsd_causal_gqa", "bshd_3d", "bool_mask", "float_mask_scale"])
+@pytest.mark.parametrize("case", ["bhsd_causal_gqa", "bshd_3d", "bool_mask", "float_mask_scale", "nonpad_kv_seqlen",
+                                  "nonpad_kv_seqlen_3d_mask"])
 def test_onnx_attention_op_fused_and_verified(case):
     kwargs = {"bhsd_causal_gqa": dict(is_causal=1, lq=7, lkv=7), "bshd_3d": dict(rank=3),
-              "bool_mask": dict(mask="bool"), "float_mask_scale": dict(mask="float", scale=0.3)}[case]
+              "bool_mask": dict(mask="bool"), "float_mask_scale": dict(mask="float", scale=0.3),
+              "nonpad_kv_seqlen": dict(nonpad=True), "nonpad_kv_seqlen_3d_mask": dict(nonpad=True, rank=3, mask="bool")}[case]
     original = onnx_attention(**kwargs)
     fused, report = fuse(original, only=["attention"])
     (site,) = report.sites
@@ -185,6 +187,7 @@ LEFT_ALONE = {
     "Tile repeating heads in h % H order": (lambda: softmax_attention(kv_heads=2, gqa="tile_heads"), "h % H_kv"),
     "Attention with past KV": (lambda: onnx_attention(past=True), "past_key/past_value"),
     "Attention with softcap": (lambda: onnx_attention(softcap=30.0), "softcap"),
+    "Attention causal per batch (nonpad_kv_seqlen)": (lambda: onnx_attention(nonpad=True, is_causal=1), "each batch"),
     "Attention mask shorter than the keys": (lambda: onnx_attention(mask="float", mask_len=4), "covers 4 of 7"),
     "probabilities also a graph output": (lambda: irregular_scores("probs_output"), "are a graph output"),
     "head dim the kernels are not built for": (lambda: softmax_attention(dim=24), "head dim 24"),

@@ -3,10 +3,22 @@
 
 Sites are matched by dataflow, not by names: a Softmax over the last axis whose input comes, through scalar
 scales, additive or boolean masks and Casts, from a rank-4 MatMul, and whose output reaches (through Casts,
-Dropout and the sdpa NaN guard) the left operand of a second MatMul. Scales on the scores or on Q and K
-fold into ``scale``; K/V head repeats (GQA) are undone; constant and Trilu-built causal masks become
-``causal``; head split/merge Transposes are absorbed by the layout (BSHD or BHSD) that needs fewest new ones.
-A site whose checks fail is left as it was and reported with one reason.
+Dropout and the sdpa NaN guard) the left operand of a second MatMul.
+- Scales on the scores or on Q and K (constants, or 1/sqrt(D) computed from static dims) fold into ``scale``.
+- Kᵀ forms are undone (Transpose(0,2,3,1) of [B,S,H,D] keys, Transpose(0,1,3,2) of [B,H,S,D] keys); K/V head
+  repeats (Expand/Tile of an inserted axis then Reshape, Tile of one head) are undone: K/V enter with H_kv heads.
+- Masks: constant causal triangles, Trilu of ones and Range comparisons (alone or And-ed with other masks)
+  become ``causal`` + ``causal_alignment``; all-pass constants vanish; Where(keep, S, fill) passes the boolean;
+  additive masks pass as they are (cast to Q's dtype), except Where(keep, 0, -inf) forms, which are boolean.
+  A mask filled with a finite value (finfo.min) stays additive even when it holds a causal part: rows with no
+  visible key then average V as the original does, where a boolean or causal mask gives 0.
+- The layout (BSHD or BHSD) is the one needing the fewest new Transposes: head split/merge Transposes (and the
+  sdpa export's Reshape of the output to its own shape) are absorbed.
+- ONNX Attention (opset 23+): 3-D or 4-D inputs, scale, is_causal (top-left), bool or float attn_mask,
+  nonpad_kv_seqlen (as ``key_lengths``); past KV, present outputs in use, softcap and sliding windows are
+  reported unsupported.
+A site whose checks fail (shapes, dtypes, a head dim the kernels are not built for) is left as it was and
+reported with one reason.
 """
 from __future__ import annotations
 

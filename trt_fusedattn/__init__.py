@@ -5,7 +5,8 @@ __version__ = "0.1.0"
 #   fuse(model_or_path, only=None) -> (fused ModelProto, Report)
 #   verify(original, fused, inputs=None, seed=0, dims=None, rtol=None, atol=0, implementations=None) -> Verification
 #   run_model(model, feeds, implementations=None) -> {output name: array} (onnxruntime, custom nodes in Python)
-#   random_inputs(model, seed=0, dims=None), load_model(path) -> (model, had external data), save_model(model, path)
+#   random_inputs(model, seed=0, dims=None), load_model(path) -> (model, had external data), save_model(model, path),
+#   load_weights(model) (external tensors of a loaded model read into memory)
 _LAZY = {
     "fuse": "trt_fusedattn.pipeline",
     "Report": "trt_fusedattn.report",
@@ -15,6 +16,7 @@ _LAZY = {
     "random_inputs": "trt_fusedattn.random_inputs",
     "load_model": "trt_fusedattn.io",
     "save_model": "trt_fusedattn.io",
+    "load_weights": "trt_fusedattn.io",
     "FuseError": "trt_fusedattn.errors",
     "InputError": "trt_fusedattn.errors",
     "VerificationError": "trt_fusedattn.errors",

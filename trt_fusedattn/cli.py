@@ -127,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
         from trt_fusedattn.tensorrt import build_engine
 
         progress.begin(f"building TensorRT engine {args.engine}")
-        build_engine(output, args.engine, precision=args.precision or "fp32")
+        build_engine(output, args.engine, precision=args.precision or "fp32", dims=dims)
         report.notes.append(f"engine: {args.engine}")
         progress.end(f"built {args.engine}")
     elif not ok:

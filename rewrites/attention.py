@@ -9,7 +9,7 @@ Dropout and the sdpa NaN guard) the left operand of a second MatMul.
   repeats (Expand/Tile of an inserted axis then Reshape, Tile of one head) are undone: K/V enter with H_kv heads.
 - Masks: constant causal triangles, Trilu of ones and Range comparisons (alone or And-ed with other masks)
   become ``causal`` + ``causal_alignment``; all-pass constants vanish; Where(keep, S, fill) passes the boolean;
-  additive masks pass as they are (cast to Q's dtype), except Where(keep, 0, -inf) forms, which are boolean.
+  additive masks pass as they are (cast to Q's dtype), but Where(keep, 0, -inf) forms pass their boolean.
   A mask filled with a finite value (finfo.min) stays additive even when it holds a causal part: rows with no
   visible key then average V as the original does, where a boolean or causal mask gives 0.
 - The layout (BSHD or BHSD) is the one needing the fewest new Transposes: head split/merge Transposes (and the
@@ -683,11 +683,9 @@ def _classify_masks(match: _Match, lq, lkv, shared: _Shared) -> None:
                 continue
         elif _is_op(cond, "Where") and -math.inf in (scalar_value(cond.inputs[1]), scalar_value(cond.inputs[2])) \
                 and 0.0 in (scalar_value(cond.inputs[1]), scalar_value(cond.inputs[2])):
-            # Where(keep, 0, -inf) or Where(drop, -inf, 0): a boolean mask in additive form
-            parts = _split_and(cond.inputs[0], scalar_value(cond.inputs[1]) != 0)
-            if any(_causal_of(p, lq, lkv) for p in parts):
-                keeps.extend(parts)
-                continue
+            # Where(keep, 0, -inf) or Where(drop, -inf, 0): a boolean mask in additive form, passed as the boolean
+            keeps.extend(_split_and(cond.inputs[0], scalar_value(cond.inputs[1]) != 0))
+            continue
         floats.append(mask)
     rest = []
     for tensor, negate in keeps:

@@ -1,5 +1,8 @@
 """FusedAttention forward TFLOP/s beside torch SDPA's flash (FlashAttention-2) and cuDNN backends, one run, one GPU.
 
+Columns "mma.sync" and (on sm_90a) "wgmma" are the two mainloops forced by the plan tuning WGMMA=0/1, whichever the
+plan picks by default; ``--variants`` columns are tuning overrides on top of the plan's default.
+
 The FlashAttention-2 grid: batch * seq = 16k tokens, hidden 2048 (head dim 64 -> 32 heads, 128 -> 16), causal and
 not, seq 512..16k, bf16 and fp16. Each kernel is captured 10x in a CUDA graph (no launch gaps), warmed up, and the
 median of event-timed replays is reported. FLOPs: 4 * B * H * S^2 * D, halved when causal.
@@ -13,13 +16,14 @@ import datetime
 import platform
 import statistics
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from trt_fusedattn.launcher import device_arch, launch
+from trt_fusedattn.launcher import compile_ptx, device_arch, launch
 from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION
-from trt_fusedattn.plugins.attention.plan import plan_attention
+from trt_fusedattn.plugins.attention.plan import WGMMA_ARCHES, plan_attention
 
 TOKENS, HIDDEN = 16384, 2048
 SEQS = (512, 1024, 2048, 4096, 8192, 16384)
@@ -50,12 +54,29 @@ def time_ms(fn, reps_in_graph: int = 10, replays: int = 15) -> float:
     return statistics.median(times)
 
 
+def plan_for(shape, dtype: str, causal: bool, arch: str, tuning=None):
+    """The launch plan of BSHD self-attention of ``shape`` (what ``ours`` launches)."""
+    attrs = FUSED_ATTENTION.resolve({"layout": "BSHD", "causal": int(causal)})
+    return plan_attention([tuple(shape)] * 3 + [None, None], [dtype] * 3 + [None, None], attrs, arch, tuning=tuning)
+
+
+def precompile(dtypes, tunings, arch: str) -> None:
+    """Compile every specialization the run times, in parallel (nvcc is single-threaded)."""
+    plans = {}
+    for dtype in dtypes:
+        for dim in (64, 128):
+            for causal in (False, True):
+                for tuning in tunings.get(dim, []):
+                    p = plan_for((1, 2048, HIDDEN // dim, dim), str(dtype).removeprefix("torch."), causal, arch, tuning)
+                    plans[tuple(sorted(p.defines.items()))] = p
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(lambda p: compile_ptx(p.source, arch, p.defines), plans.values()))
+
+
 def ours(q, k, v, out, causal: bool, tuning=None):
     """A closure launching our kernel on BSHD q/k/v into ``out`` (plan made once, like an engine)."""
-    attrs = FUSED_ATTENTION.resolve({"layout": "BSHD", "causal": int(causal)})
     arch = device_arch(q.device.index or 0)
-    plan = plan_attention([tuple(q.shape), tuple(k.shape), tuple(v.shape), None, None],
-                          [str(q.dtype).removeprefix("torch.")] * 3 + [None, None], attrs, arch, tuning=tuning)
+    plan = plan_for(q.shape, str(q.dtype).removeprefix("torch."), causal, arch, tuning)
     ptrs = [q.data_ptr(), k.data_ptr(), v.data_ptr(), None, None]
     return lambda: launch(plan, arch, ptrs, [out.data_ptr()],
                           stream=torch.cuda.current_stream().cuda_stream, device=q.device.index or 0)
@@ -103,12 +124,19 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="markdown file for the table")
     parser.add_argument("--quick", action="store_true", help="bf16 only, seq 2k and 8k")
+    parser.add_argument("--seqs", default="", help="comma-separated sequence lengths instead of 512..16384")
     parser.add_argument("--variants", default="", help="tuning variants to time, e.g. 64:BLOCK_N=128+NUM_WARPS=4")
     args = parser.parse_args()
     extra = parse_variants(args.variants)
     dtypes = (torch.bfloat16,) if args.quick else (torch.bfloat16, torch.float16)
-    seqs = (2048, 8192) if args.quick else SEQS
-    header = ["dtype", "hd", "causal", "seq", "ours", "flash (FA2)", "cuDNN", "ours/FA2", "ours/cuDNN", "err vs FA2"]
+    seqs = tuple(int(x) for x in args.seqs.split(",")) if args.seqs else (2048, 8192) if args.quick else SEQS
+    arch = device_arch(0)
+    hopper = arch in WGMMA_ARCHES
+    mma_sync, wgmma = {"WGMMA": 0}, {"WGMMA": 1}
+    precompile(dtypes, {d: [mma_sync, *extra.get(d, [])] + ([wgmma] if hopper else []) for d in (64, 128)}, arch)
+    header = ["dtype", "hd", "causal", "seq", "mma.sync", "flash (FA2)", "cuDNN", "mma.sync/FA2", "mma.sync/cuDNN",
+              "err vs FA2"]
+    header += ["wgmma", "wgmma/FA2", "wgmma/cuDNN", "wgmma err vs FA2"] if hopper else []
     header += [f"hd{d} " + " ".join(f"{k}={v}" for k, v in t.items()) for d, ts in extra.items() for t in ts]
     rows = []
     for dtype in dtypes:
@@ -121,7 +149,7 @@ def main():
                     out = torch.full_like(q, float("nan"))
                     flops = 4 * batch * heads * seq * seq * dim / (2 if causal else 1)
                     tflops = lambda ms: flops / ms / 1e9  # noqa: E731
-                    t_ours = time_ms(ours(q, k, v, out, causal))
+                    t_ours = time_ms(ours(q, k, v, out, causal, mma_sync))
                     ref = sdpa(q, k, v, causal, SDPBackend.FLASH_ATTENTION)().transpose(1, 2)
                     err = ((out.float() - ref.float()).norm() / ref.float().norm()).item()
                     t_fa2 = time_ms(sdpa(q, k, v, causal, SDPBackend.FLASH_ATTENTION))
@@ -132,6 +160,11 @@ def main():
                     row = [str(dtype).removeprefix("torch."), dim, int(causal), seq, f"{tflops(t_ours):.0f}",
                            f"{tflops(t_fa2):.0f}", f"{tflops(t_cudnn):.0f}", f"{t_fa2 / t_ours:.2f}",
                            f"{t_cudnn / t_ours:.2f}", f"{err:.1e}"]
+                    if hopper:
+                        out.fill_(float("nan"))
+                        t_wg = time_ms(ours(q, k, v, out, causal, wgmma))
+                        err_wg = ((out.float() - ref.float()).norm() / ref.float().norm()).item()
+                        row += [f"{tflops(t_wg):.0f}", f"{t_fa2 / t_wg:.2f}", f"{t_cudnn / t_wg:.2f}", f"{err_wg:.1e}"]
                     for d, ts in extra.items():
                         for t in ts:
                             row.append(f"{tflops(time_ms(ours(q, k, v, out, causal, t))):.0f}" if d == dim else "")

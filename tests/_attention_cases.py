@@ -26,6 +26,7 @@ class AttentionCase:
     mask_shape: tuple | None = None  # broadcastable to [B, Hq, Lq, Lkv]; default full
     key_lengths: bool = False
     small: bool = field(default=False)  # also run under compute-sanitizer
+    tuning: tuple = ()                   # plan tuning overrides as (name, value) pairs, e.g. (("WGMMA", 1),)
 
     def qkv_shapes(self):
         def shape(length, heads):
@@ -46,7 +47,8 @@ class AttentionCase:
         return plan_attention(
             [q_shape, kv_shape, kv_shape, None if self.mask is None else self.full_mask_shape(),
              (self.batch,) if self.key_lengths else None],
-            [self.dtype] * 3 + [mask_dtype, "int32" if self.key_lengths else None], self.attrs(), arch)
+            [self.dtype] * 3 + [mask_dtype, "int32" if self.key_lengths else None], self.attrs(), arch,
+            tuning=dict(self.tuning) or None)
 
 
 def _cases():
@@ -87,3 +89,52 @@ def _cases():
 
 
 CASES = _cases()
+
+
+def _wgmma_cases():
+    """The Hopper wgmma mainloop (tuning WGMMA=1, sm_90a, head dims 64/128) over every feature: dtypes, odd and long
+    lengths, causal in both alignments, masks, key lengths, GQA/MQA, both layouts, scales, and the BLOCK_N=64 tile."""
+    wg = (("WGMMA", 1),)
+    bn64 = wg + (("BLOCK_N", 64),)
+    cases = [AttentionCase(f"wg-hd{d}-{t}", dim=d, dtype=t, tuning=wg) for d in (64, 128) for t in ("float16", "bfloat16")]
+    for lq, lkv, d in ((1, 1, 64), (7, 7, 128), (1, 300, 64), (127, 7, 128), (1000, 1000, 64), (200, 1000, 128)):
+        cases.append(AttentionCase(f"wg-len{lq}x{lkv}-hd{d}", len_q=lq, len_kv=lkv, dim=d, dtype="float16", tuning=wg))
+    for lq, lkv in ((127, 127), (100, 300), (300, 100), (1, 129)):
+        for al in ("top_left", "bottom_right"):
+            for d, t in ((64, "bfloat16"), (128, "float16")):
+                cases.append(AttentionCase(f"wg-causal-{al}-{lq}x{lkv}-hd{d}", len_q=lq, len_kv=lkv, dim=d, dtype=t,
+                                           causal=1, alignment=al, tuning=wg))
+    cases += [
+        AttentionCase("wg-causal-2100-hd128", batch=1, heads_q=2, heads_kv=2, len_q=2100, len_kv=2100, dim=128,
+                      causal=1, tuning=wg),
+        AttentionCase("wg-causal-br-1500x2100-hd64", batch=1, heads_q=2, heads_kv=1, len_q=1500, len_kv=2100,
+                      dtype="float16", causal=1, alignment="bottom_right", tuning=wg),
+        AttentionCase("wg-long-kv-16534-hd128", batch=1, heads_q=2, heads_kv=2, len_q=7, len_kv=16534, dim=128,
+                      tuning=wg),
+        AttentionCase("wg-long-q-16534-hd64", batch=1, heads_q=2, heads_kv=1, len_q=16534, len_kv=127, tuning=wg),
+        AttentionCase("wg-gqa-hd128", heads_q=8, heads_kv=2, dim=128, tuning=wg),
+        AttentionCase("wg-mqa-bhsd-hd64", heads_q=6, heads_kv=1, layout="BHSD", dtype="float16", tuning=wg),
+        AttentionCase("wg-cross-bhsd-hd128", len_q=77, len_kv=333, layout="BHSD", dim=128, tuning=wg),
+        AttentionCase("wg-scale-hd128", scale=0.37, dim=128, dtype="float16", tuning=wg),
+        AttentionCase("wg-negative-scale-hd64", scale=-0.2, dtype="float16", tuning=wg),
+        AttentionCase("wg-key-lengths-hd64", key_lengths=True, len_kv=300, tuning=wg),
+        AttentionCase("wg-key-lengths-causal-br-hd128", key_lengths=True, len_q=90, len_kv=300, causal=1,
+                      alignment="bottom_right", dim=128, dtype="float16", tuning=wg),
+        AttentionCase("wg-additive-full-hd64", mask="additive", tuning=wg),
+        AttentionCase("wg-additive-b11k-hd128", mask="additive", mask_shape=(2, 1, 1, 127), dim=128, tuning=wg),
+        AttentionCase("wg-additive-1hqk-gqa-hd64", mask="additive", mask_shape=(1, 8, 127, 127), heads_q=8,
+                      heads_kv=2, dtype="float16", tuning=wg),
+        AttentionCase("wg-bool-full-hd128", mask="bool", dim=128, dtype="float16", tuning=wg),
+        AttentionCase("wg-bool-3d-causal-hd64", mask="bool", mask_shape=(1, 127, 200), len_kv=200, causal=1,
+                      tuning=wg),
+        AttentionCase("wg-bool-keylen-bhsd-hd128", mask="bool", mask_shape=(2, 1, 1, 127), key_lengths=True,
+                      layout="BHSD", dim=128, tuning=wg),
+        AttentionCase("wg-bn64-hd64-causal-br", len_q=300, len_kv=1000, causal=1, alignment="bottom_right",
+                      tuning=bn64),
+        AttentionCase("wg-bn64-hd128-fp16", len_q=1000, len_kv=1000, dim=128, dtype="float16", tuning=bn64),
+        AttentionCase("wg-bn64-hd128-bool-keylen", mask="bool", key_lengths=True, len_kv=300, dim=128, tuning=bn64),
+    ]
+    return cases
+
+
+WGMMA_CASES = _wgmma_cases()

@@ -80,18 +80,20 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t a_desc, 
 }
 
 // d (64 x N, fp32) += A (64 x 16, registers: the m16k16 A fragment of mma.sync per warp) * B (16 x N, smem,
-// MN-major: stored 16 x N with N contiguous, hence the transpose flag 1).
+// MN-major: stored 16 x N with N contiguous, hence the transpose flag 1). The accumulate predicate is constant true.
 template <int N>
 __device__ __forceinline__ void wgmma_rs_b_mn_major(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t b_desc) {
   static_assert(N == 64 || N == 128, "wgmma_rs: N must be 64 or 128");
   if constexpr (N == 64) {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32" WGMMA_AB_TYPES " " WG_D32
-                 ", {%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
-                 : WG_ACC_N64 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc));
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32" WGMMA_AB_TYPES " " WG_D32
+                 ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+                 : WG_ACC_N64 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "n"(1));
   } else {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32" WGMMA_AB_TYPES " " WG_D64
-                 ", {%64, %65, %66, %67}, %68, 1, 1, 1, 1;\n"
-                 : WG_ACC_N128 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc));
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32" WGMMA_AB_TYPES " " WG_D64
+                 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+                 : WG_ACC_N128 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "n"(1));
   }
 }
 

@@ -1,0 +1,43 @@
+"""plan_attention's choice between the mma.sync and the Hopper wgmma mainloops (CPU): the WGMMA tuning override,
+the WGMMA_BY_DEFAULT switch, the wgmma tile geometry and shared memory, and one-line rejections."""
+from __future__ import annotations
+
+import pytest
+
+from trt_fusedattn.plugins.attention import plan as plan_module
+from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION
+from trt_fusedattn.plugins.attention.plan import WGMMA_TILES, plan_attention, shared_mem_bytes
+
+
+def plan(dim=128, arch="sm_90a", tuning=None, mask=None):
+    q, kv = (2, 1000, 8, dim), (2, 700, 2, dim)
+    return plan_attention([q, kv, kv, mask, None], ["bfloat16"] * 3 + [None if mask is None else "bool", None],
+                          FUSED_ATTENTION.resolve({"causal": 1}), arch, tuning=tuning)
+
+
+@pytest.mark.parametrize("dim", sorted(WGMMA_TILES))
+def test_forced_wgmma_geometry(dim):
+    p = plan(dim, tuning={"WGMMA": 1})
+    block_m, block_n, warps, q_regs, stages = WGMMA_TILES[dim]
+    assert p.defines["WGMMA"] == 1 and p.defines["Q_IN_REGISTERS"] == 0
+    assert p.block == (warps * 32, 1, 1) and warps == block_m // 16 and warps % 4 == 0  # 64 rows per warpgroup
+    assert p.grid == ((1000 + block_m - 1) // block_m, 8, 2)
+    # unpadded tiles + slack for the kernel's round-up of its smem base to 1024 bytes
+    assert p.shared_mem == (block_m + 2 * stages * block_n) * dim * 2 + 1024 - 16 <= 227 * 1024
+    assert plan(dim, tuning={"WGMMA": 1}, mask=(2, 1, 1000, 700)).defines["WGMMA"] == 1  # masks too
+
+
+def test_default_follows_the_switch(monkeypatch):
+    monkeypatch.setattr(plan_module, "WGMMA_BY_DEFAULT", False)
+    assert plan(128).defines["WGMMA"] == 0
+    monkeypatch.setattr(plan_module, "WGMMA_BY_DEFAULT", True)
+    assert plan(128).defines["WGMMA"] == 1 and plan(64).defines["WGMMA"] == 1
+    assert plan(96).defines["WGMMA"] == 0 and plan(128, arch="sm_80").defines["WGMMA"] == 0
+    assert plan(128, tuning={"WGMMA": 0}).defines["WGMMA"] == 0  # the mma.sync path stays reachable
+    assert plan(128, tuning={"WGMMA": 0}).shared_mem == shared_mem_bytes(128, 128, 64, 2)
+
+
+@pytest.mark.parametrize("dim, arch", [(96, "sm_90a"), (128, "sm_80"), (64, "sm_89")])
+def test_forcing_wgmma_where_it_cannot_run_is_rejected(dim, arch):
+    with pytest.raises(ValueError, match="wgmma mainloop runs on sm_90a"):
+        plan(dim, arch=arch, tuning={"WGMMA": 1})

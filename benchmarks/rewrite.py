@@ -1,11 +1,13 @@
 """Time the rewrite pass (load, rewrite, save; no verification) on generated large models.
 
 A BERT-style transformer of hidden 1024 at 12, 24 and 48 layers (48 layers: 2.4 GB of float32 weights, so
-external data) shows the pass is linear in graph size; a ResNet-152-shaped CNN is the convolution case.
-Models are exported once (TorchScript exporter by default) and cached. Writes a markdown table.
+external data; the smaller ones are given external data too, so all three are the same kind of file) shows
+the pass is linear in graph size; a ResNet-152-shaped CNN (0.23 GB, one file) is the convolution case.
+Models are exported once (TorchScript exporter by default) and cached. Each is timed ``--repeat`` times
+(the machine is shared) and the fastest run reported. Writes a markdown table.
 
     python benchmarks/rewrite.py [--cache DIR] [--exporter torchscript|dynamo] [--layers 12 24 48]
-                                 [--out benchmarks/results/rewrite.md]
+                                 [--repeat 5] [--out benchmarks/results/rewrite.md]
 """
 from __future__ import annotations
 
@@ -35,6 +37,22 @@ def export_once(cache: Path, name: str, exporter: str, **overrides) -> Path:
         export(build(name, **overrides), path, exporter)
         print(f"  {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
     return path
+
+
+def with_external_data(path: Path) -> Path:
+    """``path`` itself when it has external data, else a cached copy of it that has."""
+    from trt_fusedattn import io
+
+    if path.with_name(path.name + ".data").exists():
+        return path
+    external = path.with_name(path.stem + "_external.onnx")
+    if not external.exists():
+        io.save_model(io.load_model(path)[0], external, external_data=True)
+    return external
+
+
+def fastest(path: Path, repeat: int) -> dict:
+    return min((time_pass(path) for _ in range(repeat)), key=lambda r: r["total"])
 
 
 def time_pass(path: Path) -> dict:
@@ -67,11 +85,13 @@ def machine() -> str:
 
 
 def table(rows: list[dict]) -> str:
-    head = "| model | nodes | size (GB) | external data | sites | load (s) | rewrite (s) | save (s) | total (s) |"
-    lines = [head, "|---|---:|---:|---|---|---:|---:|---:|---:|"]
+    head = ("| model | nodes | size (GB) | external data | sites | load (s) | rewrite (s) | rewrite per 1000 nodes (s) "
+            "| save (s) | total (s) |")
+    lines = [head, "|---|---:|---:|---|---|---:|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(f"| {r['model']} | {r['nodes']} | {r['GB']:.2f} | {'yes' if r['external'] else 'no'} | "
-                     f"{r['sites']} | {r['load']:.2f} | {r['rewrite']:.2f} | {r['save']:.2f} | {r['total']:.2f} |")
+                     f"{r['sites']} | {r['load']:.2f} | {r['rewrite']:.2f} | {1000 * r['rewrite'] / r['nodes']:.2f} | "
+                     f"{r['save']:.2f} | {r['total']:.2f} |")
     return "\n".join(lines)
 
 
@@ -80,6 +100,7 @@ def main(argv=None) -> None:
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "trt_fusedattn_bench")
     parser.add_argument("--exporter", default="torchscript", choices=("torchscript", "dynamo"))
     parser.add_argument("--layers", type=int, nargs="+", default=[12, 24, 48])
+    parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "rewrite.md")
     args = parser.parse_args(argv)
     args.cache.mkdir(parents=True, exist_ok=True)
@@ -89,17 +110,19 @@ def main(argv=None) -> None:
     rows = []
     for layers in args.layers:
         path = export_once(args.cache, "bert_sdpa", args.exporter, layers=layers, hidden=1024, heads=16)
-        rows.append(time_pass(path))
+        rows.append(fastest(with_external_data(path), args.repeat))
         print(rows[-1], file=sys.stderr, flush=True)
     path = export_once(args.cache, "resnet", args.exporter, **RESNET152)
-    rows.append(time_pass(path))
+    rows.append(fastest(path, args.repeat))
     print(rows[-1], file=sys.stderr, flush=True)
 
     text = (f"# Rewrite pass timing\n\n`python benchmarks/rewrite.py --exporter {args.exporter}`: load (with "
             f"external data), rewrite (shape inference, attention and conv rewrites, cleanup, toposort) and save "
-            f"of generated models, no verification, one run each. BERT-style encoder (hidden 1024, 16 heads, "
+            f"of generated models, no verification, fastest of {args.repeat} runs. BERT-style encoder (hidden 1024, 16 heads, "
             f"FFN 4096) at {', '.join(map(str, args.layers))} layers; ResNet-152 layout "
-            f"(depths 3-8-36-3, widths 256-2048, 224x224).\n\nMachine: {machine()}\n\n{table(rows)}\n")
+            f"(depths 3-8-36-3, widths 256-2048, 224x224). Transformers are read from and written to external data "
+            f"(large weights are copied file to file, never through Python), the CNN is one file.\n\n"
+            f"Machine: {machine()}\n\n{table(rows)}\n")
     args.out.write_text(text)
     print(text)
 

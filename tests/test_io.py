@@ -137,3 +137,13 @@ def test_model_over_2gb_loads_rewrites_and_saves_with_external_data(tmp_path):
         assert weight.shape == (rows, cols)
         for i, want in probes[tensor.name].items():
             np.testing.assert_array_equal(weight[i], want)
+
+
+def test_fuse_leaves_the_callers_model_alone():
+    model = onnx.load(SAMPLE)
+    before = model.SerializeToString()
+    fused, report = pipeline.fuse(model)
+    assert model.SerializeToString() == before
+    assert report.model == "<in memory>" and report.fused
+    assert sum(n.op_type == "FusedConv" for n in fused.graph.node) == len(report.fused)
+    assert fused.ir_version == model.ir_version and fused.producer_name == model.producer_name

@@ -189,3 +189,36 @@ def _static(tensor: gs.Tensor, depth: int) -> np.ndarray | None:
         if (axes is None or axes.reshape(-1).tolist() in ([0], [-1])) and (steps is None or steps.reshape(-1).tolist() == [1]):
             return x[int(y.reshape(-1)[0]):int(min(args[2].reshape(-1)[0], len(x)))]
     return None
+
+
+def weightless_copy(graph: gs.Graph, threshold: int = 1 << 16) -> onnx.ModelProto:
+    """The graph as a model whose constants of ``threshold`` bytes or more are graph inputs of their type and
+    shape (no data copied): enough for shape inference, cheap for models of any size."""
+    copy = graph.copy()
+    stubs = {}
+    for node in copy.nodes:
+        for i, tensor in enumerate(node.inputs):
+            if isinstance(tensor, gs.Constant) and tensor.values.nbytes >= threshold:
+                if tensor.name not in stubs:
+                    stubs[tensor.name] = gs.Variable(tensor.name, dtype=tensor.dtype, shape=list(tensor.shape))
+                node.inputs[i] = stubs[tensor.name]
+    copy.inputs = list(copy.inputs) + list(stubs.values())
+    return gs.export_onnx(copy, do_type_check=False)
+
+
+def symbolic_dims(model: onnx.ModelProto) -> dict[str, list]:
+    """Tensor dims by name from onnxruntime's symbolic shape inference, which follows shape arithmetic (Shape,
+    Gather, Concat, Slice into Reshape) where onnx's inference gives up: ints, symbolic names (str) or None.
+    An empty dict when it cannot handle the model."""
+    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+
+    try:
+        inferred = SymbolicShapeInference.infer_shapes(model, auto_merge=True)
+    except Exception:  # noqa: BLE001 - a best effort: ops it does not know, models it rejects
+        return {}
+    if inferred is None:
+        return {}
+    return {info.name: [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+                        for d in info.type.tensor_type.shape.dim]
+            for info in [*inferred.graph.value_info, *inferred.graph.output]
+            if info.type.HasField("tensor_type") and info.type.tensor_type.HasField("shape")}

@@ -23,6 +23,7 @@ reported with one reason.
 from __future__ import annotations
 
 import math
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -32,7 +33,8 @@ from onnx import TensorProto, helper
 from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION, HEAD_DIMS
 from trt_fusedattn.rewrites import Site
 from trt_fusedattn.rewrites._graph import (consumers, constant_value, is_graph_output, is_present, names_in_use,
-                                           number, producer, scalar_value, static_value, unique_name)
+                                           number, producer, scalar_value, static_value, symbolic_dims, unique_name,
+                                           weightless_copy)
 
 FAMILY = "attention"
 HEAD_SPLIT = (0, 2, 1, 3)           # BSHD <-> BHSD, its own inverse
@@ -56,12 +58,32 @@ def _perm(node: gs.Node | None) -> tuple | None:
     return tuple(node.attrs.get("perm", ())) if _is_op(node, "Transpose") else None
 
 
+class _InferredDims:
+    """Dims onnxruntime's symbolic shape inference finds where the recorded shapes (onnx's inference) have none,
+    e.g. the head dim after a Slice of a packed QKV projection. Inferred on first use, from the graph as it was
+    when the rewrite began."""
+
+    def __init__(self, graph: gs.Graph):
+        self.model, self.dims = weightless_copy(graph), None
+
+    def of(self, tensor: gs.Tensor) -> list | None:
+        if self.dims is None:
+            self.dims = symbolic_dims(self.model)
+        return self.dims.get(tensor.name)
+
+
+_INFERRED: ContextVar[_InferredDims | None] = ContextVar("attention_inferred_dims", default=None)
+
+
 def _shape(tensor: gs.Tensor) -> list | None:
     return None if tensor.shape is None else list(tensor.shape)
 
 
 def _rank(tensor: gs.Tensor) -> int | None:
-    return None if tensor.shape is None else len(tensor.shape)
+    if tensor.shape is not None:
+        return len(tensor.shape)
+    inferred = _INFERRED.get().of(tensor) if _INFERRED.get() else None
+    return None if inferred is None else len(inferred)
 
 
 def _dtype(tensor: gs.Tensor):
@@ -69,13 +91,17 @@ def _dtype(tensor: gs.Tensor):
         else np.dtype(helper.tensor_dtype_to_np_dtype(tensor.dtype))
 
 
-def _dim(tensor: gs.Tensor, axis: int):
-    """A static dim of a tensor (int) or None when unknown or symbolic."""
-    shape = _shape(tensor)
-    if shape is None or not -len(shape) <= axis < len(shape):
-        return None
-    value = shape[axis]
-    return value if isinstance(value, int) and value >= 0 else None
+def _dim(tensor: gs.Tensor, axis: int, infer: bool = True):
+    """A static dim of a tensor (int), recorded or (``infer``) found by symbolic inference; None when unknown or
+    symbolic."""
+    for shape in (_shape(tensor), _INFERRED.get().of(tensor) if infer and _INFERRED.get() else None):
+        if shape is not None and -len(shape) <= axis < len(shape):
+            value = shape[axis]
+            if isinstance(value, int) and value >= 0:
+                return value
+        if not infer:
+            break
+    return None
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -954,13 +980,13 @@ def _head_dim(op: _Operand) -> int | None:
 def _sequence_lengths(match: _Match) -> tuple:
     """Static (L_q, L_kv) where known."""
     def seq(op: _Operand):
-        if op.bhsd is not None:
-            return _dim(op.bhsd, 2)
+        if op.bhsd is not None:  # recorded only: sequence lengths are static only in static models
+            return _dim(op.bhsd, 2, infer=False)
         if op.bshd is not None:
-            return _dim(op.bshd, 1)
+            return _dim(op.bshd, 1, infer=False)
         if op.kt is not None:
-            return _dim(op.kt, 3)
-        return _dim(op.flat, 1)
+            return _dim(op.kt, 3, infer=False)
+        return _dim(op.flat, 1, infer=False)
     return seq(match.q), seq(match.k)
 
 
@@ -991,4 +1017,8 @@ def rewrite(graph: gs.Graph) -> list[Site]:
     """Fuse every attention site of ``graph`` in place; one Site per Softmax and per ONNX Attention node."""
     shared = _Shared(names_in_use(graph))
     anchors = [n for n in graph.nodes if n.domain in (None, "", "ai.onnx") and n.op in ("Softmax", "Attention")]
-    return [_fuse(anchor, graph, shared) for anchor in anchors]
+    token = _INFERRED.set(_InferredDims(graph) if anchors else None)
+    try:
+        return [_fuse(anchor, graph, shared) for anchor in anchors]
+    finally:
+        _INFERRED.reset(token)

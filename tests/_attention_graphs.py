@@ -227,7 +227,8 @@ def torch_attention_module(style: str, *, heads: int = 4, kv_heads: int = 2, dim
     """A torch module computing attention one way a model author writes it (for export by both exporters):
     "repeat_interleave" (K/V heads repeated in BHSD), "bshd_expand" (repeated before the head split),
     "sdpa_causal" (F.scaled_dot_product_attention, is_causal, scale from the head dim), "masked_fill_tril"
-    (masked_fill with a tril mask), "sdpa_gqa" (sdpa with enable_gqa: K/V keep their heads)."""
+    (masked_fill with a tril mask), "sdpa_gqa" (sdpa with enable_gqa: K/V keep their heads), "packed_qkv" (one
+    projection viewed per head and sliced into Q, K, V: onnx's shape inference loses the head dim)."""
     import math
 
     import torch
@@ -245,6 +246,13 @@ def torch_attention_module(style: str, *, heads: int = 4, kv_heads: int = 2, dim
             q = self.q(x).view(b, length, heads, dim).transpose(1, 2)
             k = self.k(x).view(b, length, kv_heads, dim)
             v = self.v(x).view(b, length, kv_heads, dim)
+            if style == "packed_qkv":  # one projection viewed per head, sliced along the last axis (GPT-NeoX)
+                qkv = torch.cat([self.q(x), self.k(x).repeat(1, 1, group), self.v(x).repeat(1, 1, group)], -1)
+                qkv = qkv.view(b, length, heads, 3 * dim).transpose(1, 2)
+                third = qkv.size(-1) // 3  # bounds read from the shape, as GPT-NeoX slices
+                q, k, v = qkv[..., :third], qkv[..., third:2 * third], qkv[..., 2 * third:]
+                scores = q @ k.transpose(-1, -2) / math.sqrt(dim)
+                return (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, length, heads * dim)
             if style == "bshd_expand":
                 k, v = (t[:, :, :, None, :].expand(b, length, kv_heads, group, dim).reshape(b, length, heads, dim)
                         .transpose(1, 2) for t in (k, v))

@@ -352,6 +352,29 @@ def _reaches_scores(tensor: gs.Tensor, depth: int = 8) -> bool:
     return False
 
 
+def _blocking_step(tensor: gs.Tensor, depth: int = 8) -> gs.Node | None:
+    """The first node above ``tensor``, past score steps, that is no score step yet is computed from a MatMul
+    (e.g. the Tanh of logit softcapping): what keeps a Softmax from being matched. None if there is none."""
+    node = producer(tensor)
+    if node is None or depth == 0 or _is_op(node, "MatMul"):
+        return None
+    if node.op in _SCORE_STEPS and node.domain in (None, "", "ai.onnx"):
+        found = (_blocking_step(t, depth - 1) for t in node.inputs if not isinstance(t, gs.Constant))
+        return next((n for n in found if n is not None), None)
+    return node if _from_matmul(tensor, 4) else None
+
+
+def _from_matmul(tensor: gs.Tensor, depth: int) -> bool:
+    node = producer(tensor)
+    return node is not None and depth > 0 and (_is_op(node, "MatMul") or any(
+        _from_matmul(t, depth - 1) for t in node.inputs if not isinstance(t, gs.Constant)))
+
+
+def _not_attention_step(node: gs.Node) -> _Skip:
+    hint = {"Tanh": " (logit softcapping)", "Reshape": " (scores reshaped: heads folded into the batch?)"}.get(node.op, "")
+    return _Skip(f"{node.op} '{node.name}' between the Q·Kᵀ MatMul and the Softmax is not an attention step{hint}")
+
+
 def _is_masked_fill(value: float | None) -> bool:
     return value is not None and (value == -math.inf or value <= MASKED_FILL_LIMIT)
 
@@ -387,6 +410,9 @@ def _walk_scores(softmax: gs.Node, graph: gs.Graph, match: _Match) -> gs.Node:
             tensor = node.inputs[sides[0]]
         elif _is_op(node, "Add"):
             sides = [s for s in (0, 1) if _reaches_scores(node.inputs[s])]
+            blocker = next((b for b in map(_blocking_step, node.inputs) if b is not None), None)
+            if not sides and blocker is not None:
+                raise _not_attention_step(blocker)
             if len(sides) != 1:
                 raise _Skip(f"cannot tell the scores from the mask in Add '{node.name}'")
             if scale != 1.0:
@@ -404,7 +430,7 @@ def _walk_scores(softmax: gs.Node, graph: gs.Graph, match: _Match) -> gs.Node:
             else:
                 raise _Skip(f"Where '{node.name}' does not fill masked scores with -inf or a large negative")
         else:
-            raise _Skip(f"{node.op} '{node.name}' between the Q·Kᵀ MatMul and the Softmax is not an attention step")
+            raise _not_attention_step(node)
 
 
 def _walk_probabilities(softmax: gs.Node, graph: gs.Graph) -> gs.Node:

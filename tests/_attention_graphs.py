@@ -294,7 +294,7 @@ def export_torch_attention(style: str, exporter: str, path, dtype: str = "float3
 
 def irregular_scores(kind: str, *, batch=2, heads=4, length=5, dim=16) -> onnx.ModelProto:
     """Softmax(f(Q·Kᵀ))·V on BHSD inputs where f is not what FusedAttention computes, or the probabilities are
-    used elsewhere: "probs_output", "mask_before_scale", "fill_zero", "dynamic_scale", "float_and_bool"; and
+    used elsewhere: "probs_output", "mask_before_scale", "fill_zero", "dynamic_scale", "float_and_bool", "softcap"; and
     "kt_input" (plain attention with Kᵀ as the graph input, no transpose to undo)."""
     g = GraphBuilder()
     shape = [batch, heads, length, dim]
@@ -311,6 +311,9 @@ def irregular_scores(kind: str, *, batch=2, heads=4, length=5, dim=16) -> onnx.M
         scores = g.op("Where", [g.input("mask", TensorProto.BOOL, mask_shape), scores, g.const(np.float32(0.0))])
     elif kind == "dynamic_scale":
         scores = g.op("Mul", [scores, g.input("scale", FLOAT, [1])])
+    elif kind == "softcap":  # Gemma 2: cap * tanh(scores / cap)
+        cap = g.const(np.float32(30.0))
+        scores = g.op("Mul", [g.op("Tanh", [g.op("Div", [scores, cap])]), cap])
     elif kind == "float_and_bool":
         scores = g.op("Where", [g.input("keep", TensorProto.BOOL, mask_shape), scores, g.const(np.float32(-np.inf))])
         scores = g.op("Add", [scores, g.input("mask", FLOAT, mask_shape)])

@@ -194,6 +194,7 @@ LEFT_ALONE = {
     "mask added before the scale": (lambda: irregular_scores("mask_before_scale"), "before the scores are scaled"),
     "Where filling masked scores with 0": (lambda: irregular_scores("fill_zero"), "does not fill masked scores"),
     "scale from a graph input": (lambda: irregular_scores("dynamic_scale"), "non-constant"),
+    "logit softcapping": (lambda: irregular_scores("softcap"), "Tanh"),
 }
 
 

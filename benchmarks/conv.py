@@ -7,6 +7,11 @@ and shift. Each side is timed as a CUDA graph of REPS calls (launch gaps as a de
 median of TRIALS replays. Whole-stack sums weight each distinct layer by how often the network has it.
 
     python benchmarks/conv.py --out benchmarks/results/conv_h100.md
+    python benchmarks/conv.py --fp8-only --out benchmarks/results/conv_fp8_h100.md    # the FP8 table alone
+
+FP8 table (``--fp8``/``--fp8-only``, sm_89+): the ResNet-50 3x3 layers with our FP8 FusedConv (X quantized in the
+kernel with a per-tensor scale, BN-folded W in e4m3 with per-channel scales) against the same cuDNN FP16 baseline
+and our FP16 FusedConv; both FP8 main loops (mma.sync e4m3, and wgmma e4m3 on sm_90a) and a few wgmma tiles.
 """
 from __future__ import annotations
 
@@ -33,6 +38,12 @@ SWEEP = [(t, bk, None) for t in ("128x128w4", "128x64w4", "64x128w4", "64x64w4",
                                  "128x32w4s2", "64x64w4s2", "64x64w4s4") for bk in (32, 64)]
 SWEEP += [("128x64w4", 64, 4), ("128x64w4s2", 64, 4), ("128x32w4s2", 64, 4)]
 BATCHES = (1, 8, 32)
+# FP8 variants timed per layer: (label, plan_conv overrides); the first is the plan's default.
+FP8_VARIANTS = [("mma.sync", dict(mma="mma.sync")), ("wgmma", dict(mma="wgmma")),
+                ("wgmma 128x128", dict(mma="wgmma", tile="128x128w4")),
+                ("wgmma bk128", dict(mma="wgmma", block_k=128, stages=3)),
+                ("wgmma 128x128 bk128", dict(mma="wgmma", tile="128x128w4", block_k=128, stages=3)),
+                ("wgmma s2", dict(mma="wgmma", tile="128x64w4s2"))]
 
 
 @dataclass(frozen=True)
@@ -158,15 +169,61 @@ class Case:
                                     **_fused_activation(lay))
 
 
-def layer_plan(lay: Layer, n: int, arch: str, **tile):
-    """The FusedConv plan of one layer (what ``Case.fused`` launches; ``tile``: plan_conv's tuning override)."""
+def layer_plan(lay: Layer, n: int, arch: str, input_scale: float = 0.0, **tile):
+    """The FusedConv plan of one layer (what ``Case.fused`` launches; ``tile``: plan_conv's tuning override;
+    ``input_scale`` != 0: the FP8 plan, e4m3 W with a per-channel scale)."""
     o = lay.out_hw
     attrs = FUSED_CONV.resolve(dict(strides=(lay.stride,) * 2, pads=(lay.pad,) * 4, group=lay.groups,
-                                    **_fused_activation(lay)))
+                                    input_scale=input_scale, **_fused_activation(lay)))
     shapes = [(n, lay.c, lay.hw, lay.hw), (lay.k, lay.kernel, lay.kernel, lay.c // lay.groups), (lay.k,),
-              None, (n, lay.k, o, o) if lay.residual else None]
-    dtypes = ["float16", "float16", "float32", None, "float16" if lay.residual else None]
+              (lay.k,) if input_scale else None, (n, lay.k, o, o) if lay.residual else None]
+    dtypes = ["float16", "float8_e4m3fn" if input_scale else "float16", "float32", "float32" if input_scale else None,
+              "float16" if lay.residual else None]
     return plan_conv(shapes, dtypes, attrs, arch, **tile)
+
+
+def fp8_table(layers: list, batches: list, arch: str) -> list[str]:
+    """Our FP8 FusedConv (every FP8_VARIANTS entry) beside cuDNN FP16 + epilogue and our FP16 FusedConv on
+    ``layers``; err = |fp8 - base| / |base| normwise (mostly the e4m3 quantization of X and W)."""
+    scale_x = 4.5 / 448  # randn inputs: |x| > 4.5 saturates (rare)
+    variants = {(lay, label): layer_plan(lay, 1, arch, scale_x, **kw) for lay in layers for label, kw in FP8_VARIANTS}
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        list(pool.map(lambda p: compile_ptx(p.source, arch, p.defines), variants.values()))
+    labels = [label for label, _ in FP8_VARIANTS]
+    lines = ["\n## FP8 (E4M3) FusedConv on the ResNet-50 3x3 layers\n",
+             f"X quantized in the kernel (input_scale {scale_x:.4g}), BN-folded W in e4m3 with per-channel scales, "
+             "fp32 accumulation, fp16 output. base = cuDNN FP16 conv + BN + ReLU; fp16 = our FP16 FusedConv; "
+             "best = fastest FP8 variant (µs per call).\n",
+             "| layer | batch | base µs | fp16 µs | " + " | ".join(f"fp8 {l} µs" for l in labels)
+             + " | best fp8 | vs base | vs fp16 | best TFLOP/s | err |",
+             "|---|---:|---:|---:|" + "---:|" * len(labels) + "---|---:|---:|---:|---:|"]
+    for lay in layers:
+        for n in batches:
+            case = Case(lay, n)
+            w_scale = (case.w_folded.float().abs().amax(dim=(1, 2, 3)) / 448).contiguous()
+            w8 = (case.w_folded.float() / w_scale[:, None, None, None]).to(torch.float8_e4m3fn)
+            want = case.baseline().float()
+            base, fp16 = time_us(case.baseline), time_us(case.fused)
+            ptrs = [case.x.data_ptr(), w8.data_ptr(), case.shift.data_ptr(), w_scale.data_ptr(),
+                    None if case.residual is None else case.residual.data_ptr()]
+            times, errs = {}, {}
+            for label, kw in FP8_VARIANTS:
+                plan = layer_plan(lay, n, arch, scale_x, **kw)
+                fn = lambda plan=plan: launch(  # noqa: E731
+                    plan, arch, ptrs, [case.out.data_ptr()], stream=torch.cuda.current_stream().cuda_stream)
+                case.out.fill_(float("nan"))
+                fn()
+                errs[label] = float((case.out.float() - want).norm() / want.norm())
+                times[label] = time_us(fn) if errs[label] < 0.1 else float("inf")  # a wrong kernel is not timed
+            best = min(times, key=times.get)
+            lines.append(f"| {lay.name} | {n} | {base:.1f} | {fp16:.1f} | "
+                         + " | ".join(f"{times[l]:.1f}" if times[l] < float("inf") else f"wrong ({errs[l]:.1e})"
+                                      for l in labels)
+                         + f" | {best} | {base / times[best]:.2f}x | {fp16 / times[best]:.2f}x | "
+                         f"{lay.flops(n) / times[best] / 1e6:.0f} | {errs[best]:.1e} |")
+            print(lines[-1], flush=True)
+            del case
+    return lines
 
 
 def time_us(fn) -> float:
@@ -256,11 +313,21 @@ def main():
     parser.add_argument("--out", help="markdown file for the tables")
     parser.add_argument("--batches", default=",".join(map(str, BATCHES)))
     parser.add_argument("--sweep", help="batches to run the tile sweep at (e.g. 32), after the tables")
+    parser.add_argument("--fp8", action="store_true", help="add the FP8 table (ResNet-50 3x3 layers, sm_89+)")
+    parser.add_argument("--fp8-only", action="store_true", help="only the FP8 table")
+    parser.add_argument("--fp8-batches", default="8,32", help="batches of the FP8 table")
     args = parser.parse_args()
     torch.backends.cudnn.benchmark = True
     batches = [int(b) for b in args.batches.split(",")]
     arch = device_arch(0)
     nets = {"ResNet-50": resnet50(), "MobileNetV2": mobilenet_v2()}
+    resnet_3x3 = [lay for lay, _ in nets["ResNet-50"] if lay.kernel == 3]
+    fp8_batches = [int(b) for b in args.fp8_batches.split(",")]
+    if args.fp8_only:
+        lines = ["# FP8 FusedConv vs cuDNN FP16 + separate epilogue ops\n", f"{environment()}\n"]
+        lines += fp8_table(resnet_3x3, fp8_batches, arch)
+        _write(args.out, lines)
+        return
     plans = {(p.source, tuple(sorted(p.defines.items()))): p for layers in nets.values() for lay, _ in layers
              for p in [layer_plan(lay, 1, arch)]}
     with ThreadPoolExecutor(max_workers=16) as pool:  # compile every specialization up front, in parallel
@@ -295,8 +362,9 @@ def main():
               "| network | batch | base µs | fused µs | speedup | slowest layer (speedup) |", "|---|---:|---:|---:|---:|---|"]
     for (net, n), (base, ours, worst, name) in sums.items():
         lines.append(f"| {net} | {n} | {base:.0f} | {ours:.0f} | {base / ours:.2f}x | {name} ({worst:.2f}x) |")
-    lines.append("\nFP8 (E4M3) FusedConv: not implemented yet, so no FP8 rows.")
     summary = "\n".join(lines[lines.index("\n## Whole conv stacks (sum over layers x count)\n"):])
+    if args.fp8:
+        lines += fp8_table(resnet_3x3, fp8_batches, arch)
     _write(args.out, lines)
     print(summary, flush=True)
     if args.sweep:  # after the tables are safe on disk

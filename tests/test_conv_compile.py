@@ -1,13 +1,18 @@
 """FusedConv kernels compile (CPU, local nvcc): every specialization the GPU tests launch, for sm_80, sm_89 and
-sm_90a, with no register spills; the PTX holds the tensor-core, ldmatrix and cp.async instructions meant."""
+sm_90a (FP8 ones for sm_89 and sm_90a), with no register spills; the PTX holds the tensor-core, ldmatrix and cp.async
+instructions meant, and the SASS the FP8 tensor-core op (QMMA on sm_89; on sm_90a ptxas lowers mma.sync e4m3 to
+fp16 HMMA: Hopper's FP8 rate is wgmma-only)."""
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
+from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from _conv_cases import CASES
+from _conv_cases import CASES, FP8_CASES
 from trt_fusedattn.launcher import compile as comp
 
 try:
@@ -22,8 +27,9 @@ pytestmark = pytest.mark.skipif(not HAVE_NVCC, reason="nvcc not found (CUDA tool
 def _specializations(arch: str) -> dict:
     """(source, defines) -> one case name using it."""
     specs = {}
-    for case in CASES:
-        plan = case.plan(arch)
+    plans = [(c, c.plan(arch)) for c in CASES]
+    plans += [(c, c.plan(arch, mma=m)) for c in FP8_CASES for m in ("mma.sync", "wgmma") if arch != "sm_80"]
+    for case, plan in plans:
         specs.setdefault((plan.source, tuple(sorted(plan.defines.items()))), case.name)
     return specs
 
@@ -45,3 +51,28 @@ def test_ptx_uses_tensor_cores_ldmatrix_and_cp_async():
     for instruction in ("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", "ldmatrix.sync.aligned.m8n8.x4",
                         "cp.async.cg.shared.global"):
         assert instruction in ptx, f"{instruction} missing from the implicit-GEMM PTX"
+
+
+def _cuobjdump() -> str | None:
+    """cuobjdump from PATH or next to nvcc (None when the toolkit ships without it)."""
+    found = shutil.which("cuobjdump")
+    beside = Path(comp.nvcc_path()).resolve().parent / "cuobjdump"
+    return found or (str(beside) if beside.is_file() else None)
+
+
+@pytest.mark.parametrize("arch, mma, ptx_mma, sass_mma", [
+    ("sm_89", "mma.sync", "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32", "QMMA.16832.F32.E4M3.E4M3"),
+    ("sm_90a", "mma.sync", "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32", "HMMA.16816.F32"),
+    ("sm_90a", "wgmma", "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3", "QGMMA.64x64x32.F32.E4M3.E4M3"),
+])
+def test_fp8_specialization_runs_e4m3_mma(arch, mma, ptx_mma, sass_mma):
+    plan = next(c for c in FP8_CASES if c.name == "fp8_3x3_c64_k64_17x13").plan(arch, mma=mma)
+    ptx = comp.compile_ptx(plan.source, arch, plan.defines)
+    assert ptx_mma in ptx
+    assert "cvt.rn.satfinite.e4m3x2.f32" in ptx  # X quantized in the kernel
+    tool = _cuobjdump()
+    if tool is None:
+        pytest.skip("cuobjdump not found (CUDA toolkit without it): SASS not checked")
+    cubin, _ = comp.compile_cubin(plan.source, arch, plan.defines)
+    sass = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+    assert sass_mma in sass, f"{sass_mma} missing from the {arch} SASS"

@@ -1,6 +1,6 @@
 """FusedConv kernels on the GPU: every case against the float64 numpy reference on fresh random inputs (outputs
-poisoned with NaN first), the direct API on torch and CuPy arrays and the caller's stream, its errors, and the
-fused ResNet / MobileNetV2 samples with their FusedConv nodes run by these kernels."""
+poisoned with NaN first), FP8 (e4m3) cases on sm_89+, the direct API on torch and CuPy arrays and the caller's
+stream, its errors, and the fused ResNet / MobileNetV2 samples with their FusedConv nodes run by these kernels."""
 from __future__ import annotations
 
 import random
@@ -10,13 +10,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from _conv_cases import CASES, ConvCase
+from _conv_cases import CASES, FP8_CASES, ConvCase
 from trt_fusedattn.plugins.conv.contract import FUSED_CONV, fused_conv_reference
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
 
-TOLERANCE = {"float16": 2e-3, "bfloat16": 1.2e-2}   # normwise relative error against float64
+# Normwise relative error against float64. FP8 cases use the same bounds: the reference quantizes X and reads W
+# exactly as the kernel does (e4m3 products are exact in fp32), so what is left is fp32 accumulation order (Hopper's
+# FP8 tensor-core adds keep fewer bits) and the output rounding (fp16 ~3e-4, bf16 ~2e-3 normwise); a rare X element
+# within 2^-20 of an e4m3 rounding tie may round the other way (the kernel multiplies by 1/input_scale in fp32).
+TOLERANCE = {"float16": 2e-3, "bfloat16": 1.2e-2}
 SAMPLES = Path(__file__).resolve().parents[1] / "models" / "samples"
 
 
@@ -26,9 +30,15 @@ def compiled_specializations():
     from trt_fusedattn.launcher.compile import compile_ptx
     from trt_fusedattn.launcher.launch import device_arch
     arch = device_arch(0)
-    plans = [c.plan(arch) for c in CASES]
+    plans = [c.plan(arch) for c in CASES + (FP8_CASES if has_fp8(arch) else [])]
+    plans += [c.plan(arch, mma="wgmma") for c in FP8_CASES if arch == "sm_90a"]
     with ThreadPoolExecutor(max_workers=8) as pool:
         list(pool.map(lambda p: compile_ptx(p.source, arch, p.defines), plans))
+
+
+def has_fp8(arch: str) -> bool:
+    from trt_fusedattn.plugins.conv.plan import arch_number
+    return arch_number(arch) >= 89
 
 
 def channels_last(t):
@@ -41,13 +51,15 @@ def make_inputs(case: ConvCase, gen) -> dict:
     rand = lambda *shape: torch.randn(shape, generator=gen, device="cuda")  # noqa: E731
     fan_in = case.c // case.groups * case.kh * case.kw
     p, q = case.out_hw
-    inputs = {"x": channels_last(rand(case.n, case.c, case.h, case.w).to(dtype)),
-              "w": channels_last((rand(case.k, case.c // case.groups, case.kh, case.kw) * 2 / fan_in ** 0.5)
-                                 .to(dtype))}
+    w = channels_last(rand(case.k, case.c // case.groups, case.kh, case.kw) * 2 / fan_in ** 0.5)
+    inputs = {"x": channels_last(rand(case.n, case.c, case.h, case.w).to(dtype)), "w": w.to(dtype)}
     if case.shift:
         inputs["bias"] = rand(case.k) * 0.5
     if case.scale:
         inputs["scale"] = torch.rand(case.k, generator=gen, device="cuda") + 0.5
+    if case.fp8:  # e4m3 weights (channels-last kept by .to) with their per-output-channel scale
+        inputs["scale"] = w.abs().amax(dim=(1, 2, 3)) / 448
+        inputs["w"] = (w / inputs["scale"][:, None, None, None]).to(torch.float8_e4m3fn)
     if case.residual:
         inputs["residual"] = channels_last(rand(case.n, case.k, p, q).to(dtype))
     return inputs
@@ -60,7 +72,7 @@ def host64(t) -> np.ndarray | None:
 def reference(case: ConvCase, inputs: dict) -> np.ndarray:
     w = host64(inputs["w"]).transpose(0, 2, 3, 1)  # OIHW -> the contract's OHWI
     return fused_conv_reference(host64(inputs["x"]), w, host64(inputs.get("bias")), host64(inputs.get("scale")),
-                                host64(inputs.get("residual")), **case.attrs())
+                                host64(inputs.get("residual")), **case.attrs())  # FP8: quantizes X itself
 
 
 def run_case(case: ConvCase, seed: int, **api_kwargs):
@@ -77,7 +89,7 @@ def run_case(case: ConvCase, seed: int, **api_kwargs):
         activation_alpha=attrs["activation_alpha"], activation_beta=attrs["activation_beta"],
         residual=inputs.get("residual"), post_activation=case.post_activation,
         post_activation_alpha=attrs["post_activation_alpha"], post_activation_beta=attrs["post_activation_beta"],
-        out=out, **api_kwargs)
+        input_scale=case.input_scale, out=out, **api_kwargs)
     assert result is out
     torch.cuda.synchronize()
     return host64(out), reference(case, inputs), out
@@ -97,6 +109,32 @@ def test_matches_float64_reference(case):
     seed = random.SystemRandom().randrange(2 ** 31)  # fresh inputs every run; the seed is in any failure message
     got, want, _ = run_case(case, seed)
     check(case, got, want, seed)
+
+
+@pytest.mark.parametrize("mma", ["mma.sync", "wgmma"])
+@pytest.mark.parametrize("case", FP8_CASES, ids=lambda c: c.name)
+def test_fp8_matches_float64_reference(case, mma, monkeypatch):
+    """Both FP8 main loops (the API runs the plan's default: switched here) on every FP8 case."""
+    from trt_fusedattn.launcher.launch import device_arch
+    from trt_fusedattn.plugins.conv import plan as conv_plan
+    arch = device_arch(0)
+    if not has_fp8(arch):
+        pytest.skip(f"FP8 FusedConv needs sm_89+ (e4m3 tensor cores); this GPU is {arch}")
+    if mma == "wgmma" and "WGMMA" not in case.plan(arch, mma="wgmma").defines:
+        pytest.skip(f"no wgmma path for {case.name} on {arch} (sm_90a, 16-byte loads only)")
+    monkeypatch.setattr(conv_plan, "FP8_WGMMA_BY_DEFAULT", mma == "wgmma")
+    assert ("WGMMA" in case.plan(arch).defines) == (mma == "wgmma")
+    seed = random.SystemRandom().randrange(2 ** 31)
+    got, want, _ = run_case(case, seed)
+    check(case, got, want, seed)
+
+
+def test_fp8_weights_need_an_input_scale():
+    import trt_fusedattn
+    x = channels_last(torch.randn(1, 16, 8, 8, device="cuda", dtype=torch.half))
+    w = channels_last(torch.randn(16, 16, 3, 3, device="cuda")).to(torch.float8_e4m3fn)
+    with pytest.raises(ValueError, match="input_scale"):
+        trt_fusedattn.conv2d(x, w)
 
 
 def test_runs_on_the_callers_stream():

@@ -6,7 +6,7 @@ import operator
 
 import pytest
 
-from _conv_cases import CASES, ConvCase
+from _conv_cases import CASES, FP8_CASES, FP8_INPUT_SCALE, ConvCase
 from trt_fusedattn.plugins.conv.contract import FUSED_CONV
 from trt_fusedattn.plugins.conv.plan import DEPTHWISE, IMPLICIT_GEMM, float_literal, output_shape_conv, plan_conv
 
@@ -48,7 +48,7 @@ def _resolve(value, env):
     return value(env) if isinstance(value, Sym) else value
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+@pytest.mark.parametrize("case", CASES + FP8_CASES, ids=lambda c: c.name)
 def test_plan_sizes_grid_and_scalars(case: ConvCase):
     plan = case.plan("sm_90a")
     p, q = case.out_hw
@@ -64,7 +64,9 @@ def test_plan_sizes_grid_and_scalars(case: ConvCase):
         assert plan.grid == (math.ceil(pixels / d["BLOCK_M"]), math.ceil(case.k // case.groups / d["BLOCK_N"]),
                              case.groups)
         assert plan.block == (d["WARPS_M"] * d["WARPS_N"] * d["SPLIT_K"] * 32, 1, 1)
-        assert d["IN_VEC"] == (8 if (case.c // case.groups) % 8 == 0 else 1)
+        w_row = case.kh * case.kw * case.c // case.groups  # FP8 16-byte W loads need 16-byte aligned rows
+        assert d["IN_VEC"] == (8 if (case.c // case.groups) % 8 == 0 and not (case.fp8 and w_row % 16) else 1)
+        assert d.get("FP8", 0) == case.fp8 and ("INPUT_SCALE" in d) == case.fp8
         assert (case.k // case.groups) % d["OUT_VEC"] == 0
         assert plan.shared_mem <= 227 * 1024
     assert plan.defines["HAS_RESIDUAL"] == case.residual and plan.defines["HAS_SHIFT"] == case.shift
@@ -147,7 +149,14 @@ def test_float_literal_is_exact_and_handles_infinity():
 @pytest.mark.parametrize("change, message", [
     (dict(dtypes=["float32", "float32", None, None, None]), "float16 or bfloat16"),
     (dict(dtypes=["float16", "bfloat16", None, None, None]), "same dtype"),
-    (dict(attrs=dict(input_scale=0.5)), "FP8"),
+    (dict(attrs=dict(input_scale=0.5)), "float8_e4m3fn W"),
+    (dict(dtypes=["float16", "float8_e4m3fn", None, None, None]), "input_scale"),
+    (dict(dtypes=["float32", "float8_e4m3fn", None, None, None], attrs=dict(input_scale=0.5)), "float16 or bfloat16"),
+    (dict(dtypes=["float16", "float8_e4m3fn", None, None, None], attrs=dict(input_scale=-1.0)), "positive"),
+    (dict(dtypes=["float16", "float8_e4m3fn", None, None, None], attrs=dict(input_scale=0.5), arch="sm_80"),
+     "sm_89"),
+    (dict(shapes=[(1, 16, 8, 8), (16, 3, 3, 1), None, None, None], dtypes=["float16", "float8_e4m3fn", None, None, None],
+          attrs=dict(input_scale=0.5, group=16)), "depthwise"),
     (dict(shapes=[(1, 8, 4, 4, 4), (8, 1, 1, 1, 8), None, None, None]), "1-D or 2-D"),
     (dict(shapes=[(1, 16, 8, 8), (6, 3, 3, 4), None, None, None], attrs=dict(group=4)), "multiple of group"),
     (dict(shapes=[(1, 12, 8, 8), (8, 3, 3, 8), None, None, None]), "needs 8"),
@@ -165,4 +174,34 @@ def test_plan_rejects_what_no_kernel_serves(change, message):
     dtypes = change.get("dtypes", ["float16", "float16", None, None, None])
     attrs = FUSED_CONV.resolve(change.get("attrs", {}))
     with pytest.raises(ValueError, match=message):
-        plan_conv(shapes, dtypes, attrs, "sm_90a")
+        plan_conv(shapes, dtypes, attrs, change.get("arch", "sm_90a"))
+
+
+@pytest.mark.parametrize("arch", ["sm_89", "sm_90a", "sm_100a", "sm_120"])
+def test_fp8_plan_accepted_from_sm_89(arch):
+    case = FP8_CASES[1]
+    plan = case.plan(arch)
+    d = plan.defines
+    assert d["FP8"] == 1 and float.fromhex(d["INPUT_SCALE"]) == FP8_INPUT_SCALE
+    assert float.fromhex(d["INPUT_SCALE_INV"]) == 1 / FP8_INPUT_SCALE
+    assert d["STAGES"] >= 3 and plan.shared_mem == d["STAGES"] * (d["BLOCK_M"] * 2 + d["BLOCK_N"]) * d["BLOCK_K"] + \
+        2 * d["BLOCK_M"] * d["BLOCK_K"]
+
+
+def test_fp8_split_tile_drops_its_split_where_shared_memory_is_small():
+    case = next(c for c in FP8_CASES if c.name == "fp8_3x3_c256_k128_split")
+    assert case.plan("sm_90a").defines["SPLIT_K"] == 2
+    plan = case.plan("sm_89")
+    assert plan.defines["SPLIT_K"] == 1 and plan.shared_mem <= 101376
+
+
+def test_fp8_wgmma_only_where_the_kernel_has_it():
+    vector = next(c for c in FP8_CASES if c.name == "fp8_3x3_c64_k64_17x13")
+    gather = next(c for c in FP8_CASES if c.name == "fp8_3x3_c5_k7_odd")
+    assert vector.plan("sm_90a", mma="wgmma").defines["WGMMA"] == 1
+    assert "WGMMA" not in vector.plan("sm_90a", mma="mma.sync").defines
+    assert "WGMMA" not in vector.plan("sm_89", mma="wgmma").defines      # Ada: mma.sync e4m3 is native there
+    assert "WGMMA" not in gather.plan("sm_90a", mma="wgmma").defines     # element gather: mma.sync
+    assert "WGMMA" not in CASES[0].plan("sm_90a", mma="wgmma").defines   # FP16: mma.sync
+    with pytest.raises(ValueError, match="mma="):
+        vector.plan("sm_90a", mma="tcgen05")

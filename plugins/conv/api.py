@@ -5,6 +5,10 @@ Launches exactly the PTX and plan a TensorRT FusedConv node runs (``plan.plan_co
     x = torch.randn(8, 64, 56, 56, device="cuda", dtype=torch.half).to(memory_format=torch.channels_last)
     w = conv.weight.half().to(memory_format=torch.channels_last)        # [K, C/G, kH, kW], OHWI in memory
     y = trt_fusedattn.conv2d(x, w, bias, padding=1, activation="relu", residual=identity, post_activation="relu")
+    # FP8: e4m3 weights with per-channel scales, X quantized in the kernel with a per-tensor scale
+    w_scale = w.float().abs().amax(dim=(1, 2, 3)) / 448
+    w8 = (w.float() / w_scale[:, None, None, None]).to(torch.float8_e4m3fn)          # keeps channels-last
+    y = trt_fusedattn.conv2d(x, w8, bias, scale=w_scale, input_scale=x_amax / 448, padding=1, activation="relu")
 """
 from __future__ import annotations
 
@@ -47,10 +51,12 @@ def _channels_first_view(array):
 def conv2d(x, w, bias=None, *, scale=None, stride=1, padding=0, dilation=1, groups: int = 1,
            activation: str = "none", activation_alpha: float = 0.0, activation_beta: float = 0.0,
            residual=None, post_activation: str = "none", post_activation_alpha: float = 0.0,
-           post_activation_beta: float = 0.0, out=None, stream=None):
+           post_activation_beta: float = 0.0, input_scale: float = 0.0, out=None, stream=None):
     """``post_act(act(conv(x, w) * scale + bias) + residual)`` in one kernel (the FusedConv contract).
 
     x [N, C, H, W] and w [K, C/groups, kH, kW] are float16/bfloat16 and channels-last in memory (NHWC, OHWI);
+    FP8 (sm_89+): w float8_e4m3fn and ``input_scale`` > 0, x is quantized as e4m3(x / input_scale) and the
+    accumulator multiplied by ``input_scale * scale`` (scale: the per-output-channel weight scale).
     bias and scale float32 [K]; residual [N, K, P, Q] channels-last like the output. ``padding`` is an int, a
     pair, or ONNX's (top, left, bottom, right). Returns ``out`` (or a new array of x's library), [N, K, P, Q]
     channels-last, written asynchronously on ``stream`` (default: the current stream of x's library)."""
@@ -69,7 +75,7 @@ def conv2d(x, w, bias=None, *, scale=None, stride=1, padding=0, dilation=1, grou
         strides=_pair(stride, "stride"), pads=pads, dilations=_pair(dilation, "dilation"), group=groups,
         activation=activation, activation_alpha=activation_alpha, activation_beta=activation_beta,
         post_activation=post_activation, post_activation_alpha=post_activation_alpha,
-        post_activation_beta=post_activation_beta))
+        post_activation_beta=post_activation_beta, input_scale=float(input_scale)))
     k, cg, kh, kw = wa.shape
     shapes = [xa.shape, (k, kh, kw, cg), None if shift is None else shift.shape, None if sc is None else sc.shape,
               None if res is None else res.shape]

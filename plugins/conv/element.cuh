@@ -9,12 +9,18 @@ typedef __nv_bfloat162 elem2_t;
 __device__ __forceinline__ float to_float(elem_t v) { return __bfloat162float(v); }
 __device__ __forceinline__ elem_t from_float(float v) { return __float2bfloat16_rn(v); }
 __device__ __forceinline__ elem2_t pack2(float a, float b) { return __floats2bfloat162_rn(a, b); }
+__device__ __forceinline__ float2 elem2_to_float2(unsigned bits) {
+  return __bfloat1622float2(*reinterpret_cast<const elem2_t*>(&bits));
+}
 #else
 typedef __half elem_t;
 typedef __half2 elem2_t;
 __device__ __forceinline__ float to_float(elem_t v) { return __half2float(v); }
 __device__ __forceinline__ elem_t from_float(float v) { return __float2half_rn(v); }
 __device__ __forceinline__ elem2_t pack2(float a, float b) { return __floats2half2_rn(a, b); }
+__device__ __forceinline__ float2 elem2_to_float2(unsigned bits) {
+  return __half22float2(*reinterpret_cast<const elem2_t*>(&bits));
+}
 #endif
 
 // VEC consecutive elements moved as one 16/8/4/2-byte access.

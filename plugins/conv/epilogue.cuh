@@ -3,7 +3,7 @@
 // ACTIVATIONS keys, so the plan passes the attribute string straight through as -DACTIVATION=<name>.
 //
 // Compile-time inputs: ACTIVATION, ACTIVATION_ALPHA, ACTIVATION_BETA, POST_ACTIVATION, POST_ACTIVATION_ALPHA,
-// POST_ACTIVATION_BETA, HAS_SHIFT, HAS_SCALE, HAS_RESIDUAL.
+// POST_ACTIVATION_BETA, HAS_SHIFT, HAS_SCALE, HAS_RESIDUAL; INPUT_SCALE (FP8 only).
 #pragma once
 #include "element.cuh"
 
@@ -66,13 +66,17 @@ struct tanh { static __device__ __forceinline__ float apply(float x, float, floa
 #define RESIDUAL_PARAM
 #endif
 
-// y = act(acc * scale[ch] + shift[ch]); absent inputs are compiled out.
+// y = act(acc * scale[ch] + shift[ch]); absent inputs are compiled out. FP8 kernels define INPUT_SCALE (the
+// per-tensor scale of X), which multiplies the accumulator first.
 struct ChannelAffine {
   const float* scale_ptr;
   const float* shift_ptr;
 
   __device__ __forceinline__ float apply(float acc, int ch) const {
     float v = acc;
+#ifdef INPUT_SCALE
+    v *= float(INPUT_SCALE);
+#endif
 #if HAS_SCALE
     v *= __ldg(scale_ptr + ch);
 #endif

@@ -19,33 +19,81 @@
 // groups' accumulators are summed through shared memory before the epilogue. More warps per output tile hide the
 // load latency of deep, narrow layers (3x3 over 256+ channels at 7x7/14x14) without a workspace or second kernel.
 //
-// Compile-time: CONV_BF16, KH, KW, STRIDE_H, STRIDE_W, DIL_H, DIL_W, GROUPS, BLOCK_M, BLOCK_N, BLOCK_K (32|64),
+// FP8 (FP8 = 1, sm_89+): X stays float16/bfloat16 in global memory and is quantized to e4m3 on its way into shared
+// memory (x * INPUT_SCALE_INV, saturating round-to-nearest-even: the contract's e4m3(X / input_scale)); W is e4m3 in
+// global memory. Operand tiles hold bytes, the MMA is mma.sync m16n8k32 e4m3 (same ldmatrix addressing: a 32-byte
+// k-step either way), and the epilogue multiplies the fp32 accumulator by INPUT_SCALE (and the per-channel scale).
+// With 16-byte loads (IN_VEC = 8) the A tile lands as elem_t by cp.async in its pipeline stage and is quantized
+// once per CTA into one of two e4m3 A tiles, one tile ahead of the MMAs (STAGES >= 3); with the element gather the
+// registers are quantized when stored. WGMMA = 1 (sm_90a, FP8 16-byte path, one warpgroup per reduction group):
+// the MMAs are Hopper's wgmma e4m3 from the same swizzled tiles (wgmma_fp8.cuh), since ptxas lowers mma.sync e4m3
+// on sm_90 to fp16 HMMA (no FP8 rate); the accumulators keep the m16n8 fragment layout, rows regrouped per warp.
+//
+// Compile-time: CONV_BF16, FP8 (+ INPUT_SCALE, INPUT_SCALE_INV, WGMMA), KH, KW, STRIDE_H, STRIDE_W, DIL_H, DIL_W, GROUPS, BLOCK_M, BLOCK_N, BLOCK_K (32|64; FP8: 64|128),
 // WARPS_M, WARPS_N, SPLIT_K, STAGES (per group), IN_VEC, OUT_VEC, and the epilogue's defines.
 // Arguments (AOT plugin ABI): x [N,H,W,C], w [K,KH,KW,C/G], shift?, scale?, residual? [N,P,Q,K];
 // int32 N, H, W, C, K, P, Q, pad_h, pad_w; y [N,P,Q,K]. Tensors must hold < 2^31 elements.
 #include "element.cuh"
 #include "fast_divmod.cuh"
 #include "epilogue.cuh"
+#if FP8
+#include <cuda_fp8.h>
+#endif
 
 #ifndef SPLIT_K
 #define SPLIT_K 1
 #endif
+#ifndef FP8
+#define FP8 0
+#endif
+#ifndef WGMMA
+#define WGMMA 0
+#endif
+#if WGMMA
+#include "wgmma_fp8.cuh"
+#endif
+
+// The MMA operand type in shared memory: the element type, or e4m3 bytes.
+#if FP8
+typedef unsigned char op_t;
+typedef uint2 op8_bits_t;
+#else
+typedef elem_t op_t;
+typedef uint4 op8_bits_t;
+#endif
+union Op8 {  // 8 consecutive reduction elements of one operand row
+  op8_bits_t bits;
+  op_t e[8];
+};
+
 constexpr int kGroupThreads = WARPS_M * WARPS_N * 32;  // one reduction group: the warps of one output tile
 constexpr int kThreads = kGroupThreads * SPLIT_K;
 constexpr int kWarpM = BLOCK_M / WARPS_M, kWarpN = BLOCK_N / WARPS_N;
-constexpr int kMI = kWarpM / 16, kNI = kWarpN / 8;
-constexpr int kChunks = BLOCK_K / 8;                      // 16-byte chunks per shared-memory row
-constexpr int kStageElems = (BLOCK_M + BLOCK_N) * BLOCK_K;
+#if WGMMA
+// Warpgroup MMAs: kMI blocks of 64 rows (warp w: rows 16w.. of each), kNI blocks of 8 columns over the whole tile.
+constexpr int kMI = BLOCK_M / 64, kNI = BLOCK_N / 8, kRowsPerWarp = 16, kRowsPerMI = 64;
+static_assert(FP8 && IN_VEC == 8 && WARPS_M * WARPS_N == 4, "wgmma: FP8 16-byte path, one warpgroup per group");
+#else
+constexpr int kMI = kWarpM / 16, kNI = kWarpN / 8, kRowsPerWarp = kWarpM, kRowsPerMI = 16;
+#endif
+constexpr bool kQuantizeA = FP8 && IN_VEC == 8;           // A staged as elem_t, quantized in shared memory
+constexpr int kRowBytes = BLOCK_K * int(sizeof(op_t));    // one operand row of a tile the MMAs read
+constexpr int kChunks = kRowBytes / 16;                   // 16-byte chunks per such row
+constexpr int kAStageBytes = BLOCK_M * BLOCK_K * int(kQuantizeA ? sizeof(elem_t) : sizeof(op_t));
+constexpr int kStageBytes = kAStageBytes + BLOCK_N * kRowBytes;
+constexpr int kA8Bytes = BLOCK_M * kRowBytes;             // one quantized A tile (two when kQuantizeA)
+constexpr int kGroupBytes = STAGES * kStageBytes + (kQuantizeA ? 2 * kA8Bytes : 0);
 constexpr int kCStride = BLOCK_N + 8;                     // padded row of the staged output tile
-static_assert(BLOCK_K == 32 || BLOCK_K == 64, "BLOCK_K is 32 or 64");
+static_assert(kRowBytes == 64 || kRowBytes == 128, "BLOCK_K is 32 or 64 (FP8: 64 or 128)");
 static_assert(kWarpM % 16 == 0 && kWarpN % 16 == 0, "warp tile must be a multiple of 16x16");
-static_assert(STAGES >= 2, "at least two pipeline stages");
+static_assert(STAGES >= (kQuantizeA ? 3 : 2), "pipeline stages: two, three when A is quantized one tile ahead");
 
-// Element index of (row, 16-byte chunk) in a swizzled [rows][BLOCK_K] tile: the 8 rows one ldmatrix phase reads
-// land in 8 different bank groups.
-__device__ __forceinline__ int smem_index(int row, int chunk) {
-  const int swizzle = kChunks == 8 ? (row & 7) : ((row >> 1) & 3);
-  return (row * kChunks + (chunk ^ swizzle)) * 8;
+// Byte offset of (row, byte) in a swizzled tile of CHUNKS 16-byte chunks per row: the 8 rows one ldmatrix phase
+// reads at one chunk column land in 8 different bank groups.
+template <int CHUNKS>
+__device__ __forceinline__ int smem_offset(int row, int byte) {
+  const int swizzle = CHUNKS >= 8 ? (row & 7) : ((row >> 1) & 3);
+  return (row * CHUNKS + ((byte >> 4) ^ swizzle)) * 16 + (byte & 15);
 }
 
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
@@ -73,8 +121,13 @@ __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned addr) {
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
 }
 
-__device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
-#if CONV_BF16
+// One 32-byte k-step: m16n8k16 f16/bf16 or m16n8k32 e4m3, fp32 accumulate. Both fragments hold, per register,
+// 4 consecutive bytes of one row, so ldmatrix (b16) addresses the bytes alike.
+__device__ __forceinline__ void mma_k32bytes(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+#if FP8
+  asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+               "{%0,%1,%2,%3};\n"
+#elif CONV_BF16
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                "{%0,%1,%2,%3};\n"
 #else
@@ -86,29 +139,95 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4],
 }
 
 // One stage's MMAs: the warp's kWarpM x kWarpN accumulators += A[rows, :] * B[cols, :]^T over BLOCK_K.
-__device__ __forceinline__ void mma_stage(float (&acc)[kMI][kNI][4], const elem_t* a_tile, const elem_t* b_tile,
-                                          int warp_m, int warp_n, int lane) {
+__device__ __forceinline__ void mma_stage(float (&acc)[kMI][kNI][4], const unsigned char* a_tile,
+                                          const unsigned char* b_tile, int warp_m, int warp_n, int lane) {
   const unsigned a_base = smem_addr(a_tile), b_base = smem_addr(b_tile);
 #pragma unroll
-  for (int kk = 0; kk < BLOCK_K / 16; ++kk) {
+  for (int kk = 0; kk < kRowBytes / 32; ++kk) {
     unsigned a[kMI][4], b[kNI][2];
 #pragma unroll
     for (int mi = 0; mi < kMI; ++mi) {
       const int row = warp_m * kWarpM + mi * 16 + (lane & 15);
-      ldmatrix_x4(a[mi], a_base + 2 * smem_index(row, kk * 2 + (lane >> 4)));
+      ldmatrix_x4(a[mi], a_base + smem_offset<kChunks>(row, (kk * 2 + (lane >> 4)) * 16));
     }
 #pragma unroll
     for (int nj = 0; nj < kNI / 2; ++nj) {
       const int row = warp_n * kWarpN + nj * 16 + (lane & 7) + ((lane >> 4) << 3);
       unsigned r[4];
-      ldmatrix_x4(r, b_base + 2 * smem_index(row, kk * 2 + ((lane >> 3) & 1)));
+      ldmatrix_x4(r, b_base + smem_offset<kChunks>(row, (kk * 2 + ((lane >> 3) & 1)) * 16));
       b[2 * nj][0] = r[0]; b[2 * nj][1] = r[1]; b[2 * nj + 1][0] = r[2]; b[2 * nj + 1][1] = r[3];
     }
 #pragma unroll
     for (int mi = 0; mi < kMI; ++mi)
 #pragma unroll
-      for (int ni = 0; ni < kNI; ++ni) mma_16816(acc[mi][ni], a[mi], b[ni]);
+      for (int ni = 0; ni < kNI; ++ni) mma_k32bytes(acc[mi][ni], a[mi], b[ni]);
   }
+}
+
+#if WGMMA
+// One stage's warpgroup MMAs (A: the quantized e4m3 tile, B: the stage's W tile), waited for before returning.
+__device__ __forceinline__ void wgmma_stage(float (&acc)[kMI][kNI][4], const unsigned char* a_tile,
+                                            const unsigned char* b_tile) {
+  const unsigned long long b_desc = smem_descriptor<kRowBytes>(b_tile);
+#pragma unroll
+  for (int mi = 0; mi < kMI; ++mi) fence_accumulators<kNI * 4>(&acc[mi][0][0]);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < kRowBytes / 32; ++kk)  // a 32-byte k-step moves the descriptors' start by 2 (16-byte units)
+#pragma unroll
+    for (int mi = 0; mi < kMI; ++mi)
+      wgmma_k32<BLOCK_N>(&acc[mi][0][0], smem_descriptor<kRowBytes>(a_tile + mi * 64 * kRowBytes) + 2 * kk,
+                         b_desc + 2 * kk);
+  wgmma_commit();
+  wgmma_wait_all();
+#pragma unroll
+  for (int mi = 0; mi < kMI; ++mi) fence_accumulators<kNI * 4>(&acc[mi][0][0]);
+}
+#endif
+
+#if FP8
+// e4m3(x * INPUT_SCALE_INV) of 4 values, packed low byte first (saturating, round-to-nearest-even).
+__device__ __forceinline__ unsigned quantize4(float x0, float x1, float x2, float x3) {
+  const float inv = float(INPUT_SCALE_INV);
+  const unsigned lo = __nv_cvt_float2_to_fp8x2(make_float2(x0 * inv, x1 * inv), __NV_SATFINITE, __NV_E4M3);
+  const unsigned hi = __nv_cvt_float2_to_fp8x2(make_float2(x2 * inv, x3 * inv), __NV_SATFINITE, __NV_E4M3);
+  return lo | (hi << 16);
+}
+
+// 4 elements packed in two elem2_t words -> 4 e4m3 bytes.
+__device__ __forceinline__ unsigned quantize4(unsigned lo2, unsigned hi2) {
+  const float2 a = elem2_to_float2(lo2), b = elem2_to_float2(hi2);
+  return quantize4(a.x, a.y, b.x, b.y);
+}
+
+// One stage's elem_t A tile (swizzled, 2 * kChunks chunks per row) -> an e4m3 A tile (kChunks per row).
+__device__ __forceinline__ void quantize_a_tile(unsigned char* dst, const unsigned char* src, int group_tid) {
+  constexpr int kSrcChunks = 2 * kChunks;
+  static_assert(BLOCK_M * kChunks % kGroupThreads == 0, "quantize pass must tile evenly");
+#pragma unroll
+  for (int j = 0; j < BLOCK_M * kChunks / kGroupThreads; ++j) {
+    const int i = group_tid + j * kGroupThreads, row = i / kChunks, chunk = i % kChunks;
+    const uint4 lo = *reinterpret_cast<const uint4*>(src + smem_offset<kSrcChunks>(row, chunk * 32));
+    const uint4 hi = *reinterpret_cast<const uint4*>(src + smem_offset<kSrcChunks>(row, chunk * 32 + 16));
+    uint4 q;
+    q.x = quantize4(lo.x, lo.y); q.y = quantize4(lo.z, lo.w);
+    q.z = quantize4(hi.x, hi.y); q.w = quantize4(hi.z, hi.w);
+    *reinterpret_cast<uint4*>(dst + smem_offset<kChunks>(row, chunk * 16)) = q;
+  }
+}
+#endif
+
+// 8 consecutive reduction elements of A as operand bytes (FP8: quantized).
+__device__ __forceinline__ op8_bits_t a_operand8(const elem_t* v) {
+#if FP8
+  return make_uint2(quantize4(to_float(v[0]), to_float(v[1]), to_float(v[2]), to_float(v[3])),
+                    quantize4(to_float(v[4]), to_float(v[5]), to_float(v[6]), to_float(v[7])));
+#else
+  Op8 o;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) o.e[e] = v[e];
+  return o.bits;
+#endif
 }
 
 // The input pixel window of one output row m: element offset of (n, h0, w0, group's first channel) and h0, w0.
@@ -128,36 +247,43 @@ struct RowOrigin {
 };
 
 #if IN_VEC == 8
-// cp.async loader: thread owns one 16-byte chunk column and kRows rows of the A (and kBRows of the B) tile.
+// cp.async loader. A: thread owns one 16-byte chunk column (8 elem_t) and kRows rows; B: one 16-byte chunk column
+// (8 elem_t or 16 e4m3, so FP8 needs a reduction length that is a multiple of 16) and kBRows rows.
+// Both land in the stage in the A tile's and the MMA operand's swizzled layouts.
 struct TileLoader {
-  static constexpr int kRows = BLOCK_M * kChunks / kGroupThreads;
-  static constexpr int kBRows = BLOCK_N * kChunks / kGroupThreads;
-  static_assert(kRows >= 1 && kBRows >= 1, "tile too small for the thread count");
+  static constexpr int kAChunks = BLOCK_K * int(sizeof(elem_t)) / 16;
+  static constexpr int kBCols = kChunks;
+  static constexpr int kRows = BLOCK_M * kAChunks / kGroupThreads;
+  static constexpr int kBRows = BLOCK_N * kBCols / kGroupThreads;
+  static_assert(kRows >= 1 && kBRows >= 1 && kGroupThreads % kBCols == 0, "tile too small for the thread count");
   int a_offset[kRows], a_h0[kRows], a_w0[kRows];
   int b_offset[kBRows];
   unsigned b_valid;
-  int chunk, row0;
+  int chunk, row0, b_col, b_row0;
 
   __device__ __forceinline__ TileLoader(int tid, int m0, int n0, int g, int M, int Kg, int Kgemm, int H, int W,
                                         int C, int Cg, int pad_h, int pad_w, const FastDivmod& pq_div,
                                         const FastDivmod& q_div) {
-    chunk = tid % kChunks;
-    row0 = tid / kChunks;
+    chunk = tid % kAChunks;
+    row0 = tid / kAChunks;
 #pragma unroll
     for (int i = 0; i < kRows; ++i) {
-      const RowOrigin o(m0 + row0 + i * (kGroupThreads / kChunks), M, pq_div, q_div, H, W, C, pad_h, pad_w, g * Cg);
+      const RowOrigin o(m0 + row0 + i * (kGroupThreads / kAChunks), M, pq_div, q_div, H, W, C, pad_h, pad_w,
+                        g * Cg);
       a_offset[i] = o.offset; a_h0[i] = o.h0; a_w0[i] = o.w0;
     }
+    b_col = tid % kBCols;
+    b_row0 = tid / kBCols;
     b_valid = 0;
 #pragma unroll
     for (int j = 0; j < kBRows; ++j) {
-      const int kout = n0 + row0 + j * (kGroupThreads / kChunks);
+      const int kout = n0 + b_row0 + j * (kGroupThreads / kBCols);
       b_offset[j] = (g * Kg + kout) * Kgemm;
       b_valid |= unsigned(kout < Kg) << j;
     }
   }
 
-  __device__ __forceinline__ void load(elem_t* stage, int k0, const elem_t* x, const elem_t* w, int H, int W,
+  __device__ __forceinline__ void load(unsigned char* stage, int k0, const elem_t* x, const op_t* w, int H, int W,
                                        int C, int Kgemm, const FastDivmod& cg_div) {
     const int kg = k0 + chunk * 8;
     int c;
@@ -166,18 +292,19 @@ struct TileLoader {
     const int dh = r * DIL_H, dw = s * DIL_W;
     const int delta = (dh * W + dw) * C + c;
     const bool k_ok = kg < Kgemm;
-    const unsigned a_base = smem_addr(stage), b_base = smem_addr(stage + BLOCK_M * BLOCK_K);
+    const unsigned a_base = smem_addr(stage), b_base = smem_addr(stage + kAStageBytes);
 #pragma unroll
     for (int i = 0; i < kRows; ++i) {
-      const int row = row0 + i * (kGroupThreads / kChunks);
+      const int row = row0 + i * (kGroupThreads / kAChunks);
       const bool ok = k_ok && unsigned(a_h0[i] + dh) < unsigned(H) && unsigned(a_w0[i] + dw) < unsigned(W);
-      cp_async_16(a_base + 2 * smem_index(row, chunk), ok ? x + a_offset[i] + delta : x, ok);
+      cp_async_16(a_base + smem_offset<kAChunks>(row, chunk * 16), ok ? x + a_offset[i] + delta : x, ok);
     }
+    const int kb = k0 + b_col * (16 / int(sizeof(op_t)));
 #pragma unroll
     for (int j = 0; j < kBRows; ++j) {
-      const int row = row0 + j * (kGroupThreads / kChunks);
-      const bool ok = k_ok && ((b_valid >> j) & 1);
-      cp_async_16(b_base + 2 * smem_index(row, chunk), ok ? w + b_offset[j] + kg : w, ok);
+      const int row = b_row0 + j * (kGroupThreads / kBCols);
+      const bool ok = kb < Kgemm && ((b_valid >> j) & 1);
+      cp_async_16(b_base + smem_offset<kChunks>(row, b_col * 16), ok ? w + b_offset[j] + kb : w, ok);
     }
   }
 };
@@ -192,7 +319,8 @@ struct TileLoader {
   RowOrigin a;
   int a_row, a_seg, b_row, b_seg, b_offset;
   bool b_ok;
-  elem_t a_vals[kA], b_vals[kB];
+  elem_t a_vals[kA];
+  op_t b_vals[kB];
 
   __device__ __forceinline__ TileLoader(int tid, int m0, int n0, int g, int M, int Kg, int Kgemm, int H, int W,
                                         int C, int Cg, int pad_h, int pad_w, const FastDivmod& pq_div,
@@ -204,7 +332,7 @@ struct TileLoader {
     b_offset = (g * Kg + n0 + b_row) * Kgemm;
   }
 
-  __device__ __forceinline__ void gather(int k0, const elem_t* x, const elem_t* w, int H, int W, int C, int Cg,
+  __device__ __forceinline__ void gather(int k0, const elem_t* x, const op_t* w, int H, int W, int C, int Cg,
                                          int Kgemm, const FastDivmod& cg_div) {
     const elem_t zero = from_float(0.f);
     int kg = k0 + a_seg * kA, c;
@@ -219,43 +347,42 @@ struct TileLoader {
     }
     const int kb = k0 + b_seg * kB;
 #pragma unroll
-    for (int j = 0; j < kB; ++j) b_vals[j] = b_ok && kb + j < Kgemm ? w[b_offset + kb + j] : zero;
+    for (int j = 0; j < kB; ++j) b_vals[j] = b_ok && kb + j < Kgemm ? w[b_offset + kb + j] : op_t(0);
   }
 
-  __device__ __forceinline__ void store(elem_t* stage) const {
+  __device__ __forceinline__ void store(unsigned char* stage) const {
+    constexpr int kOp = int(sizeof(op_t));
 #pragma unroll
-    for (int j = 0; j < kA / 8; ++j) {
-      ElemVec<8> v;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) v.e[e] = a_vals[j * 8 + e];
-      *reinterpret_cast<uint4*>(stage + smem_index(a_row, a_seg * (kA / 8) + j)) = v.bits;
-    }
+    for (int j = 0; j < kA / 8; ++j)
+      *reinterpret_cast<op8_bits_t*>(stage + smem_offset<kChunks>(a_row, (a_seg * kA + j * 8) * kOp)) =
+          a_operand8(a_vals + j * 8);
 #pragma unroll
     for (int j = 0; j < kB / 8; ++j) {
-      ElemVec<8> v;
+      Op8 v;
 #pragma unroll
       for (int e = 0; e < 8; ++e) v.e[e] = b_vals[j * 8 + e];
-      *reinterpret_cast<uint4*>(stage + BLOCK_M * BLOCK_K + smem_index(b_row, b_seg * (kB / 8) + j)) = v.bits;
+      *reinterpret_cast<op8_bits_t*>(stage + kAStageBytes + smem_offset<kChunks>(b_row, (b_seg * kB + j * 8) * kOp)) =
+          v.bits;
     }
   }
 };
 #endif
 
 extern "C" __global__ void __launch_bounds__(kThreads)
-fused_conv_implicit_gemm(const elem_t* __restrict__ x, const elem_t* __restrict__ w SHIFT_PARAM SCALE_PARAM
+fused_conv_implicit_gemm(const elem_t* __restrict__ x, const op_t* __restrict__ w SHIFT_PARAM SCALE_PARAM
                          RESIDUAL_PARAM, int N, int H, int W, int C, int K, int P, int Q, int pad_h, int pad_w,
                          elem_t* __restrict__ y) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  elem_t* smem = reinterpret_cast<elem_t*>(smem_raw);
 
   const int tid = threadIdx.x, lane = tid & 31;
   const int group = tid / kGroupThreads, group_tid = tid % kGroupThreads, warp = group_tid >> 5;
-  const int warp_m = warp % WARPS_M, warp_n = warp / WARPS_M;
+  const int warp_m = WGMMA ? warp : warp % WARPS_M, warp_n = WGMMA ? 0 : warp / WARPS_M;
   const int Cg = C / GROUPS, Kg = K / GROUPS;
   const int M = N * P * Q, Kgemm = KH * KW * Cg;
   const int m0 = blockIdx.x * BLOCK_M, n0 = blockIdx.y * BLOCK_N, g = blockIdx.z;
   const FastDivmod pq_div(P * Q), q_div(Q), cg_div(Cg);
-  elem_t* stages = smem + group * STAGES * kStageElems;
+  unsigned char* stages = smem_raw + group * kGroupBytes;
+  unsigned char* a8 = stages + STAGES * kStageBytes;  // kQuantizeA: the two e4m3 A tiles
 
   TileLoader loader(group_tid, m0, n0, g, M, Kg, Kgemm, H, W, C, Cg, pad_h, pad_w, pq_div, q_div);
 
@@ -274,30 +401,53 @@ fused_conv_implicit_gemm(const elem_t* __restrict__ x, const elem_t* __restrict_
     if (st < k_tiles) {
       const int k0 = (group + st * SPLIT_K) * BLOCK_K;
 #if IN_VEC == 8
-      loader.load(stages + st * kStageElems, k0, x, w, H, W, C, Kgemm, cg_div);
+      loader.load(stages + st * kStageBytes, k0, x, w, H, W, C, Kgemm, cg_div);
 #else
       loader.gather(k0, x, w, H, W, C, Cg, Kgemm, cg_div);
-      loader.store(stages + st * kStageElems);
+      loader.store(stages + st * kStageBytes);
 #endif
     }
     cp_async_commit();
   }
+#if FP8 && IN_VEC == 8
+  // Tile 0's A quantized before the loop; iteration it quantizes tile it + 1 while the MMAs run on tile it.
+  cp_async_wait<STAGES - 2>();
+  group_barrier(group);
+  if (k_tiles > 0) quantize_a_tile(a8, stages, group_tid);
+#endif
 
   for (int it = 0; it < k_tiles; ++it) {
+#if FP8 && IN_VEC == 8
+    cp_async_wait<STAGES - 3>();  // tiles it and it + 1 have landed
+#else
     cp_async_wait<STAGES - 2>();
+#endif
+#if WGMMA
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // this thread's tile writes, seen by wgmma
+#endif
     group_barrier(group);
     const int ahead = it + STAGES - 1;
     const int k_ahead = (group + ahead * SPLIT_K) * BLOCK_K;
+    unsigned char* stage = stages + (it % STAGES) * kStageBytes;
 #if IN_VEC == 8
-    if (ahead < k_tiles) loader.load(stages + (ahead % STAGES) * kStageElems, k_ahead, x, w, H, W, C, Kgemm, cg_div);
+    if (ahead < k_tiles) loader.load(stages + (ahead % STAGES) * kStageBytes, k_ahead, x, w, H, W, C, Kgemm, cg_div);
     cp_async_commit();
 #else
     if (ahead < k_tiles) loader.gather(k_ahead, x, w, H, W, C, Cg, Kgemm, cg_div);
 #endif
-    const elem_t* stage = stages + (it % STAGES) * kStageElems;
-    mma_stage(acc, stage, stage + BLOCK_M * BLOCK_K, warp_m, warp_n, lane);
+#if FP8 && IN_VEC == 8
+    if (it + 1 < k_tiles)
+      quantize_a_tile(a8 + ((it + 1) & 1) * kA8Bytes, stages + ((it + 1) % STAGES) * kStageBytes, group_tid);
+#if WGMMA
+    wgmma_stage(acc, a8 + (it & 1) * kA8Bytes, stage + kAStageBytes);
+#else
+    mma_stage(acc, a8 + (it & 1) * kA8Bytes, stage + kAStageBytes, warp_m, warp_n, lane);
+#endif
+#else
+    mma_stage(acc, stage, stage + kAStageBytes, warp_m, warp_n, lane);
+#endif
 #if IN_VEC != 8
-    if (ahead < k_tiles) loader.store(stages + (ahead % STAGES) * kStageElems);
+    if (ahead < k_tiles) loader.store(stages + (ahead % STAGES) * kStageBytes);
 #endif
   }
   cp_async_wait<0>();
@@ -335,7 +485,7 @@ fused_conv_implicit_gemm(const elem_t* __restrict__ x, const elem_t* __restrict_
 
   // Epilogue: scale, shift, activation on the accumulators; the tile goes through shared memory so that the
   // residual read and the output store are OUT_VEC wide.
-  elem_t* tile = smem;
+  elem_t* tile = reinterpret_cast<elem_t*>(smem_raw);
   const ChannelAffine affine{SCALE_ARG, SHIFT_ARG};
   const int channel0 = g * Kg + n0;
   if (group == 0) {
@@ -347,7 +497,7 @@ fused_conv_implicit_gemm(const elem_t* __restrict__ x, const elem_t* __restrict_
       for (int mi = 0; mi < kMI; ++mi)
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-          const int row = warp_m * kWarpM + mi * 16 + (lane >> 2) + half * 8;
+          const int row = warp_m * kRowsPerWarp + mi * kRowsPerMI + (lane >> 2) + half * 8;
           const float v0 = ok0 ? affine.apply(acc[mi][ni][half * 2], channel0 + col) : 0.f;
           const float v1 = ok1 ? affine.apply(acc[mi][ni][half * 2 + 1], channel0 + col + 1) : 0.f;
           *reinterpret_cast<elem2_t*>(tile + row * kCStride + col) = pack2(v0, v1);

@@ -9,6 +9,11 @@ Kernels: ``depthwise.cu`` when each group has one input channel (group == C > 1)
 Tile (implicit GEMM, ``default_gemm_tile``): by K/G, the reduction depth kH*kW*C/G and its ratio to K/G, from a
 tile sweep over the ResNet-50 / MobileNetV2 layers; BLOCK_K = 64 when C/G is a multiple of 64, else 32; 16-byte
 cp.async loads when C/G is a multiple of 8, an element gather otherwise.
+FP8 (``input_scale`` != 0, sm_89+): the same implicit-GEMM source with ``FP8=1``: X float16/bfloat16 quantized to
+e4m3 while staged, W float8_e4m3fn, BLOCK_K 64 (bytes per operand row as fp16's 32) unless overridden; 16-byte
+loads need kH*kW*C/G % 16 == 0 as well (W rows stay 16-byte aligned), else the element gather. On sm_90a the
+FP8 16-byte path can run its MMAs as wgmma (``WGMMA=1``; ptxas lowers mma.sync e4m3 to fp16 HMMA on Hopper):
+``mma="wgmma"``, the default once ``FP8_WGMMA_BY_DEFAULT`` is set (after the GPU tests pass).
 """
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ HERE = Path(__file__).resolve().parent
 IMPLICIT_GEMM = HERE / "implicit_gemm.cu"
 DEPTHWISE = HERE / "depthwise.cu"
 ELEMENT_DTYPES = ("float16", "bfloat16")
+FP8_WGMMA_BY_DEFAULT = False  # Hopper FP8 main loop on wgmma: off until a GPU run has passed its tests
 
 
 def float_literal(value: float) -> str:
@@ -120,31 +126,51 @@ SHARED_LIMIT = {"sm_80": 166912, "sm_86": 101376, "sm_89": 101376, "sm_90": 2324
 
 
 def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, block_k: int | None = None,
-              stages: int | None = None) -> dict:
+              stages: int | None = None, fp8: bool = False) -> dict:
     """Compile-time tile of the implicit GEMM, chosen on the static channel counts (``tile``/``block_k``/
-    ``stages`` override the choice, for tuning); pipeline stages shrink to fit ``arch``'s shared memory."""
+    ``stages`` override the choice, for tuning); pipeline stages shrink to fit ``arch``'s shared memory, and a
+    default split tile that still does not fit loses its split. ``fp8``: the e4m3 specialization."""
     default_tile, default_block_k = default_gemm_tile(cg, kg, taps)
-    block_m, block_n, warps_m, warps_n, split = GEMM_TILES[tile or default_tile]
-    in_vec = 8 if cg % 8 == 0 else 1
-    block_k = block_k or (None if tile else default_block_k) or (64 if in_vec == 8 and cg % 64 == 0 else 32)
+    # 16-byte loads: 8 channels of X; FP8 also 16 e4m3 of W per copy, so W's rows (taps * C/G bytes) must keep
+    # 16-byte alignment
+    in_vec = 8 if cg % 8 == 0 and not (fp8 and taps * cg % 16) else 1
+    if fp8 and in_vec == 1:  # the FP8 gather holds 64 elements of A per thread at BLOCK_M 128: halve the rows
+        default_tile = "64x64w4" + ("s2" if default_tile.endswith("s2") else "")
+    name = tile or default_tile
+    block_m, block_n, warps_m, warps_n, split = GEMM_TILES[name]
+    if fp8:
+        block_k = block_k or 64
+    else:
+        block_k = block_k or (None if tile else default_block_k) or (64 if in_vec == 8 and cg % 64 == 0 else 32)
+    min_stages = 3 if fp8 and in_vec == 8 else 2  # FP8 quantizes A one tile ahead of the MMAs
     k_tiles = -(-taps * cg // block_k)
     k_tiles = -(-k_tiles // split)  # reduction tiles per warp group
-    stages = max(2, min(stages or (3 if block_k == 64 else 4), k_tiles))  # no more stages than tiles
+    depth = max(min_stages, min(stages or (4 if fp8 or block_k == 32 else 3), k_tiles))  # <= tiles
     config = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, WARPS_M=warps_m, WARPS_N=warps_n,
-                  SPLIT_K=split, STAGES=stages, IN_VEC=in_vec, OUT_VEC=_largest_vector(kg))
+                  SPLIT_K=split, STAGES=depth, IN_VEC=in_vec, OUT_VEC=_largest_vector(kg))
+    if fp8:
+        config["FP8"] = 1
     limit = SHARED_LIMIT.get(arch, min(SHARED_LIMIT.values()))
-    while gemm_shared_bytes(config) > limit and config["STAGES"] > 2:
+    while gemm_shared_bytes(config) > limit and config["STAGES"] > min_stages:
         config["STAGES"] -= 1
+    if gemm_shared_bytes(config) > limit and tile is None and split > 1:
+        return gemm_tile(cg, kg, taps, arch, name.rsplit("s", 1)[0], block_k, stages, fp8)
     if gemm_shared_bytes(config) > limit:
-        raise ValueError(f"implicit-GEMM tile {tile or default_tile} needs {gemm_shared_bytes(config)} bytes of "
+        raise ValueError(f"implicit-GEMM tile {name} needs {gemm_shared_bytes(config)} bytes of "
                          f"shared memory; {arch} allows {limit}: pick a smaller tile")
     return config
 
 
 def gemm_shared_bytes(tile: dict) -> int:
-    """Dynamic shared memory of implicit_gemm.cu: every group's pipeline stages, reused after the main loop for
-    the split groups' partial sums (fp32) and then for the staged output tile."""
-    stages = tile["SPLIT_K"] * tile["STAGES"] * (tile["BLOCK_M"] + tile["BLOCK_N"]) * tile["BLOCK_K"] * 2
+    """Dynamic shared memory of implicit_gemm.cu: every group's pipeline stages (FP8 with 16-byte loads: A staged
+    as 2-byte elements, plus two quantized e4m3 A tiles), reused after the main loop for the split groups' partial
+    sums (fp32) and then for the staged output tile."""
+    operand = 1 if tile.get("FP8") else 2
+    quantize_a = bool(tile.get("FP8")) and tile["IN_VEC"] == 8
+    a_stage = tile["BLOCK_M"] * tile["BLOCK_K"] * (2 if quantize_a else operand)
+    b_stage = tile["BLOCK_N"] * tile["BLOCK_K"] * operand
+    group = tile["STAGES"] * (a_stage + b_stage) + (2 * tile["BLOCK_M"] * tile["BLOCK_K"] if quantize_a else 0)
+    stages = tile["SPLIT_K"] * group
     partials = (tile["SPLIT_K"] - 1) * tile["BLOCK_M"] * tile["BLOCK_N"] * 4
     return max(stages, partials, tile["BLOCK_M"] * (tile["BLOCK_N"] + 8) * 2)
 
@@ -177,18 +203,41 @@ def check_formats(formats, geo: dict) -> None:
                              "which the kernels' NHWC indexing does not skip (give the layer 8k channels)")
 
 
+def arch_number(arch: str) -> int:
+    """89 for ``sm_89``, 90 for ``sm_90a``; 0 when ``arch`` is not an ``sm_<digits>`` name."""
+    digits = arch.removeprefix("sm_").rstrip("abf")
+    return int(digits) if digits.isdigit() else 0
+
+
+def check_fp8(x_dtype, w_dtype, input_scale: float, arch: str) -> None:
+    """FP8 FusedConv: float16/bfloat16 X, float8_e4m3fn W, a positive finite input_scale, e4m3 tensor cores."""
+    if x_dtype not in ELEMENT_DTYPES or w_dtype != "float8_e4m3fn":
+        raise ValueError(f"FP8 FusedConv (input_scale != 0) takes float16 or bfloat16 X with float8_e4m3fn W; got "
+                         f"X {x_dtype}, W {w_dtype} (quantize W to e4m3, or set input_scale 0)")
+    if not (math.isfinite(input_scale) and input_scale > 0):
+        raise ValueError(f"input_scale must be a positive finite number (0 disables FP8); got {input_scale}")
+    if arch_number(arch) < 89:
+        raise ValueError(f"FP8 FusedConv needs e4m3 tensor cores (sm_89 or newer: Ada, Hopper); {arch} has none: "
+                         "run the layer in float16/bfloat16 (input_scale 0)")
+
+
 def plan_conv(input_shapes, input_dtypes, attrs, arch: str, *, formats=None, tile: str | None = None,
-              block_k: int | None = None, stages: int | None = None) -> LaunchPlan:
+              block_k: int | None = None, stages: int | None = None, mma: str | None = None) -> LaunchPlan:
     """The FusedConv launch (kernel arguments: ``X, W, shift?, scale?, residual?``, then int32
     ``N, H, W, C, K, P, Q, pad_h, pad_w``, then ``Y``). ``formats``: TensorRT's tensor formats (contract inputs,
     then Y; None from the direct launcher, whose arrays are checked channels-last by the API).
     ``tile``/``block_k``/``stages``: implicit-GEMM tile override (a ``GEMM_TILES`` name, 32 or 64, pipeline
-    depth), for tuning only."""
+    depth), for tuning only. ``mma``: "wgmma" or "mma.sync" for FP8 on sm_90a (wgmma where the tile allows it:
+    16-byte loads, 4 warps per reduction group); None: ``FP8_WGMMA_BY_DEFAULT``."""
     x_shape, w_shape, shift_shape, scale_shape, residual_shape = (list(input_shapes) + [None] * 5)[:5]
     x_dtype, w_dtype = input_dtypes[0], input_dtypes[1]
-    if attrs["input_scale"]:
-        raise ValueError("FP8 FusedConv (input_scale != 0) has no kernel yet; run the layer in float16/bfloat16")
-    if x_dtype not in ELEMENT_DTYPES or w_dtype != x_dtype:
+    input_scale = float(attrs["input_scale"])
+    fp8 = input_scale != 0.0
+    if fp8:
+        check_fp8(x_dtype, w_dtype, input_scale, arch)
+    elif w_dtype == "float8_e4m3fn":
+        raise ValueError("float8_e4m3fn W is FP8 FusedConv: give input_scale (the per-tensor scale of X, > 0)")
+    elif x_dtype not in ELEMENT_DTYPES or w_dtype != x_dtype:
         raise ValueError(f"FusedConv kernels take float16 or bfloat16 X with W of the same dtype; got X {x_dtype}, "
                          f"W {w_dtype} (cast float32 models to float16/bfloat16)")
     for name, shape, dtype in (("shift", shift_shape, input_dtypes[2:3]), ("scale", scale_shape, input_dtypes[3:4])):
@@ -210,14 +259,25 @@ def plan_conv(input_shapes, input_dtypes, attrs, arch: str, *, formats=None, til
                                   residual_shape is not None)}
     scalars = (geo["N"], geo["H"], geo["W"], geo["C"], geo["K"], geo["P"], geo["Q"], geo["pads"][0], geo["pads"][1])
     pixels = geo["N"] * geo["P"] * geo["Q"]
+    if fp8:
+        defines.update(FP8=1, INPUT_SCALE=float_literal(input_scale), INPUT_SCALE_INV=float_literal(1.0 / input_scale))
     if geo["Cg"] == 1 and geo["G"] > 1:
+        if fp8:
+            raise ValueError("FP8 FusedConv has no depthwise kernel (group == C); run depthwise layers in "
+                             "float16/bfloat16 (input_scale 0)")
         dw = depthwise_tile(geo["C"], geo["K"])
         block_pixels, block_channels = 256 // dw["CHUNKS"], dw["CHUNKS"] * dw["DW_VEC"]
         return LaunchPlan(source=DEPTHWISE, kernel="fused_conv_depthwise", defines={**defines, **dw},
                           grid=((pixels + block_pixels - 1) // block_pixels,
                                 (geo["K"] + block_channels - 1) // block_channels, 1),
                           block=(256, 1, 1), shared_mem=0, scalars=scalars)
-    config = gemm_tile(geo["Cg"], geo["Kg"], geo["KH"] * geo["KW"], arch, tile, block_k, stages)
+    config = gemm_tile(geo["Cg"], geo["Kg"], geo["KH"] * geo["KW"], arch, tile, block_k, stages, fp8)
+    if mma not in (None, "wgmma", "mma.sync"):
+        raise ValueError(f"mma={mma!r}: give 'wgmma' or 'mma.sync'")
+    wants_wgmma = mma == "wgmma" or (mma is None and FP8_WGMMA_BY_DEFAULT)
+    if (fp8 and wants_wgmma and arch == "sm_90a" and config["IN_VEC"] == 8
+            and config["WARPS_M"] * config["WARPS_N"] == 4):
+        config["WGMMA"] = 1
     return LaunchPlan(source=IMPLICIT_GEMM, kernel="fused_conv_implicit_gemm",
                       defines={**defines, "GROUPS": geo["G"], **config},
                       grid=((pixels + config["BLOCK_M"] - 1) // config["BLOCK_M"],

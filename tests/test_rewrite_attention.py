@@ -18,8 +18,15 @@ SAMPLES = Path(__file__).resolve().parent.parent / "models" / "samples"
 REQUIRED = ("bert_eager_torchscript", "bert_eager_dynamo", "bert_sdpa_torchscript", "bert_sdpa_dynamo",
             "gpt2_torchscript", "gpt2_dynamo", "llama_gqa_torchscript", "llama_gqa_dynamo",
             "vit_torchscript", "vit_dynamo")
-ATTENTION_SAMPLES = sorted(p.stem for p in SAMPLES.glob("*.onnx")
-                           if p.stem.split("_")[0] in ("bert", "gpt2", "llama", "vit", "bart"))
+ATTENTION_OPS = ("Softmax", "Attention")
+
+
+def _holds_attention(path: Path) -> bool:
+    return any(n.op_type in ATTENTION_OPS for n in onnx.load(path, load_external_data=False).graph.node)
+
+
+# every sample with a Softmax or an ONNX Attention node (the CNN samples have none)
+ATTENTION_SAMPLES = sorted(p.stem for p in SAMPLES.glob("*.onnx") if _holds_attention(p))
 # Decoders whose masks fill with -inf or are boolean: their causal part must become ``causal``. (Eager
 # TorchScript exports fill with finfo.min: the causal part stays in the additive mask, which keeps rows with
 # no visible key - left padding - exactly as the original computes them.)
@@ -27,7 +34,7 @@ CAUSAL = ("gpt2", "llama", "bart")
 
 
 def _anchors(model: onnx.ModelProto) -> int:
-    return sum(n.op_type in ("Softmax", "Attention") and n.domain in ("", "ai.onnx") for n in model.graph.node)
+    return sum(n.op_type in ATTENTION_OPS and n.domain in ("", "ai.onnx") for n in model.graph.node)
 
 
 def _fused_nodes(model: onnx.ModelProto) -> list:

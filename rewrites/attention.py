@@ -71,6 +71,13 @@ class _InferredDims:
             self.dims = symbolic_dims(self.model)
         return self.dims.get(tensor.name)
 
+    def reported(self, tensor: gs.Tensor) -> list | None:
+        """The dims a Site shows: recorded, with unknown ones named by inference when it has run already."""
+        recorded, inferred = _shape(tensor), (self.dims or {}).get(tensor.name)
+        if recorded is None or inferred is None or len(inferred) != len(recorded):
+            return _listed(recorded if recorded is not None else inferred)
+        return _listed([r if isinstance(r, int) or i is None else i for r, i in zip(recorded, inferred)])
+
 
 _INFERRED: ContextVar[_InferredDims | None] = ContextVar("attention_inferred_dims", default=None)
 
@@ -957,8 +964,8 @@ def _replace(match: _Match, graph: gs.Graph, shared: _Shared) -> gs.Node:
 
 def _shapes(match: _Match) -> dict:
     """Shapes of Q, K, V as the match found them (a site left alone reports these)."""
-    return {name: _listed(op.any().shape) for name, op in (("Q", match.q), ("K", match.k), ("V", match.v))
-            if op.any().shape is not None}
+    return {name: _reported(op.any()) for name, op in (("Q", match.q), ("K", match.k), ("V", match.v))
+            if _reported(op.any()) is not None}
 
 
 def _check(match: _Match) -> None:
@@ -1028,15 +1035,17 @@ def _fuse(anchor: gs.Node, graph: gs.Graph, shared: _Shared) -> Site:
         site.reason = str(skip)
         return site
     site.fused, site.op, site.node, site.details = True, FUSED_ATTENTION.qualified_name, node.name, match.details
-    site.shapes = {name: _listed(t.shape) for name, t in zip(("Q", "K", "V", "mask", "key_lengths"), node.inputs)
-                   if t.shape is not None}
-    if node.outputs[0].shape is not None:
-        site.shapes["O"] = _listed(node.outputs[0].shape)
+    tensors = dict(zip(("Q", "K", "V", "mask", "key_lengths"), node.inputs), O=node.outputs[0])
+    site.shapes = {name: _reported(t) for name, t in tensors.items() if _reported(t) is not None}
     return site
 
 
-def _listed(shape) -> list:
-    return [d if isinstance(d, int) else str(d) for d in shape]
+def _listed(shape) -> list | None:
+    return None if shape is None else [d if isinstance(d, int) else str(d) for d in shape]
+
+
+def _reported(tensor: gs.Tensor) -> list | None:
+    return _INFERRED.get().reported(tensor) if _INFERRED.get() else _listed(_shape(tensor))
 
 
 def rewrite(graph: gs.Graph) -> list[Site]:

@@ -21,7 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from trt_fusedattn.launcher import compile_ptx, device_arch, launch
+from trt_fusedattn.launcher import device_arch, launch
+from trt_fusedattn.launcher.launch import _load_function  # the launcher's cached compile + module load
 from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION
 from trt_fusedattn.plugins.attention.plan import WGMMA_ARCHES, plan_attention
 
@@ -61,7 +62,8 @@ def plan_for(shape, dtype: str, causal: bool, arch: str, tuning=None):
 
 
 def precompile(dtypes, tunings, arch: str) -> None:
-    """Compile every specialization the run times, in parallel (nvcc is single-threaded)."""
+    """Compile and load (driver JIT) every specialization the run times, in parallel (nvcc and the JIT are
+    single-threaded)."""
     plans = {}
     for dtype in dtypes:
         for dim in (64, 128):
@@ -69,8 +71,8 @@ def precompile(dtypes, tunings, arch: str) -> None:
                 for tuning in tunings.get(dim, []):
                     p = plan_for((1, 2048, HIDDEN // dim, dim), str(dtype).removeprefix("torch."), causal, arch, tuning)
                     plans[tuple(sorted(p.defines.items()))] = p
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        list(pool.map(lambda p: compile_ptx(p.source, arch, p.defines), plans.values()))
+    with ThreadPoolExecutor(max_workers=12) as pool:
+        list(pool.map(lambda kv: _load_function(str(kv[1].source), arch, kv[0], kv[1].kernel, 0), plans.items()))
 
 
 def ours(q, k, v, out, causal: bool, tuning=None):

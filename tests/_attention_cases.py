@@ -93,9 +93,13 @@ CASES = _cases()
 
 def _wgmma_cases():
     """The Hopper wgmma mainloop (tuning WGMMA=1, sm_90a, head dims 64/128) over every feature: dtypes, odd and long
-    lengths, causal in both alignments, masks, key lengths, GQA/MQA, both layouts, scales, and the BLOCK_N=64 tile."""
+    lengths, causal in both alignments, masks, key lengths, GQA/MQA, both layouts, scales, and the other tiles the
+    benchmark times (head dim 64 with 128-key tiles, one block per SM; head dim 128 with 64-key tiles)."""
     wg = (("WGMMA", 1),)
+    bn128 = wg + (("BLOCK_N", 128), ("MIN_BLOCKS_PER_SM", 1))
     bn64 = wg + (("BLOCK_N", 64),)
+    bn64_2 = bn64 + (("MIN_BLOCKS_PER_SM", 2),)
+    ov = wg + (("WGMMA_OVERLAP", 1),)
     cases = [AttentionCase(f"wg-hd{d}-{t}", dim=d, dtype=t, tuning=wg) for d in (64, 128) for t in ("float16", "bfloat16")]
     for lq, lkv, d in ((1, 1, 64), (7, 7, 128), (1, 300, 64), (127, 7, 128), (1000, 1000, 64), (200, 1000, 128)):
         cases.append(AttentionCase(f"wg-len{lq}x{lkv}-hd{d}", len_q=lq, len_kv=lkv, dim=d, dtype="float16", tuning=wg))
@@ -129,10 +133,32 @@ def _wgmma_cases():
                       tuning=wg),
         AttentionCase("wg-bool-keylen-bhsd-hd128", mask="bool", mask_shape=(2, 1, 1, 127), key_lengths=True,
                       layout="BHSD", dim=128, tuning=wg),
-        AttentionCase("wg-bn64-hd64-causal-br", len_q=300, len_kv=1000, causal=1, alignment="bottom_right",
-                      tuning=bn64),
-        AttentionCase("wg-bn64-hd128-fp16", len_q=1000, len_kv=1000, dim=128, dtype="float16", tuning=bn64),
+        AttentionCase("wg-bn128-hd64-causal-br", len_q=300, len_kv=1000, causal=1, alignment="bottom_right",
+                      tuning=bn128),
+        AttentionCase("wg-bn128-hd64-fp16-bool", len_q=1000, len_kv=1000, mask="bool", dtype="float16", tuning=bn128),
+        AttentionCase("wg-bn64-2blocks-hd128-fp16", len_q=1000, len_kv=1000, dim=128, dtype="float16", tuning=bn64_2),
+        AttentionCase("wg-bn64-2blocks-hd128-causal", len_q=1000, len_kv=1000, dim=128, causal=1, tuning=bn64_2),
         AttentionCase("wg-bn64-hd128-bool-keylen", mask="bool", key_lengths=True, len_kv=300, dim=128, tuning=bn64),
+    ]
+    # WGMMA_OVERLAP=1: P V of tile t+1 in flight during the softmax of tile t
+    cases += [AttentionCase(f"wg-overlap-hd{d}-{t}", dim=d, dtype=t, len_q=200, len_kv=1000, tuning=ov)
+              for d in (64, 128) for t in ("float16", "bfloat16")]
+    cases += [
+        AttentionCase("wg-overlap-len1x1-hd128", len_q=1, len_kv=1, dim=128, tuning=ov),
+        AttentionCase("wg-overlap-len7x300-hd64", len_q=7, len_kv=300, dtype="float16", tuning=ov),
+        AttentionCase("wg-overlap-causal-2100-hd128", batch=1, heads_q=2, heads_kv=2, len_q=2100, len_kv=2100,
+                      dim=128, causal=1, tuning=ov),
+        AttentionCase("wg-overlap-causal-br-300x1000-hd64", len_q=300, len_kv=1000, causal=1,
+                      alignment="bottom_right", dtype="float16", tuning=ov),
+        AttentionCase("wg-overlap-key-lengths-hd128", key_lengths=True, len_kv=700, dim=128, tuning=ov),
+        AttentionCase("wg-overlap-additive-gqa-hd64", mask="additive", heads_q=8, heads_kv=2, len_kv=500,
+                      tuning=ov),
+        AttentionCase("wg-overlap-bool-bhsd-hd128", mask="bool", mask_shape=(2, 1, 127, 400), len_kv=400,
+                      layout="BHSD", dim=128, dtype="float16", tuning=ov),
+        AttentionCase("wg-overlap-bn64-hd128-causal", len_q=1000, len_kv=1000, dim=128, causal=1,
+                      tuning=ov + (("BLOCK_N", 64),)),
+        AttentionCase("wg-overlap-bn128-hd64", len_q=1000, len_kv=1000, dtype="float16",
+                      tuning=ov + (("BLOCK_N", 128), ("MIN_BLOCKS_PER_SM", 1))),
     ]
     return cases
 

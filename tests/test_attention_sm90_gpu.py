@@ -17,15 +17,17 @@ pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture(scope="module", autouse=True)
-def hopper_with_kernels_compiled():
-    """Skip off sm_90a; compile every case's PTX up front in parallel (the device has cores to spare)."""
-    from trt_fusedattn.launcher import compile_ptx, device_arch
+def hopper_with_kernels_loaded():
+    """Skip off sm_90a; compile and load (driver JIT) every case's kernel up front, in parallel: one by one, at
+    first launch, the ~40 specializations would take a minute."""
+    from trt_fusedattn.launcher import device_arch
+    from trt_fusedattn.launcher.launch import _load_function  # the launcher's cached compile + cuModuleLoadData
     arch = device_arch(0)
     if arch != "sm_90a":
         pytest.skip(f"the wgmma mainloop needs an sm_90a GPU (Hopper); this one is {arch}")
     plans = {tuple(sorted(p.defines.items())): p for p in (c.plan(arch) for c in WGMMA_CASES)}
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        list(pool.map(lambda p: compile_ptx(p.source, arch, p.defines), plans.values()))
+    with ThreadPoolExecutor(max_workers=12) as pool:
+        list(pool.map(lambda kv: _load_function(str(kv[1].source), arch, kv[0], kv[1].kernel, 0), plans.items()))
 
 
 @pytest.mark.parametrize("case", WGMMA_CASES, ids=[c.name for c in WGMMA_CASES])

@@ -16,7 +16,7 @@
 #include "attention_softmax.cuh"
 #include "attention_epilogue.cuh"
 
-extern "C" __global__ void __launch_bounds__(kThreads, 1) fused_attention(
+extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) fused_attention(
     const elem_t* __restrict__ Q, const elem_t* __restrict__ K, const elem_t* __restrict__ V,
 #if MASK_KIND != MASK_NONE
     const mask_t* __restrict__ mask,
@@ -99,25 +99,40 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) fused_attention(
 #endif
   FragmentCoords coords;
   coords.row0 = m0 + warp * kWarpRows + lane / 4;
+#if WGMMA_OVERLAP
+  PendingPV pending(sV);  // slot 0: the first tile's V
+#endif
   // Tiles are visited from the last to the first, so the ones needing bounds/causal checks come first.
   for (int t = n_tiles - 1; t >= 0; --t) {
     const int n0 = t * kBlockN;
-    const int buffer = kStages == 2 ? (n_tiles - 1 - t) & 1 : 0;
+    const int step = n_tiles - 1 - t;
+    const int buffer = kStages == 2 ? step & 1 : 0;
     const elem_t* sK_t = sK + buffer * kKVTileElems;
-    const elem_t* sV_t = sV + buffer * kKVTileElems;
+    const elem_t* sV_t = sV + (kVStages == 3 ? step % 3 : buffer) * kKVTileElems;
+    // KV_STAGES 2: tile t - 1 into the buffers tile t + 1 (t + 2 for V with the overlap) used
+    const auto prefetch_previous_tile = [&] {
+      if (t > 0) {
+        load_tile_async<kBlockN>(sK + (buffer ^ 1) * kKVTileElems, k_base, kv_stride_s, n0 - kBlockN, len_kv);
+        load_tile_async<kBlockN>(sV + (kVStages == 3 ? (step + 1) % 3 : buffer ^ 1) * kKVTileElems, v_base,
+                                 kv_stride_s, n0 - kBlockN, len_kv);
+        cp_async_commit();
+      }
+    };
     wait_tiles_landed();
     __syncthreads();  // tile t's K (and V with 2 stages) is in smem; every warp is done with tile t + 1
-    if (kStages == 2 && t > 0) {
-      load_tile_async<kBlockN>(sK + (buffer ^ 1) * kKVTileElems, k_base, kv_stride_s, n0 - kBlockN, len_kv);
-      load_tile_async<kBlockN>(sV + (buffer ^ 1) * kKVTileElems, v_base, kv_stride_s, n0 - kBlockN, len_kv);
-      cp_async_commit();
+    if (kStages == 2 && !kOverlapPV) {
+      prefetch_previous_tile();
     } else if (kStages == 1) {
       load_tile_async<kBlockN>(sV, v_base, kv_stride_s, n0, len_kv);
       cp_async_commit();
     }
 
     float s[kMAtoms][kNTiles][4];
+#if WGMMA_OVERLAP
+    pending.gemm_qk_then_pv(s, q_operand, sK_t, o);
+#else
     gemm_qk(s, q_operand, sK_t, lane);
+#endif
     const bool check_bounds = n0 + kBlockN > kv_end || (CAUSAL && n0 + kBlockN - 1 > m0 + causal_offset);
     if (check_bounds || MASK_KIND != MASK_NONE || kPrescale) {
       coords.col0 = n0 + (lane % 4) * 2;
@@ -131,9 +146,28 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) fused_attention(
         cp_async_commit();
       }
     }
+#if WGMMA_OVERLAP
+    // Branch-free from here to the wait (ptxas waits for a wgmma before any divergent code that reads its
+    // accumulators), so the O rescale is unconditional, by 1 where a row's max did not move.
+    float o_scale[kMAtoms][2];
+    online_softmax<true>(s, row_max, row_sum, [&](int mt, int half, float alpha) { o_scale[mt][half] = alpha; });
+    // Issued here, its branch also ends the softmax's basic block: ptxas hoists the wait below (it has no operands)
+    // to the top of its block, which would put it before the softmax.
+    prefetch_previous_tile();
+    pending.finish(o);  // the previous tile's P V has landed in O: now O may be rescaled
+#pragma unroll
+    for (int mt = 0; mt < kMAtoms; ++mt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) rescale_output_row(o, mt, half, o_scale[mt][half]);
+    pending.stage(s, sV_t);
+#else
     online_softmax(s, row_max, row_sum, o);
     gemm_pv(o, s, sV_t, lane);
+#endif
   }
+#if WGMMA_OVERLAP
+  if (n_tiles > 0) pending.flush(o);  // (with no tile, slot 0 holds no V: nothing to add)
+#endif
 
   cp_async_wait_all();  // the Q load is still in flight when there was no tile
   __syncthreads();      // every warp is done reading sQ/sV: sQ becomes the output staging buffer

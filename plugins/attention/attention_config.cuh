@@ -8,8 +8,9 @@
 #if !defined(HEAD_DIM) || !defined(DTYPE_BF16) || !defined(CAUSAL) || !defined(CAUSAL_BOTTOM_RIGHT) || \
     !defined(MASK_KIND) || !defined(HAS_KEY_LENGTHS) || !defined(SCALE_LOG2) || !defined(BLOCK_M) ||  \
     !defined(BLOCK_N) || !defined(NUM_WARPS) || !defined(Q_IN_REGISTERS) || !defined(KV_STAGES) || \
-    !defined(RESCALE_THRESHOLD) || !defined(WGMMA)
-#error "attention.cu needs HEAD_DIM DTYPE_BF16 CAUSAL CAUSAL_BOTTOM_RIGHT MASK_KIND HAS_KEY_LENGTHS SCALE_LOG2 BLOCK_M BLOCK_N NUM_WARPS Q_IN_REGISTERS KV_STAGES RESCALE_THRESHOLD WGMMA (plan_attention sets them)"
+    !defined(RESCALE_THRESHOLD) || !defined(WGMMA) || !defined(MIN_BLOCKS_PER_SM) || \
+    !defined(WGMMA_OVERLAP)
+#error "attention.cu needs HEAD_DIM DTYPE_BF16 CAUSAL CAUSAL_BOTTOM_RIGHT MASK_KIND HAS_KEY_LENGTHS SCALE_LOG2 BLOCK_M BLOCK_N NUM_WARPS Q_IN_REGISTERS KV_STAGES RESCALE_THRESHOLD WGMMA MIN_BLOCKS_PER_SM WGMMA_OVERLAP (plan_attention sets them)"
 #endif
 
 #define MASK_NONE 0
@@ -32,6 +33,9 @@ constexpr int kBlockM = BLOCK_M;          // query rows per thread block
 constexpr int kBlockN = BLOCK_N;          // keys per K/V tile
 constexpr int kWarps = NUM_WARPS;
 constexpr int kThreads = kWarps * 32;
+// __launch_bounds__ minimum: 2 caps registers at 65536 / (2 * kThreads) so two blocks share an SM (one block's
+// softmax then overlaps the other's matrix products)
+constexpr int kMinBlocksPerSm = MIN_BLOCKS_PER_SM;
 constexpr int kWarpRows = kBlockM / kWarps;   // query rows owned by one warp
 constexpr int kMAtoms = kWarpRows / 16;       // m16 MMA tiles per warp
 constexpr int kNTiles = kBlockN / 8;          // n8 MMA tiles of S per row block

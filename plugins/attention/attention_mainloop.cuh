@@ -6,6 +6,9 @@
 constexpr int kQTileElems = kBlockM * kRowPitch;   // the Q tile in smem
 constexpr int kKVTileElems = kBlockN * kRowPitch;  // one K or V tile in smem
 constexpr int kSmemAlign = 16;                     // cp.async / ldmatrix granule
+constexpr bool kOverlapPV = false;                 // (the wgmma mainloop's option)
+constexpr int kVStages = kStages;                  // V tile buffers
+static_assert(WGMMA_OVERLAP == 0, "WGMMA_OVERLAP is an option of the wgmma mainloop (WGMMA=1)");
 
 // cp.async has landed in this thread's smem (the caller then syncs the block).
 __device__ __forceinline__ void wait_tiles_landed() { cp_async_wait_all(); }

@@ -28,6 +28,9 @@ constexpr int kSwizzleAtomBytes = 8 * kSwizzleRowBytes;
 constexpr int kQTileElems = kBlockM * kHeadDim;
 constexpr int kKVTileElems = kBlockN * kHeadDim;
 constexpr int kSmemAlign = kSwizzleAtomBytes;    // swizzle atoms (and so every tile) start 1024-byte aligned
+constexpr bool kOverlapPV = WGMMA_OVERLAP;        // P V of tile t+1 runs during the softmax of tile t (PendingPV)
+constexpr int kVStages = kStages + kOverlapPV;    // V tile buffers
+static_assert(!kOverlapPV || kStages == 2, "WGMMA_OVERLAP needs KV_STAGES=2");
 static_assert((kQTileElems * 2) % kSmemAlign == 0 && (kKVTileElems * 2) % kSmemAlign == 0, "tiles keep alignment");
 
 // cp.async has landed in this thread's smem; make it visible to wgmma (the caller then syncs the block).
@@ -63,8 +66,9 @@ struct QFromSmem {
       : desc(smem_desc_sw128(smem_addr(sQ) + (warp / 4) * 64 * kSwizzleRowBytes, 16, kSwizzleAtomBytes)) {}
 };
 
-// S (this warpgroup's 64 x kBlockN raw scores; this thread's part in the mma.sync fragment layout) = Q K^T.
-__device__ __forceinline__ void gemm_qk(float (&s)[1][kNTiles][4], const QFromSmem& q, const elem_t* sK, int) {
+// Issue S (this warpgroup's 64 x kBlockN raw scores; this thread's part in the mma.sync fragment layout) = Q K^T
+// as one wgmma group; the caller waits for it.
+__device__ __forceinline__ void gemm_qk_issue(float (&s)[1][kNTiles][4], const QFromSmem& q, const elem_t* sK) {
   const uint64_t k_desc = smem_desc_sw128(smem_addr(sK), 16, kSwizzleAtomBytes);
   fence_operands(s[0]);
   wgmma_fence();  // S's registers were last read by the previous tile's softmax
@@ -75,15 +79,17 @@ __device__ __forceinline__ void gemm_qk(float (&s)[1][kNTiles][4], const QFromSm
     wgmma_ss<kBlockN>(s[0], q.desc + (a_bytes >> 4), k_desc + (b_bytes >> 4), kk > 0);
   }
   wgmma_commit();
+}
+
+// S = Q K^T, complete on return.
+__device__ __forceinline__ void gemm_qk(float (&s)[1][kNTiles][4], const QFromSmem& q, const elem_t* sK, int) {
+  gemm_qk_issue(s, q, sK);
   wgmma_wait<0>();
   fence_operands(s[0]);
 }
 
-// O += P V: P (the probabilities in S's registers) rounded to the element type in registers is the A operand.
-__device__ __forceinline__ void gemm_pv(float (&o)[1][kDTiles][4], const float (&p)[1][kNTiles][4],
-                                        const elem_t* sV, int) {
-  const uint64_t v_desc = smem_desc_sw128(smem_addr(sV), kBlockN * kSwizzleRowBytes, kSwizzleAtomBytes);
-  uint32_t a[kBlockN / 16][4];
+// P (the probabilities in S's registers) rounded to the element type: the register A fragments of P V's k16 steps.
+__device__ __forceinline__ void pack_p(uint32_t (&a)[kBlockN / 16][4], const float (&p)[1][kNTiles][4]) {
 #pragma unroll
   for (int kk = 0; kk < kBlockN / 16; ++kk) {
     a[kk][0] = pack_elem2(p[0][2 * kk][0], p[0][2 * kk][1]);
@@ -91,6 +97,12 @@ __device__ __forceinline__ void gemm_pv(float (&o)[1][kDTiles][4], const float (
     a[kk][2] = pack_elem2(p[0][2 * kk + 1][0], p[0][2 * kk + 1][1]);
     a[kk][3] = pack_elem2(p[0][2 * kk + 1][2], p[0][2 * kk + 1][3]);
   }
+}
+
+// Issue O += P V as one wgmma group; O and P stay owned by it until the caller's wait.
+__device__ __forceinline__ void gemm_pv_issue(float (&o)[1][kDTiles][4], uint32_t (&a)[kBlockN / 16][4],
+                                              const elem_t* sV) {
+  const uint64_t v_desc = smem_desc_sw128(smem_addr(sV), kBlockN * kSwizzleRowBytes, kSwizzleAtomBytes);
   fence_operands(a);
   fence_operands(o[0]);
   wgmma_fence();  // P was written and O possibly rescaled by ordinary instructions
@@ -98,7 +110,56 @@ __device__ __forceinline__ void gemm_pv(float (&o)[1][kDTiles][4], const float (
   for (int kk = 0; kk < kBlockN / 16; ++kk)
     wgmma_rs_b_mn_major<kHeadDim>(o[0], a[kk], v_desc + ((kk * 16 * kSwizzleRowBytes) >> 4));
   wgmma_commit();
+}
+
+// O += P V, complete on return.
+__device__ __forceinline__ void gemm_pv(float (&o)[1][kDTiles][4], const float (&p)[1][kNTiles][4],
+                                        const elem_t* sV, int) {
+  uint32_t a[kBlockN / 16][4];
+  pack_p(a, p);
+  gemm_pv_issue(o, a, sV);
   wgmma_wait<0>();
   fence_operands(a);
   fence_operands(o[0]);
 }
+
+// WGMMA_OVERLAP=1 (FlashAttention-3's intra-warpgroup overlap): P V of the previous tile is issued right after Q K^T
+// of the current one and awaited only after the current softmax, so the tensor cores run it during the exponentials.
+// Needs a third V buffer (V of tiles t+1, t and t-1 are live at once) and O rescaled after that wait. Issues and
+// waits are unconditional (ptxas serializes every wgmma when it cannot prove an accumulator idle where it is read):
+// before the first tile the pending product is P = 0 times the first V tile, which adds nothing.
+struct PendingPV {
+  uint32_t p[kBlockN / 16][4];
+  const elem_t* sV;  // the V tile of the pending product
+
+  __device__ __forceinline__ explicit PendingPV(const elem_t* first_v_tile) : sV(first_v_tile) {
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) p[kk][0] = p[kk][1] = p[kk][2] = p[kk][3] = 0u;
+  }
+  // Issue this tile's Q K^T, then the pending P V; return with S complete (P V may still run).
+  __device__ __forceinline__ void gemm_qk_then_pv(float (&s)[1][kNTiles][4], const QFromSmem& q, const elem_t* sK,
+                                                  float (&o)[1][kDTiles][4]) {
+    gemm_qk_issue(s, q, sK);
+    gemm_pv_issue(o, p, sV);
+    wgmma_wait<1>();  // groups complete in order: Q K^T is done
+    fence_operands(s[0]);
+  }
+  // Wait for the pending P V: O holds every tile before the current one.
+  __device__ __forceinline__ void finish(float (&o)[1][kDTiles][4]) {
+    wgmma_wait<0>();
+    fence_operands(p);
+    fence_operands(o[0]);
+  }
+  // The current tile's P V becomes the pending one.
+  __device__ __forceinline__ void stage(const float (&s)[1][kNTiles][4], const elem_t* sV_t) {
+    pack_p(p, s);
+    sV = sV_t;
+  }
+  // After the last tile (only when there was one): run the pending P V to completion.
+  __device__ __forceinline__ void flush(float (&o)[1][kDTiles][4]) {
+    gemm_pv_issue(o, p, sV);
+    wgmma_wait<0>();
+    fence_operands(p);
+    fence_operands(o[0]);
+  }
+};

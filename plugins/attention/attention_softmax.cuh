@@ -64,9 +64,13 @@ __device__ __forceinline__ float quad_sum(float x) {
 // and keep O and the partial row sums consistent with m. m moves (rescaling O and the sums by exp2(old - new))
 // only when the tile's max exceeds it by more than RESCALE_THRESHOLD (log2 units): until then p <= 2^threshold,
 // harmless in fp32 sums and fp16/bf16 P, and most tiles skip the O rescale (exact: O / sum does not depend on m).
-// A row with no unmasked key so far keeps m = -inf and p = 0.
+// A row with no unmasked key so far keeps m = -inf and p = 0. `rescale_o(mt, half, alpha)` is called for each row
+// whose m moved: it scales that row of O now (below) or later (the wgmma overlap, while P V is still in flight).
+// kBranchFree computes the move with selects (alpha = 1 where m stays): code that runs while a wgmma is in flight
+// must not diverge, or ptxas waits for the wgmma before it.
+template <bool kBranchFree = false, class RescaleO>
 __device__ __forceinline__ void online_softmax(float (&s)[kMAtoms][kNTiles][4], float (&row_max)[kMAtoms][2],
-                                               float (&row_sum)[kMAtoms][2], float (&o)[kMAtoms][kDTiles][4]) {
+                                               float (&row_sum)[kMAtoms][2], RescaleO&& rescale_o) {
 #pragma unroll
   for (int mt = 0; mt < kMAtoms; ++mt)
 #pragma unroll
@@ -78,15 +82,17 @@ __device__ __forceinline__ void online_softmax(float (&s)[kMAtoms][kNTiles][4], 
       tile_max = quad_max(tile_max);
       const float old_max = row_max[mt][half];
       // false when both are -inf (NaN difference): nothing unmasked yet, nothing to move
-      if ((tile_max - old_max) * kSoftmaxScale > kRescaleThreshold) {
+      const bool moved = (tile_max - old_max) * kSoftmaxScale > kRescaleThreshold;
+      if constexpr (kBranchFree) {
+        const float alpha = exp2_approx(moved ? (old_max - tile_max) * kSoftmaxScale : 0.f);
+        row_max[mt][half] = moved ? tile_max : old_max;
+        row_sum[mt][half] *= alpha;
+        rescale_o(mt, half, alpha);
+      } else if (moved) {
         const float alpha = exp2_approx((old_max - tile_max) * kSoftmaxScale);  // 0 when old_max is -inf
         row_max[mt][half] = tile_max;
         row_sum[mt][half] *= alpha;
-#pragma unroll
-        for (int dt = 0; dt < kDTiles; ++dt) {
-          o[mt][dt][half * 2] *= alpha;
-          o[mt][dt][half * 2 + 1] *= alpha;
-        }
+        rescale_o(mt, half, alpha);
       }
       const float m = row_max[mt][half];
       const float base = m == -INFINITY ? 0.f : m * kSoftmaxScale;
@@ -101,4 +107,19 @@ __device__ __forceinline__ void online_softmax(float (&s)[kMAtoms][kNTiles][4], 
         }
       row_sum[mt][half] = sum;
     }
+}
+
+// Scales row (mt, half) of this thread's O fragment by alpha.
+__device__ __forceinline__ void rescale_output_row(float (&o)[kMAtoms][kDTiles][4], int mt, int half, float alpha) {
+#pragma unroll
+  for (int dt = 0; dt < kDTiles; ++dt) {
+    o[mt][dt][half * 2] *= alpha;
+    o[mt][dt][half * 2 + 1] *= alpha;
+  }
+}
+
+// The online softmax step with O rescaled at once.
+__device__ __forceinline__ void online_softmax(float (&s)[kMAtoms][kNTiles][4], float (&row_max)[kMAtoms][2],
+                                               float (&row_sum)[kMAtoms][2], float (&o)[kMAtoms][kDTiles][4]) {
+  online_softmax(s, row_max, row_sum, [&](int mt, int half, float alpha) { rescale_output_row(o, mt, half, alpha); });
 }

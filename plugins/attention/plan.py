@@ -31,8 +31,11 @@ SMEM_LIMIT = {"sm_80": 163 * 1024, "sm_86": 99 * 1024, "sm_87": 163 * 1024, "sm_
 SMEM_LIMIT_DEFAULT = 227 * 1024  # sm_90 and newer
 # The Hopper mainloop (attention_mainloop_sm90.cuh: wgmma, one warpgroup per 64 query rows) for these head dims on
 # sm_90a: (BLOCK_M, BLOCK_N, NUM_WARPS, Q_IN_REGISTERS, KV_STAGES); masks use the same tiles (16 rows per warp already).
+# Head dim 64 runs two blocks per SM (<= 128 registers, 50 KB smem each) so one block's softmax overlaps the other's
+# wgmmas (without a mask: an additive mask's loads would spill at 128 registers); head dim 128 one block of 128x128 (about 160-210 registers). Predictions, not yet timed (NOTES.md).
 WGMMA_ARCHES = ("sm_90a",)
-WGMMA_TILES = {64: (128, 128, 8, 0, 2), 128: (128, 128, 8, 0, 2)}
+WGMMA_TILES = {64: (128, 64, 8, 0, 2), 128: (128, 128, 8, 0, 2)}
+WGMMA_MIN_BLOCKS_PER_SM = {64: 2, 128: 1}
 WGMMA_SMEM_ALIGN = 1024  # its swizzled tiles start 1024-byte aligned: the kernel rounds its smem base up
 # The plan picks the wgmma mainloop by default where it applies only once it has passed the GPU tests
 # (tests/test_attention_sm90_gpu.py); until then it is chosen with tuning={"WGMMA": 1}. Flip after the GPU run passes.
@@ -41,11 +44,13 @@ WGMMA_BY_DEFAULT = False
 RESCALE_THRESHOLD = "8.0f"
 
 
-def shared_mem_bytes(head_dim: int, block_m: int, block_n: int, stages: int, wgmma: bool = False) -> int:
+def shared_mem_bytes(head_dim: int, block_m: int, block_n: int, stages: int, wgmma: bool = False,
+                     overlap: bool = False) -> int:
     """Q tile + ``stages`` K and V tiles (what attention.cu lays out): rows padded by 16 bytes for mma.sync;
-    unpadded (swizzled) for wgmma, plus the slack that aligns them to 1024 bytes."""
+    unpadded (swizzled) for wgmma, plus the slack that aligns them to 1024 bytes, and a third V tile with
+    WGMMA_OVERLAP."""
     if wgmma:
-        return (block_m + 2 * stages * block_n) * head_dim * 2 + WGMMA_SMEM_ALIGN - 16
+        return (block_m + (2 * stages + int(overlap)) * block_n) * head_dim * 2 + WGMMA_SMEM_ALIGN - 16
     return (block_m + 2 * stages * block_n) * (head_dim + 8) * 2
 
 
@@ -85,8 +90,9 @@ def _mask_strides(mask_shape, batch, heads_q, len_q, len_kv) -> tuple:
 def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning: dict | None = None) -> LaunchPlan:
     """Launch plan of FusedAttention for these inputs (Q, K, V, mask, key_lengths; None when absent).
     ``tuning`` overrides tuning defines (WGMMA, BLOCK_M, BLOCK_N, NUM_WARPS, Q_IN_REGISTERS, KV_STAGES,
-    RESCALE_THRESHOLD) of the per-head-dim choice: for tests and benchmarks. WGMMA=1 forces the Hopper wgmma
-    mainloop (sm_90a, head dims 64/128), WGMMA=0 the mma.sync one; without it ``WGMMA_BY_DEFAULT`` decides."""
+    RESCALE_THRESHOLD, MIN_BLOCKS_PER_SM, WGMMA_OVERLAP) of the per-head-dim choice: for tests and benchmarks.
+    WGMMA=1 forces the Hopper wgmma mainloop (sm_90a, head dims 64/128), WGMMA=0 the mma.sync one; without it
+    ``WGMMA_BY_DEFAULT`` decides."""
     q_shape, k_shape, v_shape, mask_shape, lengths_shape = (list(input_shapes) + [None] * 5)[:5]
     q_dtype, k_dtype, v_dtype, mask_dtype, lengths_dtype = (list(input_dtypes) + [None] * 5)[:5]
     layout = attrs.get("layout", "BSHD")
@@ -136,13 +142,17 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
                          f"{sorted(WGMMA_TILES)}, not {arch} head dim {dim}; use WGMMA=0")
     block_m, block_n, warps, q_in_registers, stages = WGMMA_TILES[dim] if wgmma else table[dim]
     tune = {"WGMMA": wgmma, "BLOCK_M": block_m, "BLOCK_N": block_n, "NUM_WARPS": warps, "Q_IN_REGISTERS": q_in_registers,
-            "KV_STAGES": stages, "RESCALE_THRESHOLD": RESCALE_THRESHOLD}
+            "KV_STAGES": stages, "RESCALE_THRESHOLD": RESCALE_THRESHOLD,
+            "MIN_BLOCKS_PER_SM": WGMMA_MIN_BLOCKS_PER_SM[dim] if wgmma and mask_kind is None else 1,
+            "WGMMA_OVERLAP": 0}
     unknown = set(tuning or ()) - set(tune)
     if unknown:
         raise ValueError(f"FusedAttention: unknown tuning defines {sorted(unknown)}; known: {sorted(tune)}")
     tune.update(tuning or {})
     block_m, block_n, warps, stages = tune["BLOCK_M"], tune["BLOCK_N"], tune["NUM_WARPS"], tune["KV_STAGES"]
-    smem = shared_mem_bytes(dim, block_m, block_n, stages, bool(wgmma))
+    if tune["WGMMA_OVERLAP"] and not tune["WGMMA"]:
+        raise ValueError("FusedAttention: WGMMA_OVERLAP is an option of the wgmma mainloop; set WGMMA=1 too")
+    smem = shared_mem_bytes(dim, block_m, block_n, stages, bool(wgmma), bool(tune["WGMMA_OVERLAP"]))
     if smem > SMEM_LIMIT.get(arch, SMEM_LIMIT_DEFAULT):
         raise ValueError(f"FusedAttention: tile {block_m}x{block_n} at head dim {dim} needs {smem} B of shared memory, "
                          f"more than {arch} has")

@@ -7,7 +7,8 @@ The FlashAttention-2 grid: batch * seq = 16k tokens, hidden 2048 (head dim 64 ->
 not, seq 512..16k, bf16 and fp16. Each kernel is captured 10x in a CUDA graph (no launch gaps), warmed up, and the
 median of event-timed replays is reported. FLOPs: 4 * B * H * S^2 * D, halved when causal.
 
-    python benchmarks/attention.py --out benchmarks/results/attention_h100.md [--quick] [--variants 64:BLOCK_N=128+Q_IN_REGISTERS=0,...]
+    python benchmarks/attention.py --out benchmarks/results/attention_h100.md [--quick] [--seqs 2048,8192]
+        [--variants 64:BLOCK_N=128+Q_IN_REGISTERS=0,128:WGMMA=1+WGMMA_OVERLAP=1,...]
 """
 from __future__ import annotations
 

@@ -3,7 +3,8 @@ the wgmma mainloop's cases for sm_90a), without register spills (CPU: catches co
 GPU needed).
 
 One accepted exception: head dim 128 with 128x64 tiles spills a few registers (ptxas: 4-64 bytes, reloaded once
-per K/V tile) and still ran faster on the H100 than the spill-free 128x32 tiles (NOTES.md, run 3)."""
+per K/V tile) and still ran faster on the H100 than the spill-free 128x32 tiles (NOTES.md, run 3); the wgmma
+mainloop's 128x64 tile at two blocks per SM (128 registers) spills 8-32 bytes under the same allowance."""
 from __future__ import annotations
 
 import re

@@ -198,12 +198,19 @@ def weightless_copy(graph: gs.Graph, threshold: int = 1 << 16) -> onnx.ModelProt
     stubs = {}
     for node in copy.nodes:
         for i, tensor in enumerate(node.inputs):
-            if isinstance(tensor, gs.Constant) and tensor.values.nbytes >= threshold:
+            if isinstance(tensor, gs.Constant) and _nbytes(tensor) >= threshold:
                 if tensor.name not in stubs:
                     stubs[tensor.name] = gs.Variable(tensor.name, dtype=tensor.dtype, shape=list(tensor.shape))
                 node.inputs[i] = stubs[tensor.name]
     copy.inputs = list(copy.inputs) + list(stubs.values())
     return gs.export_onnx(copy, do_type_check=False)
+
+
+def _nbytes(constant: gs.Constant) -> int:
+    """A constant's size from its shape and type, without loading (or converting) its data."""
+    dtype = constant.dtype
+    itemsize = onnx.helper.tensor_dtype_to_np_dtype(dtype).itemsize if isinstance(dtype, int) else np.dtype(dtype).itemsize
+    return int(np.prod(constant.shape, dtype=np.int64)) * itemsize
 
 
 def symbolic_dims(model: onnx.ModelProto) -> dict[str, list]:

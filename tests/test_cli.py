@@ -16,7 +16,7 @@ from _pipeline_models import SAMPLES, nothing_to_fuse
 from trt_fusedattn.contract import DOMAIN
 from trt_fusedattn.tensorrt import available as tensorrt_available
 
-SAMPLE_MODELS = sorted(Path(SAMPLES).glob("*.onnx"))
+SAMPLE_MODELS = sorted(p for p in Path(SAMPLES).glob("*.onnx") if not p.name.endswith(".fused.onnx"))
 CONV_SAMPLE = Path(SAMPLES) / "resnet_torchscript.onnx"
 
 

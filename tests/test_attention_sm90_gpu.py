@@ -30,6 +30,22 @@ def hopper_with_kernels_loaded():
         list(pool.map(lambda kv: _load_function(str(kv[1].source), arch, kv[0], kv[1].kernel, 0), plans.items()))
 
 
+def error_pattern(got: np.ndarray, ref: np.ndarray, layout: str) -> str:
+    """Where the wrong outputs sit, to tell layout bugs apart in one run: by 16-row warp slot of a 128-row block
+    (slots 4-7 = second warpgroup), by 8-column chunk of the head dim (a swizzle or descriptor offset shows as a
+    chunk pattern, columns >= 64 as the second column block), and by query block."""
+    if layout == "BHSD":
+        got, ref = got.transpose(0, 2, 1, 3), ref.transpose(0, 2, 1, 3)
+    bad = np.abs(got - ref) > 0.05 * max(float(np.sqrt(np.mean(ref ** 2))), 1e-6)  # [B, L, H, D]
+    rows, cols = bad.any(axis=(0, 2, 3)), bad.any(axis=(0, 1, 2))
+    idx = np.nonzero(rows)[0]
+    warp_slots = np.bincount((idx % 128) // 16, minlength=8).tolist()
+    chunks = [int(c) for c in np.nonzero(np.add.reduceat(cols, np.arange(0, cols.size, 8)))[0]]
+    blocks = sorted(set((idx // 128).tolist()))[:8]
+    return (f"{bad.mean():.1%} of outputs off; bad query rows {idx.size}/{rows.size} by warp slot {warp_slots}; "
+            f"bad head-dim chunks {chunks}; first bad query blocks {blocks}")
+
+
 @pytest.mark.parametrize("case", WGMMA_CASES, ids=[c.name for c in WGMMA_CASES])
 def test_wgmma_matches_float64_reference(case):
     from trt_fusedattn.launcher import launch
@@ -42,14 +58,17 @@ def test_wgmma_matches_float64_reference(case):
     launch(plan, "sm_90a", pointers, [out.data_ptr()], stream=torch.cuda.current_stream().cuda_stream, device=0)
     torch.cuda.synchronize()
     got = host(out)
-    assert np.isfinite(got).all(), "output has NaN/inf (unwritten or a masked row went NaN)"
     ref = fused_attention_reference(*(host(inputs[n]) for n in ("q", "k", "v")),
                                     mask=host(inputs["mask"]) if "mask" in inputs else None,
                                     key_lengths=host(inputs["key_lengths"]) if "key_lengths" in inputs else None,
                                     layout=case.layout, scale=case.scale, causal=case.causal,
                                     causal_alignment=case.alignment)
+    finite = np.isfinite(got)
+    assert finite.all(), (f"output has NaN/inf (unwritten or a masked row went NaN): "
+                          f"{error_pattern(np.where(finite, got, 1e30), ref, case.layout)}")
     err = relative_error(got, ref)
-    assert err <= TOLERANCE[case.dtype], f"relative Frobenius error {err:.2e} > {TOLERANCE[case.dtype]}"
+    assert err <= TOLERANCE[case.dtype], (f"relative Frobenius error {err:.2e} > {TOLERANCE[case.dtype]}: "
+                                          f"{error_pattern(got, ref, case.layout)}")
     if case.mask is not None and case.full_mask_shape()[-2] > 3:  # the planted all-masked row is exactly zero
         row = got[:, 3] if case.layout == "BSHD" else got[:, :, 3]
         assert not row.any()

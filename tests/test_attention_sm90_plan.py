@@ -41,3 +41,12 @@ def test_default_follows_the_switch(monkeypatch):
 def test_forcing_wgmma_where_it_cannot_run_is_rejected(dim, arch):
     with pytest.raises(ValueError, match="wgmma mainloop runs on sm_90a"):
         plan(dim, arch=arch, tuning={"WGMMA": 1})
+
+
+def test_overlap_takes_a_third_v_tile_and_needs_wgmma():
+    base = plan(128, tuning={"WGMMA": 1, "WGMMA_OVERLAP": 0})
+    over = plan(128, tuning={"WGMMA": 1, "WGMMA_OVERLAP": 1})
+    block_n = WGMMA_TILES[128][1]
+    assert over.defines["WGMMA_OVERLAP"] == 1 and over.shared_mem - base.shared_mem == block_n * 128 * 2
+    with pytest.raises(ValueError, match="WGMMA_OVERLAP is an option of the wgmma mainloop"):
+        plan(128, tuning={"WGMMA": 0, "WGMMA_OVERLAP": 1})

@@ -77,6 +77,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) fused_at
     if (kStages == 2) load_tile_async<kBlockN>(sV, v_base, kv_stride_s, (n_tiles - 1) * kBlockN, len_kv);
   }
   cp_async_commit();
+  if (kOverlapPV) cp_async_commit();  // an empty group: the loop top leaves the newest group in flight
 
   float o[kMAtoms][kDTiles][4];
   float row_max[kMAtoms][2], row_sum[kMAtoms][2];
@@ -109,19 +110,20 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) fused_at
     const int buffer = kStages == 2 ? step & 1 : 0;
     const elem_t* sK_t = sK + buffer * kKVTileElems;
     const elem_t* sV_t = sV + (kVStages == 3 ? step % 3 : buffer) * kKVTileElems;
-    // KV_STAGES 2: tile t - 1 into the buffers tile t + 1 (t + 2 for V with the overlap) used
-    const auto prefetch_previous_tile = [&] {
-      if (t > 0) {
-        load_tile_async<kBlockN>(sK + (buffer ^ 1) * kKVTileElems, k_base, kv_stride_s, n0 - kBlockN, len_kv);
-        load_tile_async<kBlockN>(sV + (kVStages == 3 ? (step + 1) % 3 : buffer ^ 1) * kKVTileElems, v_base,
-                                 kv_stride_s, n0 - kBlockN, len_kv);
-        cp_async_commit();
-      }
+    // KV_STAGES 2: tile t - 1's K and V into the buffers tile t + 1 used (V: tile t + 2's with the overlap)
+    const auto prefetch_k = [&] {
+      load_tile_async<kBlockN>(sK + (buffer ^ 1) * kKVTileElems, k_base, kv_stride_s, n0 - kBlockN, len_kv);
     };
-    wait_tiles_landed();
+    const auto prefetch_v = [&] {
+      load_tile_async<kBlockN>(sV + (kVStages == 3 ? (step + 1) % 3 : buffer ^ 1) * kKVTileElems, v_base,
+                               kv_stride_s, n0 - kBlockN, len_kv);
+    };
+    wait_tiles_landed<kOverlapPV ? 1 : 0>();
     __syncthreads();  // tile t's K (and V with 2 stages) is in smem; every warp is done with tile t + 1
-    if (kStages == 2 && !kOverlapPV) {
-      prefetch_previous_tile();
+    if (kStages == 2 && t > 0) {
+      prefetch_k();
+      if (!kOverlapPV) prefetch_v();
+      cp_async_commit();
     } else if (kStages == 1) {
       load_tile_async<kBlockN>(sV, v_base, kv_stride_s, n0, len_kv);
       cp_async_commit();
@@ -151,9 +153,12 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) fused_at
     // accumulators), so the O rescale is unconditional, by 1 where a row's max did not move.
     float o_scale[kMAtoms][2];
     online_softmax<true>(s, row_max, row_sum, [&](int mt, int half, float alpha) { o_scale[mt][half] = alpha; });
-    // Issued here, its branch also ends the softmax's basic block: ptxas hoists the wait below (it has no operands)
-    // to the top of its block, which would put it before the softmax.
-    prefetch_previous_tile();
+    // V(t - 1) is first read by the P V issued two tiles from now. Issued here, its branch also ends the softmax's
+    // basic block: ptxas hoists the wait below (it has no operands) to the top of its block, above the softmax.
+    if (t > 0) {
+      prefetch_v();
+      cp_async_commit();
+    }
     pending.finish(o);  // the previous tile's P V has landed in O: now O may be rescaled
 #pragma unroll
     for (int mt = 0; mt < kMAtoms; ++mt)
@@ -166,7 +171,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) fused_at
 #endif
   }
 #if WGMMA_OVERLAP
-  if (n_tiles > 0) pending.flush(o);  // (with no tile, slot 0 holds no V: nothing to add)
+  if (n_tiles > 0) {  // (with no tile, slot 0 holds no V: nothing to add)
+    wait_tiles_landed();  // the last tile's V, loaded in the newest group
+    __syncthreads();
+    pending.flush(o);
+  }
 #endif
 
   cp_async_wait_all();  // the Q load is still in flight when there was no tile

@@ -10,8 +10,9 @@ constexpr bool kOverlapPV = false;                 // (the wgmma mainloop's opti
 constexpr int kVStages = kStages;                  // V tile buffers
 static_assert(WGMMA_OVERLAP == 0, "WGMMA_OVERLAP is an option of the wgmma mainloop (WGMMA=1)");
 
-// cp.async has landed in this thread's smem (the caller then syncs the block).
-__device__ __forceinline__ void wait_tiles_landed() { cp_async_wait_all(); }
+// cp.async (all but the kNewest most recent groups) has landed in this thread's smem (the caller then syncs).
+template <int kNewest = 0>
+__device__ __forceinline__ void wait_tiles_landed() { cp_async_wait<kNewest>(); }
 
 // Copy rows [row0, row0 + ROWS) of a [len, HEAD_DIM] matrix (row stride `stride` elements) into smem;
 // rows >= len are zero-filled so they add nothing to P V and make no NaN.

@@ -33,9 +33,11 @@ constexpr int kVStages = kStages + kOverlapPV;    // V tile buffers
 static_assert(!kOverlapPV || kStages == 2, "WGMMA_OVERLAP needs KV_STAGES=2");
 static_assert((kQTileElems * 2) % kSmemAlign == 0 && (kKVTileElems * 2) % kSmemAlign == 0, "tiles keep alignment");
 
-// cp.async has landed in this thread's smem; make it visible to wgmma (the caller then syncs the block).
+// cp.async (all but the kNewest most recent groups) has landed in this thread's smem; make it visible to wgmma
+// (the caller then syncs the block).
+template <int kNewest = 0>
 __device__ __forceinline__ void wait_tiles_landed() {
-  cp_async_wait_all();
+  cp_async_wait<kNewest>();
   fence_async_proxy();
 }
 
@@ -125,7 +127,9 @@ __device__ __forceinline__ void gemm_pv(float (&o)[1][kDTiles][4], const float (
 
 // WGMMA_OVERLAP=1 (FlashAttention-3's intra-warpgroup overlap): P V of the previous tile is issued right after Q K^T
 // of the current one and awaited only after the current softmax, so the tensor cores run it during the exponentials.
-// Needs a third V buffer (V of tiles t+1, t and t-1 are live at once) and O rescaled after that wait. Issues and
+// Needs a third V buffer (V of tiles t+1, t and t-1 are live at once) and O rescaled after that wait. V(t-1) is
+// first read two tiles later, so it loads in its own cp.async group issued after the softmax (the loop top waits
+// for all groups but that newest one); K(t-1) still loads from the top of the tile. Issues and
 // waits are unconditional (ptxas serializes every wgmma when it cannot prove an accumulator idle where it is read):
 // before the first tile the pending product is P = 0 times the first V tile, which adds nothing.
 struct PendingPV {

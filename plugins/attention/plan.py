@@ -36,6 +36,8 @@ SMEM_LIMIT_DEFAULT = 227 * 1024  # sm_90 and newer
 WGMMA_ARCHES = ("sm_90a",)
 WGMMA_TILES = {64: (128, 64, 8, 0, 2), 128: (128, 128, 8, 0, 2)}
 WGMMA_MIN_BLOCKS_PER_SM = {64: 2, 128: 1}
+# FA3's intra-warpgroup overlap (P V of tile t+1 during the softmax of tile t; NOTES.md): off until timed.
+WGMMA_OVERLAP = {64: 0, 128: 0}
 WGMMA_SMEM_ALIGN = 1024  # its swizzled tiles start 1024-byte aligned: the kernel rounds its smem base up
 # The plan picks the wgmma mainloop by default where it applies only once it has passed the GPU tests
 # (tests/test_attention_sm90_gpu.py); until then it is chosen with tuning={"WGMMA": 1}. Flip after the GPU run passes.
@@ -144,7 +146,7 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
     tune = {"WGMMA": wgmma, "BLOCK_M": block_m, "BLOCK_N": block_n, "NUM_WARPS": warps, "Q_IN_REGISTERS": q_in_registers,
             "KV_STAGES": stages, "RESCALE_THRESHOLD": RESCALE_THRESHOLD,
             "MIN_BLOCKS_PER_SM": WGMMA_MIN_BLOCKS_PER_SM[dim] if wgmma and mask_kind is None else 1,
-            "WGMMA_OVERLAP": 0}
+            "WGMMA_OVERLAP": WGMMA_OVERLAP[dim] if wgmma else 0}
     unknown = set(tuning or ()) - set(tune)
     if unknown:
         raise ValueError(f"FusedAttention: unknown tuning defines {sorted(unknown)}; known: {sorted(tune)}")

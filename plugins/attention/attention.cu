@@ -34,7 +34,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) fused_at
   // the plan adds kSmemAlign - 16 bytes of slack for this round-up (0 for the mma.sync mainloop)
   elem_t* sQ = reinterpret_cast<elem_t*>(smem + ((kSmemAlign - smem_addr(smem) % kSmemAlign) % kSmemAlign));
   elem_t* sK = sQ + kQTileElems;             // kStages K tiles
-  elem_t* sV = sK + kStages * kKVTileElems;  // kStages V tiles
+  elem_t* sV = sK + kStages * kKVTileElems;  // kVStages V tiles
 
   const AttentionTile tile = schedule_tile();
   const int head_kv = tile.head / (heads_q / heads_kv);

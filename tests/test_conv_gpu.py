@@ -25,14 +25,20 @@ SAMPLES = Path(__file__).resolve().parents[1] / "models" / "samples"
 
 
 @pytest.fixture(scope="module", autouse=True)
-def compiled_specializations():
-    """Compile every case's PTX up front, in parallel (nvcc is single-threaded; the tests then hit the cache)."""
+def compiled_specializations(request):
+    """Compile the selected tests' PTX up front, in parallel (nvcc is single-threaded; the tests then hit the
+    cache): each selected case's plan, FP8 ones under the main loop their test asks for."""
+    import os
     from trt_fusedattn.launcher.compile import compile_ptx
     from trt_fusedattn.launcher.launch import device_arch
     arch = device_arch(0)
-    plans = [c.plan(arch) for c in CASES + (FP8_CASES if has_fp8(arch) else [])]
-    plans += [c.plan(arch, mma="wgmma") for c in FP8_CASES if arch == "sm_90a"]
-    with ThreadPoolExecutor(max_workers=8) as pool:
+    selected = [item.callspec.params for item in request.session.items if hasattr(item, "callspec")]
+    plans = [p["case"].plan(arch) for p in selected if "case" in p and not p["case"].fp8]
+    if has_fp8(arch):
+        plans += [p["case"].plan(arch, mma=p.get("mma", "mma.sync")) for p in selected
+                  if "case" in p and p["case"].fp8]
+    plans = list({(p.source, tuple(sorted(p.defines.items()))): p for p in plans}.values())
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 8) as pool:
         list(pool.map(lambda p: compile_ptx(p.source, arch, p.defines), plans))
 
 

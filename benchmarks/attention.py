@@ -175,6 +175,12 @@ def main():
                     print(" | ".join(map(str, row)), flush=True)
     table = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     table += ["| " + " | ".join(map(str, r)) + " |" for r in rows]
+    for name in ("mma.sync", "wgmma") if hopper else ("mma.sync",):
+        fa2 = [float(r[header.index(f"{name}/FA2")]) for r in rows if r[3] >= 2048]
+        cudnn = [float(r[header.index(f"{name}/cuDNN")]) for r in rows if r[3] >= 2048]
+        if fa2:
+            table.append(f"\n{name} at seq >= 2k: >= 1.00x FA2 at {sum(x >= 1.0 for x in fa2)} of {len(fa2)} points "
+                         f"(min {min(fa2):.2f}x, max {max(fa2):.2f}x); vs cuDNN {min(cudnn):.2f}-{max(cudnn):.2f}x")
     text = (f"# FusedAttention forward, TFLOP/s\n\n{versions()}\n\n{ceilings()}\n\nbatch x seq = {TOKENS} tokens, hidden {HIDDEN}, "
             f"BSHD; CUDA-graph replays, median; FLOPs 4*B*H*S^2*D (/2 causal).\n\n" + "\n".join(table) + "\n")
     print(text)

@@ -372,7 +372,7 @@ extern "C" __global__ void __launch_bounds__(kThreads)
 fused_conv_implicit_gemm(const elem_t* __restrict__ x, const op_t* __restrict__ w SHIFT_PARAM SCALE_PARAM
                          RESIDUAL_PARAM, int N, int H, int W, int C, int K, int P, int Q, int pad_h, int pad_w,
                          elem_t* __restrict__ y) {
-  extern __shared__ __align__(128) unsigned char smem_raw[];
+  extern __shared__ __align__(1024) unsigned char smem_raw[];  // wgmma's swizzle atoms: 512/1024-byte aligned
 
   const int tid = threadIdx.x, lane = tid & 31;
   const int group = tid / kGroupThreads, group_tid = tid % kGroupThreads, warp = group_tid >> 5;

@@ -165,9 +165,10 @@ __device__ __forceinline__ void mma_stage(float (&acc)[kMI][kNI][4], const unsig
 }
 
 #if WGMMA
-// One stage's warpgroup MMAs (A: the quantized e4m3 tile, B: the stage's W tile), waited for before returning.
-__device__ __forceinline__ void wgmma_stage(float (&acc)[kMI][kNI][4], const unsigned char* a_tile,
-                                            const unsigned char* b_tile) {
+// Issue one stage's warpgroup MMAs (A: the quantized e4m3 tile, B: the stage's W tile); they run asynchronously
+// until wgmma_stage_wait, so the next tile's quantize pass overlaps them.
+__device__ __forceinline__ void wgmma_stage_issue(float (&acc)[kMI][kNI][4], const unsigned char* a_tile,
+                                                  const unsigned char* b_tile) {
   const unsigned long long b_desc = smem_descriptor<kRowBytes>(b_tile);
 #pragma unroll
   for (int mi = 0; mi < kMI; ++mi) fence_accumulators<kNI * 4>(&acc[mi][0][0]);
@@ -179,6 +180,9 @@ __device__ __forceinline__ void wgmma_stage(float (&acc)[kMI][kNI][4], const uns
       wgmma_k32<BLOCK_N>(&acc[mi][0][0], smem_descriptor<kRowBytes>(a_tile + mi * 64 * kRowBytes) + 2 * kk,
                          b_desc + 2 * kk);
   wgmma_commit();
+}
+
+__device__ __forceinline__ void wgmma_stage_wait(float (&acc)[kMI][kNI][4]) {
   wgmma_wait_all();
 #pragma unroll
   for (int mi = 0; mi < kMI; ++mi) fence_accumulators<kNI * 4>(&acc[mi][0][0]);
@@ -435,14 +439,15 @@ fused_conv_implicit_gemm(const elem_t* __restrict__ x, const op_t* __restrict__ 
 #else
     if (ahead < k_tiles) loader.gather(k_ahead, x, w, H, W, C, Cg, Kgemm, cg_div);
 #endif
-#if FP8 && IN_VEC == 8
+#if WGMMA
+    wgmma_stage_issue(acc, a8 + (it & 1) * kA8Bytes, stage + kAStageBytes);
     if (it + 1 < k_tiles)
       quantize_a_tile(a8 + ((it + 1) & 1) * kA8Bytes, stages + ((it + 1) % STAGES) * kStageBytes, group_tid);
-#if WGMMA
-    wgmma_stage(acc, a8 + (it & 1) * kA8Bytes, stage + kAStageBytes);
-#else
+    wgmma_stage_wait(acc);
+#elif FP8 && IN_VEC == 8
+    if (it + 1 < k_tiles)
+      quantize_a_tile(a8 + ((it + 1) & 1) * kA8Bytes, stages + ((it + 1) % STAGES) * kStageBytes, group_tid);
     mma_stage(acc, a8 + (it & 1) * kA8Bytes, stage + kAStageBytes, warp_m, warp_n, lane);
-#endif
 #else
     mma_stage(acc, stage, stage + kAStageBytes, warp_m, warp_n, lane);
 #endif

@@ -30,7 +30,7 @@ from trt_fusedattn.launcher.compile import compile_ptx, nvcc_version
 from trt_fusedattn.launcher.launch import device_arch
 from trt_fusedattn.plugins.conv.contract import FUSED_CONV
 from trt_fusedattn.launcher.launch import launch
-from trt_fusedattn.plugins.conv.plan import plan_conv
+from trt_fusedattn.plugins.conv.plan import arch_number, plan_conv
 
 REPS, TRIALS, EPS = 20, 7, 1e-5
 # Tile sweep: (GEMM_TILES name, BLOCK_K, pipeline stages or None for the plan's).
@@ -185,6 +185,8 @@ def layer_plan(lay: Layer, n: int, arch: str, input_scale: float = 0.0, **tile):
 def fp8_table(layers: list, batches: list, arch: str) -> list[str]:
     """Our FP8 FusedConv (every FP8_VARIANTS entry) beside cuDNN FP16 + epilogue and our FP16 FusedConv on
     ``layers``; err = |fp8 - base| / |base| normwise (mostly the e4m3 quantization of X and W)."""
+    if arch_number(arch) < 89:
+        return [f"\nFP8 FusedConv needs sm_89+ (e4m3 tensor cores); this GPU is {arch}: no FP8 table."]
     scale_x = 4.5 / 448  # randn inputs: |x| > 4.5 saturates (rare)
     variants = {(lay, label): layer_plan(lay, 1, arch, scale_x, **kw) for lay in layers for label, kw in FP8_VARIANTS}
     with ThreadPoolExecutor(max_workers=16) as pool:
@@ -202,6 +204,7 @@ def fp8_table(layers: list, batches: list, arch: str) -> list[str]:
             case = Case(lay, n)
             w_scale = (case.w_folded.float().abs().amax(dim=(1, 2, 3)) / 448).contiguous()
             w8 = (case.w_folded.float() / w_scale[:, None, None, None]).to(torch.float8_e4m3fn)
+            assert w8.is_contiguous(memory_format=torch.channels_last)  # OHWI in memory, as the kernel reads it
             want = case.baseline().float()
             base, fp16 = time_us(case.baseline), time_us(case.fused)
             ptrs = [case.x.data_ptr(), w8.data_ptr(), case.shift.data_ptr(), w_scale.data_ptr(),

@@ -43,7 +43,9 @@ FP8_VARIANTS = [("mma.sync", dict(mma="mma.sync")), ("wgmma", dict(mma="wgmma"))
                 ("wgmma 128x128", dict(mma="wgmma", tile="128x128w4")),
                 ("wgmma bk128", dict(mma="wgmma", block_k=128, stages=3)),
                 ("wgmma 128x128 bk128", dict(mma="wgmma", tile="128x128w4", block_k=128, stages=3)),
-                ("wgmma s2", dict(mma="wgmma", tile="128x64w4s2"))]
+                ("wgmma s2", dict(mma="wgmma", tile="128x64w4s2")),
+                ("wgmma 64x64", dict(mma="wgmma", tile="64x64w4")),
+                ("wgmma 64x64 s2", dict(mma="wgmma", tile="64x64w4s2"))]
 
 
 @dataclass(frozen=True)

@@ -59,8 +59,8 @@ class ConvCase:
                 (self.n, self.k, p, q) if self.residual else None]
 
     def dtypes(self) -> list:
-        return [self.dtype, "float8_e4m3fn" if self.fp8 else self.dtype, "float32" if self.shift else None, "float32" if self.scale else None,
-                self.dtype if self.residual else None]
+        return [self.dtype, "float8_e4m3fn" if self.fp8 else self.dtype, "float32" if self.shift else None,
+                "float32" if self.scale else None, self.dtype if self.residual else None]
 
     def plan(self, arch: str, **overrides):
         return plan_conv(self.shapes(), self.dtypes(), self.attrs(), arch, **overrides)

@@ -29,9 +29,10 @@
 // the MMAs are Hopper's wgmma e4m3 from the same swizzled tiles (wgmma_fp8.cuh), since ptxas lowers mma.sync e4m3
 // on sm_90 to fp16 HMMA (no FP8 rate); the accumulators keep the m16n8 fragment layout, rows regrouped per warp.
 //
-// Compile-time: CONV_BF16, FP8 (+ INPUT_SCALE, INPUT_SCALE_INV, WGMMA), KH, KW, STRIDE_H, STRIDE_W, DIL_H, DIL_W, GROUPS, BLOCK_M, BLOCK_N, BLOCK_K (32|64; FP8: 64|128),
-// WARPS_M, WARPS_N, SPLIT_K, STAGES (per group), IN_VEC, OUT_VEC, and the epilogue's defines.
-// Arguments (AOT plugin ABI): x [N,H,W,C], w [K,KH,KW,C/G], shift?, scale?, residual? [N,P,Q,K];
+// Compile-time: CONV_BF16, FP8 (+ INPUT_SCALE, INPUT_SCALE_INV, WGMMA), KH, KW, STRIDE_H, STRIDE_W, DIL_H, DIL_W,
+// GROUPS, BLOCK_M, BLOCK_N, BLOCK_K (32|64; FP8: 64|128), WARPS_M, WARPS_N, SPLIT_K, STAGES (per group), IN_VEC,
+// OUT_VEC, and the epilogue's defines.
+// Arguments (AOT plugin ABI): x [N,H,W,C], w [K,KH,KW,C/G] (FP8: e4m3), shift?, scale?, residual? [N,P,Q,K];
 // int32 N, H, W, C, K, P, Q, pad_h, pad_w; y [N,P,Q,K]. Tensors must hold < 2^31 elements.
 #include "element.cuh"
 #include "fast_divmod.cuh"

@@ -260,7 +260,8 @@ def plan_conv(input_shapes, input_dtypes, attrs, arch: str, *, formats=None, til
     scalars = (geo["N"], geo["H"], geo["W"], geo["C"], geo["K"], geo["P"], geo["Q"], geo["pads"][0], geo["pads"][1])
     pixels = geo["N"] * geo["P"] * geo["Q"]
     if fp8:
-        defines.update(FP8=1, INPUT_SCALE=float_literal(input_scale), INPUT_SCALE_INV=float_literal(1.0 / input_scale))
+        defines.update(FP8=1, INPUT_SCALE=float_literal(input_scale),
+                       INPUT_SCALE_INV=float_literal(1.0 / input_scale))
     if geo["Cg"] == 1 and geo["G"] > 1:
         if fp8:
             raise ValueError("FP8 FusedConv has no depthwise kernel (group == C); run depthwise layers in "

@@ -134,17 +134,18 @@ _STATIC_OPS = {"Cast", "Sqrt", "Reciprocal", "Squeeze", "Unsqueeze", "Identity",
                "Slice"}
 
 
-def static_value(tensor: gs.Tensor) -> np.ndarray | None:
+def static_value(tensor: gs.Tensor, dim_of=None) -> np.ndarray | None:
     """The value of a small tensor computed from constants and the static dims of shapes only, e.g. the
     1/sqrt(head_dim) the sdpa export builds as Sqrt(1 / Cast(Slice(Shape(Q), -1))); None when it depends on
-    run-time values. Scalar arithmetic only (Shape, Gather/Slice of a shape, Cast, Sqrt, +-*/)."""
-    value = _static(tensor, 12)
+    run-time values. Scalar arithmetic only (Shape, Gather/Slice of a shape, Cast, Sqrt, +-*/). ``dim_of(tensor,
+    axis)``: a caller's better knowledge of dims the recorded shapes leave unknown (int or None)."""
+    value = _static(tensor, 12, dim_of)
     if value is not None and value.dtype == object:
         return None if any(d is None for d in value.reshape(-1)) else value.astype(np.int64)
     return value
 
 
-def _static(tensor: gs.Tensor, depth: int) -> np.ndarray | None:
+def _static(tensor: gs.Tensor, depth: int, dim_of=None) -> np.ndarray | None:
     """The recursion of ``static_value``; a Shape gives an object array with None for dims that are not static."""
     value = constant_value(tensor)
     node = producer(tensor)
@@ -154,11 +155,13 @@ def _static(tensor: gs.Tensor, depth: int) -> np.ndarray | None:
         shape = node.inputs[0].shape
         if shape is None:
             return None
-        dims = shape[node.attrs.get("start", 0):node.attrs.get("end", len(shape))]
-        return np.array([d if isinstance(d, int) and d >= 0 else None for d in dims], dtype=object)
+        axes = range(len(shape))[node.attrs.get("start", 0):node.attrs.get("end", len(shape))]
+        dims = [shape[a] if isinstance(shape[a], int) and shape[a] >= 0 else dim_of(node.inputs[0], a) if dim_of
+                else None for a in axes]
+        return np.array(dims, dtype=object)
     if node.op not in _STATIC_OPS:
         return None
-    args = [_static(t, depth - 1) if is_present(t) else None for t in node.inputs]
+    args = [_static(t, depth - 1, dim_of) if is_present(t) else None for t in node.inputs]
     x = args[0] if args else None
     if x is None or node.op not in ("Gather", "Slice") and x.dtype == object:  # dims only Gather/Slice may pick
         x = None if x is None or any(d is None for d in x.reshape(-1)) else x.astype(np.int64)
@@ -183,7 +186,7 @@ def _static(tensor: gs.Tensor, depth: int) -> np.ndarray | None:
     if node.op in ("Mul", "Add", "Sub"):
         return {"Mul": np.multiply, "Add": np.add, "Sub": np.subtract}[node.op](x, y)
     if node.op == "Gather" and x.ndim == 1:
-        return np.take(x, y)
+        return np.asarray(np.take(x, y), dtype=x.dtype)  # an array even for one element of an object array
     if node.op == "Slice" and x.ndim == 1 and len(args) >= 3 and args[2] is not None:
         axes, steps = (args + [None, None])[3:5]
         if (axes is None or axes.reshape(-1).tolist() in ([0], [-1])) and (steps is None or steps.reshape(-1).tolist() == [1]):

@@ -107,7 +107,34 @@ def _dim(tensor: gs.Tensor, axis: int, infer: bool = True):
             if isinstance(value, int) and value >= 0:
                 return value
         if not infer:
-            break
+            return None
+    return _reshape_target_dim(tensor, axis)
+
+
+def _reshape_target_dim(tensor: gs.Tensor, axis: int) -> int | None:
+    """The dim a Reshape sets from a static element of its target, e.g. embed_dim // heads that torch's
+    MultiheadAttention export computes from a static input dim (where shape inference gives up)."""
+    node = producer(tensor)
+    while node is not None and node.op in ("Mul", "Div", "Add", "Sub", "Cast") and node.domain in (None, "", "ai.onnx"):
+        # elementwise with one-element operands keeps the shape of the other operand
+        larger = [t for t in node.inputs if _shape(t) is None or any(d != 1 for d in _shape(t))]
+        if len(larger) != 1:
+            return None
+        node = producer(larger[0])
+    if not _is_op(node, "Reshape"):
+        return None
+    concat = producer(node.inputs[1])
+    parts = concat.inputs if _is_op(concat, "Concat") else [node.inputs[1]]
+    lengths = [_dim(part, 0, infer=False) for part in parts]
+    if None in lengths:
+        return None
+    position = axis % sum(lengths)
+    for part, length in zip(parts, lengths):
+        if position < length:
+            value = static_value(part)
+            dim = int(value.reshape(-1)[position]) if value is not None else None
+            return dim if dim is not None and dim > 0 else None
+        position -= length
     return None
 
 
@@ -177,7 +204,7 @@ class _Match:
 def _scalar_factor(node: gs.Node, tensor_side: int) -> float | None:
     """For Mul/Div of a tensor by a one-element constant (or a number computed from static dims): the factor
     the tensor is multiplied by, else None."""
-    value = number(static_value(node.inputs[1 - tensor_side]))
+    value = number(static_value(node.inputs[1 - tensor_side], dim_of=_dim))
     if value is None:
         return None
     if _is_op(node, "Mul"):
@@ -196,7 +223,7 @@ def _peel_scale(tensor: gs.Tensor) -> tuple[gs.Tensor, float]:
             return tensor, factor
         for side in (0, 1):
             f = _scalar_factor(node, side)
-            if f is not None and static_value(node.inputs[side]) is None:
+            if f is not None and static_value(node.inputs[side], dim_of=_dim) is None:
                 factor *= f
                 tensor = node.inputs[side]
                 break
@@ -616,10 +643,20 @@ def _constant_keep(tensor: gs.Tensor, negate: bool) -> np.ndarray | None:
     return ~keep if negate else keep
 
 
-def _trilu_keep(tensor: gs.Tensor, negate: bool, scores_lq, scores_lkv) -> str | None:
-    """Causal alignment of a Trilu-of-ones keep mask (possibly compared with 0, cast, negated), else None."""
+def _trilu_keep(tensor: gs.Tensor, negate: bool, scores_lq, scores_lkv, additive: bool = False) -> str | None:
+    """Causal alignment of a Trilu-of-ones keep mask (possibly compared with 0, cast, negated), or (``additive``)
+    of a Trilu of -inf added to the scores (torch's triu(full(-inf), 1) square subsequent mask); else None."""
     node = producer(tensor)
-    while _is_op(node, "Cast") or _is_op(node, "Not") or _is_op(node, "Equal"):
+    while _adds_leading_axes(node):
+        tensor = node.inputs[0]
+        node = producer(tensor)
+    if additive and not _is_op(node, "Trilu"):
+        return None
+    while _is_op(node, "Cast") or _is_op(node, "Not") or _is_op(node, "Equal") or _adds_leading_axes(node):
+        if _adds_leading_axes(node):
+            tensor = node.inputs[0]
+            node = producer(tensor)
+            continue
         if _is_op(node, "Equal"):
             sides = [s for s in (0, 1) if scalar_value(node.inputs[s]) == 0]
             if not sides:
@@ -635,8 +672,9 @@ def _trilu_keep(tensor: gs.Tensor, negate: bool, scores_lq, scores_lkv) -> str |
     if (plane[0] == 1 and scores_lq != 1) or (plane[1] == 1 and scores_lkv != 1):
         return None  # a row or column that broadcasts is no triangle
     filled = _mask_constant(node.inputs[0])
-    if filled is None or not (filled == 1).all():
+    if filled is None or not ((filled <= MASKED_FILL_LIMIT).all() if additive else (filled == 1).all()):
         return None
+    negate ^= additive  # the Trilu's kept region holds -inf: those keys are the masked ones
     diagonal = scalar_value(node.inputs[1]) if len(node.inputs) > 1 and is_present(node.inputs[1]) else 0.0
     upper = node.attrs.get("upper", 1)
     # keep j <= i + d  is  lower(diagonal=d) kept, or upper(diagonal=d+1) negated
@@ -651,6 +689,16 @@ def _trilu_keep(tensor: gs.Tensor, negate: bool, scores_lq, scores_lkv) -> str |
     if scores_lq is not None and scores_lkv is not None and offset == scores_lkv - scores_lq:
         return "bottom_right"
     return None
+
+
+def _adds_leading_axes(node: gs.Node | None) -> bool:
+    """Whether ``node`` is an Unsqueeze that only puts new axes in front (a mask's broadcast does the same)."""
+    if not _is_op(node, "Unsqueeze"):
+        return False
+    axes = constant_value(node.inputs[1]) if len(node.inputs) > 1 else np.asarray(node.attrs.get("axes", []))
+    rank = _rank(node.outputs[0])
+    return axes is not None and rank is not None and sorted(int(a) % rank for a in axes.reshape(-1)) == \
+        list(range(axes.size))
 
 
 def _split_and(tensor: gs.Tensor, negate: bool) -> list:
@@ -740,6 +788,10 @@ def _classify_masks(match: _Match, lq, lkv, shared: _Shared) -> None:
                     shared.nodes[key] = gs.Constant(unique_name(f"{mask.name}_keep", shared.taken), ~blocked)
                 keeps.append((shared.nodes[key], False))
                 continue
+        elif (alignment := _trilu_keep(mask, False, lq, lkv, additive=True)) and \
+                (not match.causal or match.causal_alignment == alignment):
+            match.causal, match.causal_alignment = 1, alignment
+            continue
         elif _is_op(cond, "Where") and -math.inf in (scalar_value(cond.inputs[1]), scalar_value(cond.inputs[2])) \
                 and 0.0 in (scalar_value(cond.inputs[1]), scalar_value(cond.inputs[2])):
             # Where(keep, 0, -inf) or Where(drop, -inf, 0): a boolean mask in additive form, passed as the boolean

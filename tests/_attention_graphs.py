@@ -49,8 +49,8 @@ def softmax_attention(*, batch=2, lq=5, lkv=5, heads=4, kv_heads=4, dim=16, scal
     """Q/K/V projections reshaped to heads, Softmax(scale·Q·Kᵀ + mask)·V, heads merged back to [B, Lq, H·D].
 
     scale: "div" | "mul" | "split" (sqrt on Q and on K) ; mask: None | "float" | "where" (Where(m, S, -inf)) |
-    "masked_fill" (Where(m, -inf, S)) | "causal_const" | "causal_const_br" | "trilu" | "range" | "range_less" |
-    "range_greater_drop" | "range_bottom_right" | "float+range" ; gqa (kv_heads < heads): "expand" | "tile" (Tile on an inserted axis) | "tile_heads"
+    "masked_fill" (Where(m, -inf, S)) | "causal_const" | "causal_const_br" | "trilu" | "triu_neg_inf" | "range" |
+    "range_less" | "range_greater_drop" | "range_bottom_right" | "float+range" ; gqa (kv_heads < heads): "expand" | "tile" (Tile on an inserted axis) | "tile_heads"
     (Tile on the heads axis: h % H order) ; keys: "split" (Transpose 0,2,3,1) | "bhsd" (0,1,3,2 of BHSD);
     layers: blocks in a chain, each reading the previous output as queries and the same K, V and mask;
     merge: "constant" (heads merged by a constant Reshape) | "shape" (the sdpa export's way: the output Reshaped
@@ -146,6 +146,10 @@ def _apply_mask(g: GraphBuilder, scores: str, mask, batch, lq, lkv) -> str:
         keep = causal_keep(lq, lkv, "top_left" if mask == "causal_const" else "bottom_right")
         additive = np.where(keep, 0.0, np.finfo(np.float32).min).astype(np.float32)[None, None]
         return g.op("Add", [scores, g.const(additive)])
+    if mask == "triu_neg_inf":  # torch's square subsequent mask: triu(full((Lq, Lkv), -inf), 1), added
+        filled = g.op("ConstantOfShape", [g.const([lq, lkv], np.int64)],
+                      value=numpy_helper.from_array(np.array([-np.inf], np.float32)))
+        return g.op("Add", [scores, g.op("Trilu", [filled, g.const(np.int64(1))], upper=1)])
     if mask == "trilu":  # masked_fill(triu(ones, 1).bool(), -inf)
         ones = g.op("ConstantOfShape", [g.const([lq, lkv], np.int64)],
                     value=numpy_helper.from_array(np.ones(1, np.float32)))
@@ -228,7 +232,8 @@ def torch_attention_module(style: str, *, heads: int = 4, kv_heads: int = 2, dim
     "repeat_interleave" (K/V heads repeated in BHSD), "bshd_expand" (repeated before the head split),
     "sdpa_causal" (F.scaled_dot_product_attention, is_causal, scale from the head dim), "masked_fill_tril"
     (masked_fill with a tril mask), "sdpa_gqa" (sdpa with enable_gqa: K/V keep their heads), "packed_qkv" (one
-    projection viewed per head and sliced into Q, K, V: onnx's shape inference loses the head dim)."""
+    projection viewed per head and sliced into Q, K, V: onnx's shape inference loses the head dim),
+    "nn_mha_causal" (torch.nn.MultiheadAttention with nn.Transformer's square subsequent mask)."""
     import math
 
     import torch
@@ -239,10 +244,14 @@ def torch_attention_module(style: str, *, heads: int = 4, kv_heads: int = 2, dim
             self.q = torch.nn.Linear(hidden, heads * dim)
             self.k = torch.nn.Linear(hidden, kv_heads * dim)
             self.v = torch.nn.Linear(hidden, kv_heads * dim)
+            self.mha = torch.nn.MultiheadAttention(hidden, heads, batch_first=True)
 
         def forward(self, x):
             b, length, _ = x.shape
             group = heads // kv_heads
+            if style == "nn_mha_causal":  # torch's own module with its square subsequent (triu of -inf) mask
+                mask = torch.nn.Transformer.generate_square_subsequent_mask(length, device=x.device)
+                return self.mha(x, x, x, attn_mask=mask, need_weights=False)[0]
             q = self.q(x).view(b, length, heads, dim).transpose(1, 2)
             k = self.k(x).view(b, length, kv_heads, dim)
             v = self.v(x).view(b, length, kv_heads, dim)

@@ -5,10 +5,11 @@ Sites are matched by dataflow, not by names: a Softmax over the last axis whose 
 scales, additive or boolean masks and Casts, from a rank-4 MatMul, and whose output reaches (through Casts,
 Dropout and the sdpa NaN guard) the left operand of a second MatMul.
 - Scales on the scores or on Q and K (constants, or 1/sqrt(D) computed from static dims) fold into ``scale``.
+  Static dims come from the recorded shapes, else onnxruntime's symbolic shape inference, else Reshape targets.
 - Kᵀ forms are undone (Transpose(0,2,3,1) of [B,S,H,D] keys, Transpose(0,1,3,2) of [B,H,S,D] keys); K/V head
   repeats (Expand/Tile of an inserted axis then Reshape, Tile of one head) are undone: K/V enter with H_kv heads.
-- Masks: constant causal triangles, Trilu of ones and Range comparisons (alone or And-ed with other masks)
-  become ``causal`` + ``causal_alignment``; all-pass constants vanish; Where(keep, S, fill) passes the boolean;
+- Masks: constant causal triangles, Trilu of ones (or of -inf: torch's square subsequent mask) and Range
+  comparisons (alone or And-ed with other masks) become ``causal`` + ``causal_alignment``; all-pass constants vanish; Where(keep, S, fill) passes the boolean;
   additive masks pass as they are (cast to Q's dtype), but Where(keep, 0, -inf) forms pass their boolean.
   A mask filled with a finite value (finfo.min) stays additive even when it holds a causal part: rows with no
   visible key then average V as the original does, where a boolean or causal mask gives 0.
@@ -647,24 +648,15 @@ def _trilu_keep(tensor: gs.Tensor, negate: bool, scores_lq, scores_lkv, additive
     """Causal alignment of a Trilu-of-ones keep mask (possibly compared with 0, cast, negated), or (``additive``)
     of a Trilu of -inf added to the scores (torch's triu(full(-inf), 1) square subsequent mask); else None."""
     node = producer(tensor)
-    while _adds_leading_axes(node):
-        tensor = node.inputs[0]
-        node = producer(tensor)
-    if additive and not _is_op(node, "Trilu"):
-        return None
-    while _is_op(node, "Cast") or _is_op(node, "Not") or _is_op(node, "Equal") or _adds_leading_axes(node):
-        if _adds_leading_axes(node):
+    while True:  # leading Unsqueezes (any mask); Cast, Not and Equal(x, 0) (keep masks)
+        if _adds_leading_axes(node) or not additive and (_is_op(node, "Cast") or _is_op(node, "Not")):
+            negate ^= _is_op(node, "Not")
             tensor = node.inputs[0]
-            node = producer(tensor)
-            continue
-        if _is_op(node, "Equal"):
-            sides = [s for s in (0, 1) if scalar_value(node.inputs[s]) == 0]
-            if not sides:
-                return None
-            tensor = node.inputs[1 - sides[0]]
+        elif not additive and _is_op(node, "Equal") and 0.0 in map(scalar_value, node.inputs):
+            negate ^= True
+            tensor = node.inputs[1] if scalar_value(node.inputs[0]) == 0 else node.inputs[0]
         else:
-            tensor = node.inputs[0]
-        negate ^= not _is_op(node, "Cast")
+            break
         node = producer(tensor)
     if not _is_op(node, "Trilu"):
         return None

@@ -139,6 +139,7 @@ def test_bad_input_one_line_exit_2_no_output(case, tmp_path):
 
 @pytest.mark.parametrize("args,message", [(["--only", "attention,softmax"], "unknown rewrite family softmax"),
                                           (["-o", "no/such/dir/o.onnx"], "does not exist"),
+                                          (["-o", "."], "is a folder"),
                                           (["--dim", "seq"], "expected NAME=SIZE")])
 def test_bad_options_one_line_exit_2(args, message, tmp_path):
     result = fuse_onnx(CONV_SAMPLE.resolve(), *args, cwd=tmp_path)

@@ -72,11 +72,6 @@ def _dims(items: list[str]) -> dict[str, int]:
     return dims
 
 
-def _check_folder(path: Path, option: str) -> None:
-    if not path.parent.is_dir():
-        raise InputError(f"{option} {path}: folder '{path.parent}' does not exist; create it first")
-
-
 def run(args: argparse.Namespace) -> int:
     from trt_fusedattn import io, pipeline
     from trt_fusedattn import tensorrt as trt_layer
@@ -86,9 +81,9 @@ def run(args: argparse.Namespace) -> int:
     pipeline.check_families(only)
     dims = _dims(args.dim)
     output = Path(args.output) if args.output else pipeline.default_output(args.model)
-    for path, option in ((output, "-o"), (args.report, "--report"), (args.engine, "--engine")):
+    for path in (output, args.report, args.engine):
         if path:
-            _check_folder(Path(path), option)
+            io.check_writable(path)
 
     size = Path(args.model).stat().st_size if Path(args.model).is_file() else 0
     progress.begin(f"loading {args.model} ({size / 2**20:.0f} MB)" if size > _LARGE else None)

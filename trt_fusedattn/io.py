@@ -199,13 +199,14 @@ def save_model(model: onnx.ModelProto, path, external_data: bool | None = None) 
 
     ``external_data=None`` chooses: external data exactly when the model would pass protobuf's 2 GB limit.
     The model is left as it was, but that saving one without external data reads its external tensors in."""
-    path = Path(path)
-    if not path.parent.is_dir():
-        raise InputError(f"{path}: folder '{path.parent}' does not exist; create it or choose another output path")
+    path = check_writable(path)
     if external_data is None:
         external_data = tensor_bytes(model) > PROTOBUF_LIMIT - _HEADROOM
     data_path = path.with_name(path.name + ".data")
-    workdir = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        workdir = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    except OSError as err:
+        raise InputError(f"{path}: cannot write there ({err.strerror}); choose another output path") from None
     written = []
     try:
         tmp_model = workdir / path.name
@@ -219,9 +220,12 @@ def save_model(model: onnx.ModelProto, path, external_data: bool | None = None) 
             _write_proto(load_weights(model), tmp_model)
         os.replace(tmp_model, path)
         return [path] + written
-    except BaseException:
+    except BaseException as err:
         for done in written:
             done.unlink(missing_ok=True)
+        if isinstance(err, OSError):
+            raise InputError(f"{path}: could not be written ({err.strerror or err}); nothing was saved, "
+                             f"check the space and permissions there") from err
         raise
     finally:
         for leftover in workdir.iterdir():
@@ -284,17 +288,30 @@ def _copy_range(tensor: onnx.TensorProto, out, at: int) -> int:
     return length
 
 
-def write_text(path, text: str) -> Path:
-    """Write a text file atomically (temporary file beside it, then rename)."""
+def check_writable(path) -> Path:
+    """``path`` as a Path, if a file can be put there: its folder exists and it is not a folder itself."""
     path = Path(path)
     if not path.parent.is_dir():
         raise InputError(f"{path}: folder '{path.parent}' does not exist; create it or choose another path")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    if path.is_dir():
+        raise InputError(f"{path}: is a folder; give a file path")
+    return path
+
+
+def write_text(path, text: str) -> Path:
+    """Write a text file atomically (temporary file beside it, then rename)."""
+    path = check_writable(path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as err:
+        raise InputError(f"{path}: cannot write there ({err.strerror}); choose another path") from None
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(err, OSError):
+            raise InputError(f"{path}: could not be written ({err.strerror or err})") from err
         raise
     return path

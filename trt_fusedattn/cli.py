@@ -22,7 +22,9 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="fuse-onnx",
         description="Fuse attention and convolution subgraphs of an ONNX model into trt_fusedattn custom ops "
-                    "(FusedAttention, FusedConv), verify against the original, and optionally build a TensorRT engine.")
+                    "(FusedAttention, FusedConv), verify against the original, and optionally build a TensorRT engine.",
+        epilog="exit status: 0 done (also with nothing to fuse), 1 verification failed, 2 bad usage or input, "
+               "3 --engine without TensorRT's builder, 70 internal error")
     p.add_argument("model", help="the .onnx model (external data files beside it)")
     p.add_argument("-o", "--output", help="fused model path (default: MODEL.fused.onnx beside the input)")
     p.add_argument("--only", metavar="FAMILIES", help="comma-separated rewrite families to run: attention,conv")
@@ -122,9 +124,14 @@ def run(args: argparse.Namespace) -> int:
         from trt_fusedattn.tensorrt import build_engine
 
         progress.begin(f"building TensorRT engine {args.engine}")
-        build_engine(output, args.engine, precision=args.precision or "fp32", dims=dims)
-        report.notes.append(f"engine: {args.engine}")
-        progress.end(f"built {args.engine}")
+        try:
+            build_engine(output, args.engine, precision=args.precision or "fp32", dims=dims)
+        except FuseError as err:  # the report is still written
+            failure = err
+            report.notes.append(f"engine not built: {err}")
+        else:
+            report.notes.append(f"engine: {args.engine}")
+            progress.end(f"built {args.engine}")
     elif not ok:
         report.notes.append(f"building an engine (--engine) needs TensorRT's builder: {reason}")
 

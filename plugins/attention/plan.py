@@ -39,9 +39,9 @@ WGMMA_MIN_BLOCKS_PER_SM = {64: 2, 128: 1}
 # FA3's intra-warpgroup overlap (P V of tile t+1 during the softmax of tile t; NOTES.md): off until timed.
 WGMMA_OVERLAP = {64: 0, 128: 0}
 WGMMA_SMEM_ALIGN = 1024  # its swizzled tiles start 1024-byte aligned: the kernel rounds its smem base up
-# The plan picks the wgmma mainloop by default where it applies only once it has passed the GPU tests
-# (tests/test_attention_sm90_gpu.py); until then it is chosen with tuning={"WGMMA": 1}. Flip after the GPU run passes.
-WGMMA_BY_DEFAULT = False
+# The wgmma mainloop is the default on sm_90a for head dims 64/128: tests/test_attention_sm90_gpu.py passed on the
+# H100 (70/70, 2026-11-22) and it ran 1.19-1.50x FA2 (benchmarks/results/attention_h100_wgmma.md).
+WGMMA_BY_DEFAULT = True
 # The online softmax moves a row's reference max only when a tile exceeds it by more than this (log2 units).
 RESCALE_THRESHOLD = "8.0f"
 

@@ -139,7 +139,7 @@ def test_fused_sample_models_match_the_originals(sample):
     pytest.importorskip("onnxruntime_extensions")
     import trt_fusedattn
     from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION
-    from trt_fusedattn.verify import verify
+    from trt_fusedattn.verification import verify
     path = SAMPLES / f"{sample}.onnx"
     fused, _ = trt_fusedattn.fuse(str(path))
     nodes = sum(n.op_type == "FusedAttention" for n in fused.graph.node)

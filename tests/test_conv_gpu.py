@@ -210,7 +210,7 @@ def gpu_fused_conv(x, w, shift=None, scale=None, residual=None, **attrs):
 def test_fused_sample_models_match_the_originals(sample):
     pytest.importorskip("onnxruntime_extensions")
     import trt_fusedattn
-    from trt_fusedattn.verify import verify  # the function (the package attribute can be its module)
+    from trt_fusedattn.verification import verify
     path = SAMPLES / f"{sample}.onnx"
     fused, report = trt_fusedattn.fuse(str(path))
     assert sum(n.op_type == "FusedConv" for n in fused.graph.node) > 0

@@ -11,7 +11,7 @@ import pytest
 from tests._attention_graphs import attention_inputs, irregular_scores, onnx_attention, softmax_attention
 from trt_fusedattn.pipeline import fuse
 from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION
-from trt_fusedattn.verify import verify
+from trt_fusedattn.verification import verify
 
 SAMPLES = Path(__file__).resolve().parent.parent / "models" / "samples"
 # item 5 of the issue: each architecture, both exporters (fp16 variants as the generator writes them)

@@ -11,7 +11,7 @@ from onnx import numpy_helper
 
 from trt_fusedattn.pipeline import rewrite
 from trt_fusedattn.plugins.conv.contract import FUSED_CONV
-from trt_fusedattn.verify import verify
+from trt_fusedattn.verification import verify
 
 import _conv_graphs as graphs
 

@@ -13,7 +13,7 @@ from trt_fusedattn.errors import VerificationError
 from trt_fusedattn.ort_session import implementation_key, run_model
 from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION, fused_attention_reference
 from trt_fusedattn.random_inputs import random_inputs
-from trt_fusedattn.verify import compare, verify
+from trt_fusedattn.verification import compare, verify
 
 
 def test_relative_error_is_max_abs_over_max_magnitude_of_the_original():

@@ -10,8 +10,8 @@ __version__ = "0.1.0"
 _LAZY = {
     "fuse": "trt_fusedattn.pipeline",
     "Report": "trt_fusedattn.report",
-    "verify": "trt_fusedattn.verify",
-    "Verification": "trt_fusedattn.verify",
+    "verify": "trt_fusedattn.verification",
+    "Verification": "trt_fusedattn.verification",
     "run_model": "trt_fusedattn.ort_session",
     "random_inputs": "trt_fusedattn.random_inputs",
     "load_model": "trt_fusedattn.io",

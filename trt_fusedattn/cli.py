@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
 
     failure = None
     if args.verify:
-        from trt_fusedattn.verify import verify
+        from trt_fusedattn.verification import verify
 
         progress.begin("verifying under onnxruntime (original vs fused, custom nodes by the numpy reference)")
         report.verification = verify(model, fused, seed=args.seed, dims=dims, rtol=args.rtol, atol=args.atol)

@@ -1,5 +1,5 @@
 """The rewrite pass: load, check the opset, infer shapes, run the family rewrites, clean up, sort, and
-declare our op domain. Verification and saving are separate steps (``verify.py``, ``io.py``).
+declare our op domain. Verification and saving are separate steps (``verification.py``, ``io.py``).
 """
 from __future__ import annotations
 

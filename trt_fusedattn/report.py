@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from trt_fusedattn.rewrites import Site
 
 if TYPE_CHECKING:
-    from trt_fusedattn.verify import Verification
+    from trt_fusedattn.verification import Verification
 
 
 @dataclass

@@ -7,11 +7,13 @@ and shift. Each side is timed as a CUDA graph of REPS calls (launch gaps as a de
 median of TRIALS replays. Whole-stack sums weight each distinct layer by how often the network has it.
 
     python benchmarks/conv.py --out benchmarks/results/conv_h100.md
-    python benchmarks/conv.py --fp8-only --out benchmarks/results/conv_fp8_h100.md    # the FP8 table alone
+    python benchmarks/conv.py --fp8 --out benchmarks/results/conv_h100.md             # with the FP8 table
+    python benchmarks/conv.py --sweep-only --sweep 32 --sweep-variants wgmma --out benchmarks/results/conv_wgmma_sweep_h100.md
 
-FP8 table (``--fp8``/``--fp8-only``, sm_89+): the ResNet-50 3x3 layers with our FP8 FusedConv (X quantized in the
-kernel with a per-tensor scale, BN-folded W in e4m3 with per-channel scales) against the same cuDNN FP16 baseline
-and our FP16 FusedConv; both FP8 main loops (mma.sync e4m3, and wgmma e4m3 on sm_90a) and a few wgmma tiles.
+FP8 table (``--fp8``/``--fp8-only``, sm_89+): the ResNet-50 3x3 layers with our FP8 FusedConv (BN-folded W in e4m3
+with per-channel scales; X either float16 quantized in the kernel with a per-tensor scale, or "x8": already e4m3 in
+memory as an FP8 producer writes it) against the same cuDNN FP16 baseline and our FP16 FusedConv, the plan's
+default and a set of wgmma tiles each. Sweeps (``--sweep-only``): every variant of ``SWEEPS[...]`` per layer.
 """
 from __future__ import annotations
 
@@ -33,19 +35,32 @@ from trt_fusedattn.launcher.launch import launch
 from trt_fusedattn.plugins.conv.plan import arch_number, plan_conv
 
 REPS, TRIALS, EPS = 20, 7, 1e-5
-# Tile sweep: (GEMM_TILES name, BLOCK_K, pipeline stages or None for the plan's).
-SWEEP = [(t, bk, None) for t in ("128x128w4", "128x64w4", "64x128w4", "64x64w4", "128x32w4", "128x64w4s2",
-                                 "128x32w4s2", "64x64w4s2", "64x64w4s4") for bk in (32, 64)]
-SWEEP += [("128x64w4", 64, 4), ("128x64w4s2", 64, 4), ("128x32w4s2", 64, 4)]
+# Tile sweeps: (label, plan_conv overrides). mma.sync: every tile and BLOCK_K (the data behind default_gemm_tile);
+# wgmma (sm_90a): warpgroup tiles, the cluster split of the reduction (c2, c4) and the taps-inner order (ti).
+# Combinations a layer cannot take (taps-inner on a 1x1 filter, a tile over shared memory) are left out for it.
+MMA_SYNC_SWEEP = [(f"{t}/{bk}", dict(tile=t, block_k=bk, mma="mma.sync"))
+                  for t in ("128x128w4", "128x64w4", "64x128w4", "64x64w4", "128x32w4", "128x64w4s2", "128x32w4s2",
+                            "64x64w4s2", "64x64w4s4") for bk in (32, 64)]
+MMA_SYNC_SWEEP += [(f"{t}/64/4st", dict(tile=t, block_k=64, stages=4, mma="mma.sync"))
+                   for t in ("128x64w4", "128x64w4s2", "128x32w4s2")]
+WGMMA_SWEEP = [(label, dict(mma="wgmma", tile=label.split()[0], **kw)) for label, kw in [
+    ("128x128w8", {}), ("128x256w8", {}), ("64x128w4", {}), ("128x64w4", {}), ("128x64w8", {}), ("64x256w4", {}),
+    ("128x128w8s2", {}), ("128x128w8 6st", dict(stages=6)), ("128x128w8 ti", dict(taps_inner=True)),
+    ("128x128w8 c2", dict(cluster=2)), ("128x128w8 c2 ti", dict(cluster=2, taps_inner=True)),
+    ("128x256w8 c2", dict(cluster=2)), ("64x128w4 c2", dict(cluster=2)),
+    ("128x128w8 c4 ti", dict(cluster=4, taps_inner=True)), ("64x256w4 c2", dict(cluster=2))]]
+SWEEPS = {"mma.sync": MMA_SYNC_SWEEP, "wgmma": WGMMA_SWEEP}
 BATCHES = (1, 8, 32)
-# FP8 variants timed per layer: (label, plan_conv overrides); the first is the plan's default.
-FP8_VARIANTS = [("mma.sync", dict(mma="mma.sync")), ("wgmma", dict(mma="wgmma")),
-                ("wgmma 128x128", dict(mma="wgmma", tile="128x128w4")),
-                ("wgmma bk128", dict(mma="wgmma", block_k=128, stages=3)),
-                ("wgmma 128x128 bk128", dict(mma="wgmma", tile="128x128w4", block_k=128, stages=3)),
-                ("wgmma s2", dict(mma="wgmma", tile="128x64w4s2")),
-                ("wgmma 64x64", dict(mma="wgmma", tile="64x64w4")),
-                ("wgmma 64x64 s2", dict(mma="wgmma", tile="64x64w4s2"))]
+# FP8 variants timed per layer: (label, plan_conv overrides); "default" is the plan's choice. "x8": X already e4m3 in
+# global memory (as an FP8 producer writes it), the others quantize float16 X in the kernel.
+FP8_VARIANTS = [("default", dict()), ("x8 default", dict(x_e4m3=True))] + [
+    (prefix + label, dict(mma="wgmma", tile=label.split()[0], **kw, **extra))
+    for prefix, extra in (("", {}), ("x8 ", dict(x_e4m3=True)))
+    for label, kw in [("128x128w8", {}), ("128x64w4", {}), ("128x64w8", {}), ("64x128w4", {}),
+                      ("128x128w8 c2", dict(cluster=2)), ("64x128w4 c2", dict(cluster=2)),
+                      ("128x128w8 bk128", dict(block_k=128)), ("128x256w8 bk128", dict(block_k=128)),
+                      ("128x128w8 bk128 c2", dict(block_k=128, cluster=2)), ("128x64w8 bk128", dict(block_k=128)),
+                      ("64x128w4 bk128 c2", dict(block_k=128, cluster=2))]]
 
 
 @dataclass(frozen=True)
@@ -171,15 +186,16 @@ class Case:
                                     **_fused_activation(lay))
 
 
-def layer_plan(lay: Layer, n: int, arch: str, input_scale: float = 0.0, **tile):
+def layer_plan(lay: Layer, n: int, arch: str, input_scale: float = 0.0, x_e4m3: bool = False, **tile):
     """The FusedConv plan of one layer (what ``Case.fused`` launches; ``tile``: plan_conv's tuning override;
-    ``input_scale`` != 0: the FP8 plan, e4m3 W with a per-channel scale)."""
+    ``input_scale`` != 0: the FP8 plan, e4m3 W with a per-channel scale; ``x_e4m3``: X already e4m3)."""
     o = lay.out_hw
     attrs = FUSED_CONV.resolve(dict(strides=(lay.stride,) * 2, pads=(lay.pad,) * 4, group=lay.groups,
                                     input_scale=input_scale, **_fused_activation(lay)))
     shapes = [(n, lay.c, lay.hw, lay.hw), (lay.k, lay.kernel, lay.kernel, lay.c // lay.groups), (lay.k,),
               (lay.k,) if input_scale else None, (n, lay.k, o, o) if lay.residual else None]
-    dtypes = ["float16", "float8_e4m3fn" if input_scale else "float16", "float32", "float32" if input_scale else None,
+    dtypes = ["float8_e4m3fn" if x_e4m3 else "float16", "float8_e4m3fn" if input_scale else "float16", "float32",
+              "float32" if input_scale else None,
               "float16" if lay.residual else None]
     return plan_conv(shapes, dtypes, attrs, arch, **tile)
 
@@ -190,14 +206,16 @@ def fp8_table(layers: list, batches: list, arch: str) -> list[str]:
     if arch_number(arch) < 89:
         return [f"\nFP8 FusedConv needs sm_89+ (e4m3 tensor cores); this GPU is {arch}: no FP8 table."]
     scale_x = 4.5 / 448  # randn inputs: |x| > 4.5 saturates (rare)
-    variants = {(lay, label): layer_plan(lay, 1, arch, scale_x, **kw) for lay in layers for label, kw in FP8_VARIANTS}
+    variants = {(lay, label): plan for lay in layers for label, kw in FP8_VARIANTS
+                for plan in [_plan_or_none(lay, arch, scale_x, **kw)] if plan is not None}
     with ThreadPoolExecutor(max_workers=16) as pool:
         list(pool.map(lambda p: compile_ptx(p.source, arch, p.defines), variants.values()))
     labels = [label for label, _ in FP8_VARIANTS]
     lines = ["\n## FP8 (E4M3) FusedConv on the ResNet-50 3x3 layers\n",
-             f"X quantized in the kernel (input_scale {scale_x:.4g}), BN-folded W in e4m3 with per-channel scales, "
-             "fp32 accumulation, fp16 output. base = cuDNN FP16 conv + BN + ReLU; fp16 = our FP16 FusedConv; "
-             "best = fastest FP8 variant (µs per call).\n",
+             f"X quantized in the kernel from float16 (input_scale {scale_x:.4g}), or \"x8\": X already e4m3 in "
+             "memory as an FP8 producer writes it; BN-folded W in e4m3 with per-channel scales, fp32 accumulation, "
+             "fp16 output. base = cuDNN FP16 conv + BN + ReLU; fp16 = our FP16 FusedConv; best = fastest FP8 "
+             "variant (µs per call).\n",
              "| layer | batch | base µs | fp16 µs | " + " | ".join(f"fp8 {l} µs" for l in labels)
              + " | best fp8 | vs base | vs fp16 | best TFLOP/s | err |",
              "|---|---:|---:|---:|" + "---:|" * len(labels) + "---|---:|---:|---:|---:|"]
@@ -209,21 +227,26 @@ def fp8_table(layers: list, batches: list, arch: str) -> list[str]:
             assert w8.is_contiguous(memory_format=torch.channels_last)  # OHWI in memory, as the kernel reads it
             want = case.baseline().float()
             base, fp16 = time_us(case.baseline), time_us(case.fused)
+            x8 = (case.x.float() / scale_x).clamp(-448, 448).to(torch.float8_e4m3fn)  # channels-last kept
             ptrs = [case.x.data_ptr(), w8.data_ptr(), case.shift.data_ptr(), w_scale.data_ptr(),
                     None if case.residual is None else case.residual.data_ptr()]
             times, errs = {}, {}
             for label, kw in FP8_VARIANTS:
+                if (lay, label) not in variants:
+                    times[label], errs[label] = float("inf"), float("nan")
+                    continue
                 plan = layer_plan(lay, n, arch, scale_x, **kw)
-                fn = lambda plan=plan: launch(  # noqa: E731
-                    plan, arch, ptrs, [case.out.data_ptr()], stream=torch.cuda.current_stream().cuda_stream)
+                args = [x8.data_ptr(), *ptrs[1:]] if kw.get("x_e4m3") else ptrs
+                fn = lambda plan=plan, args=args: launch(  # noqa: E731
+                    plan, arch, args, [case.out.data_ptr()], stream=torch.cuda.current_stream().cuda_stream)
                 case.out.fill_(float("nan"))
                 fn()
                 errs[label] = float((case.out.float() - want).norm() / want.norm())
                 times[label] = time_us(fn) if errs[label] < 0.1 else float("inf")  # a wrong kernel is not timed
             best = min(times, key=times.get)
             lines.append(f"| {lay.name} | {n} | {base:.1f} | {fp16:.1f} | "
-                         + " | ".join(f"{times[l]:.1f}" if times[l] < float("inf") else f"wrong ({errs[l]:.1e})"
-                                      for l in labels)
+                         + " | ".join(f"{times[l]:.1f}" if times[l] < float("inf") else
+                                      "-" if errs[l] != errs[l] else f"wrong ({errs[l]:.1e})" for l in labels)
                          + f" | {best} | {base / times[best]:.2f}x | {fp16 / times[best]:.2f}x | "
                          f"{lay.flops(n) / times[best] / 1e6:.0f} | {errs[best]:.1e} |")
             print(lines[-1], flush=True)
@@ -268,21 +291,26 @@ def environment() -> str:
             f"arch {device_arch(0)}; {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
 
 
-def sweep(nets: dict, batches: list, arch: str) -> list[str]:
-    """Time every implicit-GEMM tile (and BLOCK_K) on every non-depthwise layer: the data behind the plan's
-    default tile choice. Rows: layer, batch, base, default tile's time, best tile and its time."""
-    variants = {}
-    for layers in nets.values():
-        for lay, _ in layers:
-            if lay.groups == 1:
-                for name, bk, stages in SWEEP:
-                    if bk == 32 or lay.c % 64 == 0:
-                        variants[(lay, name, bk, stages)] = layer_plan(lay, 1, arch, tile=name, block_k=bk,
-                                                                       stages=stages)
+def _plan_or_none(lay: Layer, arch: str, input_scale: float = 0.0, **tile):
+    """layer_plan at batch 1, or None where the layer cannot take these overrides (wgmma asked for but not
+    possible: the element gather)."""
+    try:
+        plan = layer_plan(lay, 1, arch, input_scale, **tile)
+    except ValueError:
+        return None
+    return None if tile.get("mma") == "wgmma" and "WGMMA" not in plan.defines else plan
+
+
+def sweep(nets: dict, batches: list, arch: str, variants: list) -> list[str]:
+    """Time every variant (label, plan_conv overrides) on every non-depthwise layer: the data behind the plan's
+    default choices. Rows: layer, batch, base, default's time, best variant and its time, all times."""
+    plans = {(lay, label): plan for layers in nets.values() for lay, _ in layers if lay.groups == 1
+             for label, kw in variants for plan in [_plan_or_none(lay, arch, **kw)] if plan is not None}
     with ThreadPoolExecutor(max_workers=16) as pool:
-        list(pool.map(lambda p: compile_ptx(p.source, arch, p.defines), variants.values()))
-    lines = ["\n## Tile sweep (implicit-GEMM layers; µs)\n",
-             "| net | layer | batch | base | default | best | best tile | all (tile/bk: µs) |", "|---|---|---:|---:|---:|---:|---|---|"]
+        list(pool.map(lambda p: compile_ptx(p.source, arch, p.defines), plans.values()))
+    lines = ["\n## Sweep (implicit-GEMM layers; µs)\n",
+             "| net | layer | batch | base | default | best | best variant | all (variant: µs) |",
+             "|---|---|---:|---:|---:|---:|---|---|"]
     for net, layers in nets.items():
         for lay, _ in layers:
             if lay.groups != 1:
@@ -292,10 +320,10 @@ def sweep(nets: dict, batches: list, arch: str) -> list[str]:
                 base, default = time_us(case.baseline), time_us(case.fused)
                 want = case.baseline().float()
                 times = {}
-                for (vl, name, bk, stages), _ in variants.items():
-                    if vl != lay:
+                for label, kw in variants:
+                    if (lay, label) not in plans:
                         continue
-                    plan = layer_plan(lay, n, arch, tile=name, block_k=bk, stages=stages)
+                    plan = layer_plan(lay, n, arch, **kw)
                     ptrs = [case.x.data_ptr(), case.w_folded.data_ptr(), case.shift.data_ptr(), None,
                             None if case.residual is None else case.residual.data_ptr()]
                     fn = lambda plan=plan, ptrs=ptrs: launch(  # noqa: E731
@@ -303,8 +331,9 @@ def sweep(nets: dict, batches: list, arch: str) -> list[str]:
                     case.out.fill_(float("nan"))
                     fn()
                     err = float((case.out.float() - want).norm() / want.norm())
-                    times[f"{name}/{bk}" + (f"/{stages}st" if stages else "")] = (
-                        time_us(fn) if err < 1e-2 else float("inf"))
+                    times[label] = time_us(fn) if err < 1e-2 else float("inf")  # a wrong kernel is not timed
+                if not times:  # no variant applies (wgmma on the element gather)
+                    continue
                 best = min(times, key=times.get)
                 lines.append(f"| {net} | {lay.name} | {n} | {base:.1f} | {default:.1f} | {times[best]:.1f} | {best} | "
                              + ", ".join(f"{k}: {v:.1f}" for k, v in times.items()) + " |")
@@ -318,19 +347,29 @@ def main():
     parser.add_argument("--out", help="markdown file for the tables")
     parser.add_argument("--batches", default=",".join(map(str, BATCHES)))
     parser.add_argument("--sweep", help="batches to run the tile sweep at (e.g. 32), after the tables")
+    parser.add_argument("--sweep-variants", choices=sorted(SWEEPS), default="mma.sync",
+                        help="which sweep: mma.sync tiles, or the wgmma tiles / cluster / taps-inner variants")
+    parser.add_argument("--sweep-only", action="store_true", help="only the sweep (no per-layer tables)")
     parser.add_argument("--fp8", action="store_true", help="add the FP8 table (ResNet-50 3x3 layers, sm_89+)")
     parser.add_argument("--fp8-only", action="store_true", help="only the FP8 table")
     parser.add_argument("--fp8-batches", default="8,32", help="batches of the FP8 table")
+    parser.add_argument("--nets", default="ResNet-50,MobileNetV2", help="networks of the tables and sweep")
     args = parser.parse_args()
     torch.backends.cudnn.benchmark = True
     batches = [int(b) for b in args.batches.split(",")]
     arch = device_arch(0)
-    nets = {"ResNet-50": resnet50(), "MobileNetV2": mobilenet_v2()}
-    resnet_3x3 = [lay for lay, _ in nets["ResNet-50"] if lay.kernel == 3]
+    nets = {name: layers for name, layers in (("ResNet-50", resnet50()), ("MobileNetV2", mobilenet_v2()))
+            if name in args.nets.split(",")}
+    resnet_3x3 = [lay for lay, _ in resnet50() if lay.kernel == 3]
     fp8_batches = [int(b) for b in args.fp8_batches.split(",")]
     if args.fp8_only:
         lines = ["# FP8 FusedConv vs cuDNN FP16 + separate epilogue ops\n", f"{environment()}\n"]
         lines += fp8_table(resnet_3x3, fp8_batches, arch)
+        _write(args.out, lines)
+        return
+    if args.sweep_only:
+        lines = ["# FusedConv sweep\n", f"{environment()}\n"]
+        lines += sweep(nets, [int(b) for b in args.sweep.split(",")], arch, SWEEPS[args.sweep_variants])
         _write(args.out, lines)
         return
     plans = {(p.source, tuple(sorted(p.defines.items()))): p for layers in nets.values() for lay, _ in layers
@@ -373,7 +412,7 @@ def main():
     _write(args.out, lines)
     print(summary, flush=True)
     if args.sweep:  # after the tables are safe on disk
-        lines += sweep(nets, [int(b) for b in args.sweep.split(",")], arch)
+        lines += sweep(nets, [int(b) for b in args.sweep.split(",")], arch, SWEEPS[args.sweep_variants])
         _write(args.out, lines)
         print(summary)
 

@@ -16,7 +16,7 @@ from trt_fusedattn.launcher.arrays import (ArrayError, caller_stream, device_arr
                                            same_device)
 from trt_fusedattn.launcher.launch import device_arch, launch
 from trt_fusedattn.plugins.conv.contract import FUSED_CONV
-from trt_fusedattn.plugins.conv.plan import plan_conv
+from trt_fusedattn.plugins.conv.plan import output_dtype_conv, plan_conv
 
 _ALIGNMENT = 16  # bytes: the kernels move 16-byte vectors
 
@@ -56,7 +56,9 @@ def conv2d(x, w, bias=None, *, scale=None, stride=1, padding=0, dilation=1, grou
 
     x [N, C, H, W] and w [K, C/groups, kH, kW] are float16/bfloat16 and channels-last in memory (NHWC, OHWI);
     FP8 (sm_89+): w float8_e4m3fn and ``input_scale`` > 0, x is quantized as e4m3(x / input_scale) and the
-    accumulator multiplied by ``input_scale * scale`` (scale: the per-output-channel weight scale).
+    accumulator multiplied by ``input_scale * scale`` (scale: the per-output-channel weight scale); x may also be
+    float8_e4m3fn already (e4m3(x / input_scale), as an FP8 producer writes it; C/groups % 16 == 0), and the
+    output is then float16.
     bias and scale float32 [K]; residual [N, K, P, Q] channels-last like the output. ``padding`` is an int, a
     pair, or ONNX's (top, left, bottom, right). Returns ``out`` (or a new array of x's library), [N, K, P, Q]
     channels-last, written asynchronously on ``stream`` (default: the current stream of x's library)."""
@@ -87,11 +89,12 @@ def conv2d(x, w, bias=None, *, scale=None, stride=1, padding=0, dilation=1, grou
         _require_channels_last(res, "residual")
         if tuple(res.shape) != out_shape:
             raise ArrayError(f"residual has shape {res.shape}; the output is {out_shape}")
+    y_dtype = output_dtype_conv(xa.dtype)
     if out is None:
-        y = empty_like_kind(xa, (n, p, q, k), xa.dtype, "out")
+        y = empty_like_kind(xa, (n, p, q, k), y_dtype, "out")
         result = _channels_first_view(y)
     else:
-        y = _require_channels_last(require(device_array(out, "out"), "out", dtypes=(xa.dtype,)), "out")
+        y = _require_channels_last(require(device_array(out, "out"), "out", dtypes=(y_dtype,)), "out")
         if tuple(y.shape) != out_shape:
             raise ArrayError(f"out has shape {y.shape}; the output is {out_shape}")
         result = out

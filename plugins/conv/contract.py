@@ -4,12 +4,13 @@ Semantics (1-D or 2-D, G = ``group``; X is NC[H]W as in ONNX, W is stored output
 input-channel-last, [K, kH, kW, C/G] ("OHWI", what a channels-last implicit GEMM reads), [K, kW, C/G] in 1-D):
 
     X' = X                                         when input_scale == 0
-    X' = input_scale * e4m3(X / input_scale)       otherwise (FP8: saturating round-to-nearest-even, W is e4m3)
+    X' = input_scale * e4m3(X / input_scale)       otherwise (FP8: saturating round-to-nearest-even, W is e4m3);
+    X' = input_scale * X                           when X is already float8e4m3fn (written by an FP8 producer)
     acc[n, k, p, q] = sum over c in k's group, r, s of X'[n, c, p*sh + r*dh - pad_h, q*sw + s*dw - pad_w] * W[k, r, s, c]
                       (out-of-range X reads are 0)
     y = act(acc * scale[k] + shift[k])             scale defaults to 1, shift to 0 (bias, folded BatchNorm, FP8 dequant)
     y = post_act(y + residual)                     only when a residual is given
-    Y = y in X's dtype, accumulated in float32 or better
+    Y = y in X's dtype (float16 when X is float8e4m3fn), accumulated in float32 or better
 
 Activations (``activation`` and ``post_activation``; alpha/beta as in the ONNX op of the same meaning):
 none, relu, clip (alpha = min, beta = max), leaky_relu (alpha), sigmoid, silu (x * sigmoid(x)),
@@ -80,9 +81,12 @@ def fused_conv_reference(x, w, shift=None, scale=None, residual=None, *, strides
                          group=1, activation="none", activation_alpha=0.0, activation_beta=0.0,
                          post_activation="none", post_activation_alpha=0.0, post_activation_beta=0.0,
                          input_scale=0.0):
-    """The contract in numpy, computed in float64 and returned in X's dtype."""
-    nd = np.asarray(x).ndim - 2
-    xs = quantize_e4m3(x, input_scale) if input_scale else x
+    """The contract in numpy, computed in float64 and returned in Y's dtype."""
+    import ml_dtypes
+    x = np.asarray(x)
+    nd = x.ndim - 2
+    x_e4m3 = x.dtype == ml_dtypes.float8_e4m3fn
+    xs = x.astype(np.float64) * input_scale if x_e4m3 else quantize_e4m3(x, input_scale) if input_scale else x
     y = conv_reference(xs, w, strides=strides or (1,) * nd, pads=pads or (0,) * 2 * nd,
                        dilations=dilations or (1,) * nd, group=group)
     channel = (slice(None),) + (None,) * nd  # [K] -> [K, 1, ...], broadcast over [N, K, ...]
@@ -94,7 +98,7 @@ def fused_conv_reference(x, w, shift=None, scale=None, residual=None, *, strides
     if residual is not None:
         y = ACTIVATIONS[post_activation](y + np.asarray(residual, np.float64), post_activation_alpha,
                                          post_activation_beta)
-    return y.astype(np.asarray(x).dtype)
+    return y.astype(np.float16 if x_e4m3 else x.dtype)
 
 
 FUSED_CONV = OpContract(
@@ -102,14 +106,15 @@ FUSED_CONV = OpContract(
     version=1,
     doc=__doc__,
     inputs=(
-        TensorSpec("X", "input, [N, C, H, W] or [N, C, W]; float16, bfloat16 or float32"),
+        TensorSpec("X", "input, [N, C, H, W] or [N, C, W]; float16, bfloat16 or float32, or float8e4m3fn "
+                        "(already quantized, with input_scale)"),
         TensorSpec("W", "weights, [K, kH, kW, C/G] or [K, kW, C/G]; dtype of X, or float8e4m3fn with input_scale"),
         TensorSpec("shift", "float32 [K], added per output channel (bias, BatchNorm shift)", optional=True),
         TensorSpec("scale", "float32 [K], multiplied per output channel before shift (FP8 weight scale)",
                    optional=True),
         TensorSpec("residual", "added after the activation; shape and dtype of the output", optional=True),
     ),
-    outputs=(TensorSpec("Y", "[N, K, P, Q] or [N, K, Q], dtype of X"),),
+    outputs=(TensorSpec("Y", "[N, K, P, Q] or [N, K, Q], dtype of X (float16 for float8e4m3fn X)"),),
     attributes=(
         AttrSpec("strides", "ints", (), "per spatial axis; empty means 1"),
         AttrSpec("pads", "ints", (), "begin pads then end pads per spatial axis, as ONNX Conv; empty means 0"),

@@ -24,15 +24,29 @@
 // global memory. Operand tiles hold bytes, the MMA is mma.sync m16n8k32 e4m3 (same ldmatrix addressing: a 32-byte
 // k-step either way), and the epilogue multiplies the fp32 accumulator by INPUT_SCALE (and the per-channel scale).
 // With 16-byte loads (IN_VEC = 8) the A tile lands as elem_t by cp.async in its pipeline stage and is quantized
-// once per CTA into one of two e4m3 A tiles, one tile ahead of the MMAs (STAGES >= 3); with the element gather the
-// registers are quantized when stored. WGMMA = 1 (sm_90a, FP8 16-byte path, one warpgroup per reduction group):
-// the MMAs are Hopper's wgmma e4m3 from the same swizzled tiles (wgmma_fp8.cuh), since ptxas lowers mma.sync e4m3
-// on sm_90 to fp16 HMMA (no FP8 rate); the accumulators keep the m16n8 fragment layout, rows regrouped per warp.
+// once per CTA into a ring of e4m3 A tiles, one tile ahead of the MMAs; with the element gather the registers are
+// quantized when stored. X_E4M3 = 1: X is already e4m3 in global memory (the previous layer wrote e4m3(x /
+// input_scale)), so A moves as bytes like W (C/G % 16 == 0): half the A traffic and no quantize pass.
 //
-// Compile-time: CONV_BF16, FP8 (+ INPUT_SCALE, INPUT_SCALE_INV, WGMMA), KH, KW, STRIDE_H, STRIDE_W, DIL_H, DIL_W,
-// GROUPS, BLOCK_M, BLOCK_N, BLOCK_K (32|64; FP8: 64|128), WARPS_M, WARPS_N, SPLIT_K, STAGES (per group), IN_VEC,
-// OUT_VEC, and the epilogue's defines.
-// Arguments (AOT plugin ABI): x [N,H,W,C], w [K,KH,KW,C/G] (FP8: e4m3), shift?, scale?, residual? [N,P,Q,K];
+// WGMMA = 1 (sm_90a, 16-byte loads, whole warpgroups): the MMAs are Hopper's asynchronous warpgroup MMAs
+// (wgmma.cuh) straight from the swizzled tiles (the kernel's XOR swizzle is wgmma's 64/128-byte swizzle); warpgroup
+// w of a group owns rows w * BLOCK_M / warpgroups.. of the tile and every column. One tile's MMAs stay in flight
+// while the next tile is waited for and issued (wait_group 1), so loads run STAGES - 2 tiles ahead. The
+// accumulators keep the m16n8 fragment layout per warp, so split groups and the epilogue are shared. (ptxas lowers
+// mma.sync e4m3 on sm_90 to fp16 HMMA: Hopper's FP8 rate is wgmma-only.)
+//
+// TAPS_INNER = 1 (C/G % BLOCK_K == 0): reduction tiles walk every filter tap of one BLOCK_K channel chunk before
+// the next chunk, and A is loaded through L1 (cp.async.ca): consecutive tiles read overlapping input windows, so
+// most of a 3x3 layer's A traffic hits L1 instead of L2.
+// CLUSTER_K > 1 (sm_90): the reduction is split over a thread-block cluster of CLUSTER_K CTAs along grid.z (a
+// compile-time cluster shape, so the launch itself is plain); CTA rank r takes the r-th contiguous slice of the
+// reduction tiles, and rank 0 sums the others' partial tiles from their shared memory (DSMEM) before the epilogue.
+// Deep layers with few output tiles (3x3 over 512 channels at 7x7) fill the GPU without a workspace.
+//
+// Compile-time: CONV_BF16, FP8 (+ INPUT_SCALE, INPUT_SCALE_INV, X_E4M3), WGMMA, TAPS_INNER, CLUSTER_K, KH, KW, STRIDE_H,
+// STRIDE_W, DIL_H, DIL_W, GROUPS, BLOCK_M, BLOCK_N, BLOCK_K (32|64; FP8: 64|128), WARPS_M, WARPS_N, SPLIT_K,
+// STAGES (per group), IN_VEC, OUT_VEC, and the epilogue's defines.
+// Arguments (AOT plugin ABI): x [N,H,W,C] (X_E4M3: e4m3), w [K,KH,KW,C/G] (FP8: e4m3), shift?, scale?, residual? [N,P,Q,K];
 // int32 N, H, W, C, K, P, Q, pad_h, pad_w; y [N,P,Q,K]. Tensors must hold < 2^31 elements.
 #include "element.cuh"
 #include "fast_divmod.cuh"
@@ -50,8 +64,19 @@
 #ifndef WGMMA
 #define WGMMA 0
 #endif
+#ifndef TAPS_INNER
+#define TAPS_INNER 0
+#endif
+#ifndef X_E4M3
+#define X_E4M3 0
+#endif
+// A staged as elem_t and quantized in shared memory: FP8 with float16/bfloat16 X on the 16-byte path.
+#define QUANTIZE_A (FP8 && IN_VEC == 8 && !X_E4M3)
+#ifndef CLUSTER_K
+#define CLUSTER_K 1
+#endif
 #if WGMMA
-#include "wgmma_fp8.cuh"
+#include "wgmma.cuh"
 #endif
 
 // The MMA operand type in shared memory: the element type, or e4m3 bytes.
@@ -62,6 +87,11 @@ typedef uint2 op8_bits_t;
 typedef elem_t op_t;
 typedef uint4 op8_bits_t;
 #endif
+#if X_E4M3
+typedef unsigned char x_t;  // X already e4m3 in global memory (written by an FP8 producer): A lands as operand bytes
+#else
+typedef elem_t x_t;
+#endif
 union Op8 {  // 8 consecutive reduction elements of one operand row
   op8_bits_t bits;
   op_t e[8];
@@ -71,23 +101,32 @@ constexpr int kGroupThreads = WARPS_M * WARPS_N * 32;  // one reduction group: t
 constexpr int kThreads = kGroupThreads * SPLIT_K;
 constexpr int kWarpM = BLOCK_M / WARPS_M, kWarpN = BLOCK_N / WARPS_N;
 #if WGMMA
-// Warpgroup MMAs: kMI blocks of 64 rows (warp w: rows 16w.. of each), kNI blocks of 8 columns over the whole tile.
-constexpr int kMI = BLOCK_M / 64, kNI = BLOCK_N / 8, kRowsPerWarp = 16, kRowsPerMI = 64;
-static_assert(FP8 && IN_VEC == 8 && WARPS_M * WARPS_N == 4, "wgmma: FP8 16-byte path, one warpgroup per group");
+// Warpgroup w owns rows w * kWgRows..: kMI blocks of 64 rows (warp w % 4: rows 16 (w % 4).. of each), kNI blocks of
+// 8 columns over the whole tile.
+constexpr int kWarpgroups = WARPS_M * WARPS_N / 4, kWgRows = BLOCK_M / kWarpgroups;
+constexpr int kMI = kWgRows / 64, kNI = BLOCK_N / 8, kRowsPerMI = 64;
+static_assert(IN_VEC == 8 && WARPS_M * WARPS_N % 4 == 0 && kWgRows % 64 == 0,
+              "wgmma: 16-byte loads, whole warpgroups of 64-row blocks");
 #else
-constexpr int kMI = kWarpM / 16, kNI = kWarpN / 8, kRowsPerWarp = kWarpM, kRowsPerMI = 16;
+constexpr int kMI = kWarpM / 16, kNI = kWarpN / 8, kRowsPerMI = 16;
 #endif
-constexpr bool kQuantizeA = FP8 && IN_VEC == 8;           // A staged as elem_t, quantized in shared memory
+constexpr bool kQuantizeA = QUANTIZE_A;
 constexpr int kRowBytes = BLOCK_K * int(sizeof(op_t));    // one operand row of a tile the MMAs read
 constexpr int kChunks = kRowBytes / 16;                   // 16-byte chunks per such row
 constexpr int kAStageBytes = BLOCK_M * BLOCK_K * int(kQuantizeA ? sizeof(elem_t) : sizeof(op_t));
 constexpr int kStageBytes = kAStageBytes + BLOCK_N * kRowBytes;
-constexpr int kA8Bytes = BLOCK_M * kRowBytes;             // one quantized A tile (two when kQuantizeA)
-constexpr int kGroupBytes = STAGES * kStageBytes + (kQuantizeA ? 2 * kA8Bytes : 0);
+constexpr int kA8Bytes = BLOCK_M * kRowBytes;             // one quantized A tile
+// Tiles loaded ahead of the MMAs: a stage is free once its MMAs are done; wgmma keeps the previous tile's in flight.
+constexpr int kAhead = WGMMA ? STAGES - 2 : STAGES - 1;
+constexpr int kQuantAhead = kQuantizeA ? 1 : 0;           // FP8: tile it + 1's A is quantized during iteration it
+constexpr int kA8Tiles = WGMMA ? 3 : 2;                   // quantized A tiles: in use by MMAs, plus the one written
+constexpr int kGroupBytes = STAGES * kStageBytes + (kQuantizeA ? kA8Tiles * kA8Bytes : 0);
 constexpr int kCStride = BLOCK_N + 8;                     // padded row of the staged output tile
 static_assert(kRowBytes == 64 || kRowBytes == 128, "BLOCK_K is 32 or 64 (FP8: 64 or 128)");
 static_assert(kWarpM % 16 == 0 && kWarpN % 16 == 0, "warp tile must be a multiple of 16x16");
-static_assert(STAGES >= (kQuantizeA ? 3 : 2), "pipeline stages: two, three when A is quantized one tile ahead");
+static_assert(kAhead >= 1 + kQuantAhead, "pipeline stages: 2 (+1 when A is quantized ahead, +1 for wgmma)");
+static_assert(!X_E4M3 || (FP8 && IN_VEC == 8), "e4m3 X: FP8 with 16-byte loads (C/G % 16 == 0)");
+static_assert(!TAPS_INNER || KH * KW > 1, "TAPS_INNER reorders the filter taps of a KHxKW > 1 filter");
 
 // Byte offset of (row, byte) in a swizzled tile of CHUNKS 16-byte chunks per row: the 8 rows one ldmatrix phase
 // reads at one chunk column land in 8 different bank groups.
@@ -101,8 +140,13 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
   return unsigned(__cvta_generic_to_shared(p));
 }
 
+// 16 bytes global -> shared, zero-filled when !pred; through L1 (.ca) when L1 is true, else L2 only (.cg).
+template <bool L1 = false>
 __device__ __forceinline__ void cp_async_16(unsigned dst, const void* src, bool pred) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(pred ? 16 : 0));
+  if constexpr (L1)
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(pred ? 16 : 0));
+  else
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(pred ? 16 : 0));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
@@ -141,19 +185,19 @@ __device__ __forceinline__ void mma_k32bytes(float (&d)[4], const unsigned (&a)[
 
 // One stage's MMAs: the warp's kWarpM x kWarpN accumulators += A[rows, :] * B[cols, :]^T over BLOCK_K.
 __device__ __forceinline__ void mma_stage(float (&acc)[kMI][kNI][4], const unsigned char* a_tile,
-                                          const unsigned char* b_tile, int warp_m, int warp_n, int lane) {
+                                          const unsigned char* b_tile, int row_base, int col_base, int lane) {
   const unsigned a_base = smem_addr(a_tile), b_base = smem_addr(b_tile);
 #pragma unroll
   for (int kk = 0; kk < kRowBytes / 32; ++kk) {
     unsigned a[kMI][4], b[kNI][2];
 #pragma unroll
     for (int mi = 0; mi < kMI; ++mi) {
-      const int row = warp_m * kWarpM + mi * 16 + (lane & 15);
+      const int row = row_base + mi * 16 + (lane & 15);
       ldmatrix_x4(a[mi], a_base + smem_offset<kChunks>(row, (kk * 2 + (lane >> 4)) * 16));
     }
 #pragma unroll
     for (int nj = 0; nj < kNI / 2; ++nj) {
-      const int row = warp_n * kWarpN + nj * 16 + (lane & 7) + ((lane >> 4) << 3);
+      const int row = col_base + nj * 16 + (lane & 7) + ((lane >> 4) << 3);
       unsigned r[4];
       ldmatrix_x4(r, b_base + smem_offset<kChunks>(row, (kk * 2 + ((lane >> 3) & 1)) * 16));
       b[2 * nj][0] = r[0]; b[2 * nj][1] = r[1]; b[2 * nj + 1][0] = r[2]; b[2 * nj + 1][1] = r[3];
@@ -166,11 +210,12 @@ __device__ __forceinline__ void mma_stage(float (&acc)[kMI][kNI][4], const unsig
 }
 
 #if WGMMA
-// Issue one stage's warpgroup MMAs (A: the quantized e4m3 tile, B: the stage's W tile); they run asynchronously
-// until wgmma_stage_wait, so the next tile's quantize pass overlaps them.
-__device__ __forceinline__ void wgmma_stage_issue(float (&acc)[kMI][kNI][4], const unsigned char* a_tile,
-                                                  const unsigned char* b_tile) {
+// Issue one tile's warpgroup MMAs (A: this warpgroup's rows of the A tile, B: the W tile) as one commit group; they
+// run asynchronously until a later wgmma_wait.
+__device__ __forceinline__ void wgmma_tile_issue(float (&acc)[kMI][kNI][4], const unsigned char* a_tile,
+                                                 const unsigned char* b_tile, int warpgroup) {
   const unsigned long long b_desc = smem_descriptor<kRowBytes>(b_tile);
+  const unsigned char* a_rows = a_tile + warpgroup * kWgRows * kRowBytes;
 #pragma unroll
   for (int mi = 0; mi < kMI; ++mi) fence_accumulators<kNI * 4>(&acc[mi][0][0]);
   wgmma_fence();
@@ -178,17 +223,61 @@ __device__ __forceinline__ void wgmma_stage_issue(float (&acc)[kMI][kNI][4], con
   for (int kk = 0; kk < kRowBytes / 32; ++kk)  // a 32-byte k-step moves the descriptors' start by 2 (16-byte units)
 #pragma unroll
     for (int mi = 0; mi < kMI; ++mi)
-      wgmma_k32<BLOCK_N>(&acc[mi][0][0], smem_descriptor<kRowBytes>(a_tile + mi * 64 * kRowBytes) + 2 * kk,
-                         b_desc + 2 * kk);
+      wgmma_k32bytes<BLOCK_N>(&acc[mi][0][0], smem_descriptor<kRowBytes>(a_rows + mi * 64 * kRowBytes) + 2 * kk,
+                              b_desc + 2 * kk);
   wgmma_commit();
 }
 
-__device__ __forceinline__ void wgmma_stage_wait(float (&acc)[kMI][kNI][4]) {
-  wgmma_wait_all();
+// Wait until at most PENDING of this warpgroup's tile MMA groups are still running.
+template <int PENDING>
+__device__ __forceinline__ void wgmma_tile_wait(float (&acc)[kMI][kNI][4]) {
+  wgmma_wait<PENDING>();
 #pragma unroll
   for (int mi = 0; mi < kMI; ++mi) fence_accumulators<kNI * 4>(&acc[mi][0][0]);
 }
 #endif
+
+#if CLUSTER_K > 1
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
+// The shared::cluster address of the same variable in the cluster's CTA ``rank``.
+__device__ __forceinline__ unsigned cluster_address(const void* local, int rank) {
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(smem_addr(local)), "r"(rank));
+  return remote;
+}
+
+__device__ __forceinline__ float load_cluster(unsigned address) {
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(address) : "memory");
+  return v;
+}
+#endif
+
+// A group's accumulators as one partial tile in shared memory, in fragment order (consecutive threads, consecutive
+// words: conflict-free), for the split groups' and the cluster's sums.
+constexpr int kAccRegs = kMI * kNI * 4;  // accumulators per thread
+__device__ __forceinline__ void store_partial(const float (&acc)[kMI][kNI][4], float* partial, int group_tid) {
+#pragma unroll
+  for (int i = 0; i < kAccRegs; ++i) partial[i * kGroupThreads + group_tid] = (&acc[0][0][0])[i];
+}
+__device__ __forceinline__ void add_partial(float (&acc)[kMI][kNI][4], const float* partial, int group_tid) {
+#pragma unroll
+  for (int i = 0; i < kAccRegs; ++i) (&acc[0][0][0])[i] += partial[i * kGroupThreads + group_tid];
+}
+
+// Reduction tile t's first reduction index: OHWI order, or with TAPS_INNER every tap of one BLOCK_K channel chunk
+// before the next chunk (consecutive tiles then read overlapping input windows).
+__device__ __forceinline__ int tile_k0(int t, int Cg) {
+#if TAPS_INNER
+  const int chunk = t / (KH * KW), rs = t - chunk * (KH * KW);
+  return rs * Cg + chunk * BLOCK_K;
+#else
+  return t * BLOCK_K;
+#endif
+}
 
 #if FP8
 // e4m3(x * INPUT_SCALE_INV) of 4 values, packed low byte first (saturating, round-to-nearest-even).
@@ -256,7 +345,7 @@ struct RowOrigin {
 // (8 elem_t or 16 e4m3, so FP8 needs a reduction length that is a multiple of 16) and kBRows rows.
 // Both land in the stage in the A tile's and the MMA operand's swizzled layouts.
 struct TileLoader {
-  static constexpr int kAChunks = BLOCK_K * int(sizeof(elem_t)) / 16;
+  static constexpr int kAChunks = BLOCK_K * int(sizeof(x_t)) / 16;
   static constexpr int kBCols = kChunks;
   static constexpr int kRows = BLOCK_M * kAChunks / kGroupThreads;
   static constexpr int kBRows = BLOCK_N * kBCols / kGroupThreads;
@@ -288,9 +377,9 @@ struct TileLoader {
     }
   }
 
-  __device__ __forceinline__ void load(unsigned char* stage, int k0, const elem_t* x, const op_t* w, int H, int W,
+  __device__ __forceinline__ void load(unsigned char* stage, int k0, const x_t* x, const op_t* w, int H, int W,
                                        int C, int Kgemm, const FastDivmod& cg_div) {
-    const int kg = k0 + chunk * 8;
+    const int kg = k0 + chunk * (16 / int(sizeof(x_t)));
     int c;
     const int rs = cg_div.divmod(kg, &c);
     const int r = rs / KW, s = rs - (rs / KW) * KW;
@@ -302,7 +391,8 @@ struct TileLoader {
     for (int i = 0; i < kRows; ++i) {
       const int row = row0 + i * (kGroupThreads / kAChunks);
       const bool ok = k_ok && unsigned(a_h0[i] + dh) < unsigned(H) && unsigned(a_w0[i] + dw) < unsigned(W);
-      cp_async_16(a_base + smem_offset<kAChunks>(row, chunk * 16), ok ? x + a_offset[i] + delta : x, ok);
+      cp_async_16<TAPS_INNER>(a_base + smem_offset<kAChunks>(row, chunk * 16), ok ? x + a_offset[i] + delta : x,
+                              ok);
     }
     const int kb = k0 + b_col * (16 / int(sizeof(op_t)));
 #pragma unroll
@@ -373,21 +463,35 @@ struct TileLoader {
 };
 #endif
 
-extern "C" __global__ void __launch_bounds__(kThreads)
-fused_conv_implicit_gemm(const elem_t* __restrict__ x, const op_t* __restrict__ w SHIFT_PARAM SCALE_PARAM
+#if CLUSTER_K > 1
+#define CLUSTER_ATTRIBUTE __cluster_dims__(1, 1, CLUSTER_K)
+#else
+#define CLUSTER_ATTRIBUTE
+#endif
+
+extern "C" __global__ void __launch_bounds__(kThreads) CLUSTER_ATTRIBUTE
+fused_conv_implicit_gemm(const x_t* __restrict__ x, const op_t* __restrict__ w SHIFT_PARAM SCALE_PARAM
                          RESIDUAL_PARAM, int N, int H, int W, int C, int K, int P, int Q, int pad_h, int pad_w,
                          elem_t* __restrict__ y) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];  // wgmma's swizzle atoms: 512/1024-byte aligned
 
   const int tid = threadIdx.x, lane = tid & 31;
   const int group = tid / kGroupThreads, group_tid = tid % kGroupThreads, warp = group_tid >> 5;
-  const int warp_m = WGMMA ? warp : warp % WARPS_M, warp_n = WGMMA ? 0 : warp / WARPS_M;
+#if WGMMA
+  const int row_base = (warp >> 2) * kWgRows + (warp & 3) * 16, col_base = 0;  // this warp's accumulator rows
+#else
+  const int warp_m = warp % WARPS_M, warp_n = warp / WARPS_M;
+  const int row_base = warp_m * kWarpM, col_base = warp_n * kWarpN;
+#endif
   const int Cg = C / GROUPS, Kg = K / GROUPS;
   const int M = N * P * Q, Kgemm = KH * KW * Cg;
-  const int m0 = blockIdx.x * BLOCK_M, n0 = blockIdx.y * BLOCK_N, g = blockIdx.z;
+  const int m0 = blockIdx.x * BLOCK_M, n0 = blockIdx.y * BLOCK_N;
+  const int g = blockIdx.z / CLUSTER_K, rank = blockIdx.z % CLUSTER_K;  // conv group; CTA rank in the cluster
   const FastDivmod pq_div(P * Q), q_div(Q), cg_div(Cg);
   unsigned char* stages = smem_raw + group * kGroupBytes;
-  unsigned char* a8 = stages + STAGES * kStageBytes;  // kQuantizeA: the two e4m3 A tiles
+#if QUANTIZE_A
+  unsigned char* a8 = stages + STAGES * kStageBytes;  // the ring of quantized A tiles
+#endif
 
   TileLoader loader(group_tid, m0, n0, g, M, Kg, Kgemm, H, W, C, Cg, pad_h, pad_w, pq_div, q_div);
 
@@ -399,93 +503,103 @@ fused_conv_implicit_gemm(const elem_t* __restrict__ x, const op_t* __restrict__ 
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.f;
 
-  // This group's reduction tiles: group, group + SPLIT_K, ...
-  const int k_tiles = ((Kgemm + BLOCK_K - 1) / BLOCK_K - group + SPLIT_K - 1) / SPLIT_K;
+  // This CTA's contiguous slice of the reduction tiles; group takes the slice's tiles group, group + SPLIT_K, ...
+  const int tiles = (Kgemm + BLOCK_K - 1) / BLOCK_K;
+  const int t_begin = rank * tiles / CLUSTER_K, t_end = (rank + 1) * tiles / CLUSTER_K;
+  const int k_tiles = (t_end - t_begin - group + SPLIT_K - 1) / SPLIT_K;
+  auto k0_of = [&](int i) { return tile_k0(t_begin + group + i * SPLIT_K, Cg); };
 #pragma unroll
-  for (int st = 0; st < STAGES - 1; ++st) {
+  for (int st = 0; st < kAhead; ++st) {
     if (st < k_tiles) {
-      const int k0 = (group + st * SPLIT_K) * BLOCK_K;
 #if IN_VEC == 8
-      loader.load(stages + st * kStageBytes, k0, x, w, H, W, C, Kgemm, cg_div);
+      loader.load(stages + st * kStageBytes, k0_of(st), x, w, H, W, C, Kgemm, cg_div);
 #else
-      loader.gather(k0, x, w, H, W, C, Cg, Kgemm, cg_div);
+      loader.gather(k0_of(st), x, w, H, W, C, Cg, Kgemm, cg_div);
       loader.store(stages + st * kStageBytes);
 #endif
     }
     cp_async_commit();
   }
-#if FP8 && IN_VEC == 8
+#if QUANTIZE_A
   // Tile 0's A quantized before the loop; iteration it quantizes tile it + 1 while the MMAs run on tile it.
-  cp_async_wait<STAGES - 2>();
+  cp_async_wait<kAhead - 1>();
   group_barrier(group);
   if (k_tiles > 0) quantize_a_tile(a8, stages, group_tid);
 #endif
 
   for (int it = 0; it < k_tiles; ++it) {
-#if FP8 && IN_VEC == 8
-    cp_async_wait<STAGES - 3>();  // tiles it and it + 1 have landed
-#else
-    cp_async_wait<STAGES - 2>();
-#endif
+    cp_async_wait<kAhead - 1 - kQuantAhead>();  // tile it (and it + 1 when A is quantized ahead) has landed
 #if WGMMA
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // this thread's tile writes, seen by wgmma
 #endif
+    // Everyone's tile data is visible, and every MMA that read the stage loaded next has finished.
     group_barrier(group);
-    const int ahead = it + STAGES - 1;
-    const int k_ahead = (group + ahead * SPLIT_K) * BLOCK_K;
+    const int ahead = it + kAhead;
     unsigned char* stage = stages + (it % STAGES) * kStageBytes;
 #if IN_VEC == 8
-    if (ahead < k_tiles) loader.load(stages + (ahead % STAGES) * kStageBytes, k_ahead, x, w, H, W, C, Kgemm, cg_div);
+    if (ahead < k_tiles) loader.load(stages + (ahead % STAGES) * kStageBytes, k0_of(ahead), x, w, H, W, C, Kgemm,
+                                     cg_div);
     cp_async_commit();
 #else
-    if (ahead < k_tiles) loader.gather(k_ahead, x, w, H, W, C, Cg, Kgemm, cg_div);
+    if (ahead < k_tiles) loader.gather(k0_of(ahead), x, w, H, W, C, Cg, Kgemm, cg_div);
+#endif
+#if QUANTIZE_A
+    const unsigned char* a_tile = a8 + (it % kA8Tiles) * kA8Bytes;
+#else
+    const unsigned char* a_tile = stage;
 #endif
 #if WGMMA
-    wgmma_stage_issue(acc, a8 + (it & 1) * kA8Bytes, stage + kAStageBytes);
+    wgmma_tile_issue(acc, a_tile, stage + kAStageBytes, warp >> 2);
+#endif
+#if QUANTIZE_A
     if (it + 1 < k_tiles)
-      quantize_a_tile(a8 + ((it + 1) & 1) * kA8Bytes, stages + ((it + 1) % STAGES) * kStageBytes, group_tid);
-    wgmma_stage_wait(acc);
-#elif FP8 && IN_VEC == 8
-    if (it + 1 < k_tiles)
-      quantize_a_tile(a8 + ((it + 1) & 1) * kA8Bytes, stages + ((it + 1) % STAGES) * kStageBytes, group_tid);
-    mma_stage(acc, a8 + (it & 1) * kA8Bytes, stage + kAStageBytes, warp_m, warp_n, lane);
+      quantize_a_tile(a8 + ((it + 1) % kA8Tiles) * kA8Bytes, stages + ((it + 1) % STAGES) * kStageBytes, group_tid);
+#endif
+#if WGMMA
+    wgmma_tile_wait<1>(acc);  // the previous tile's MMAs are done: its stage may be loaded after the next barrier
 #else
-    mma_stage(acc, stage, stage + kAStageBytes, warp_m, warp_n, lane);
+    mma_stage(acc, a_tile, stage + kAStageBytes, row_base, col_base, lane);
 #endif
 #if IN_VEC != 8
     if (ahead < k_tiles) loader.store(stages + (ahead % STAGES) * kStageBytes);
 #endif
   }
+#if WGMMA
+  wgmma_tile_wait<0>(acc);
+#endif
   cp_async_wait<0>();
   __syncthreads();
 
 #if SPLIT_K > 1
-  // Sum the groups' partial accumulators into group 0's (conflict-free: consecutive threads, consecutive words).
+  // Sum the groups' partial accumulators into group 0's.
   {
     float* partial = reinterpret_cast<float*>(smem_raw);
-    constexpr int kAcc = kMI * kNI * 4;
-    if (group > 0) {
-#pragma unroll
-      for (int mi = 0; mi < kMI; ++mi)
-#pragma unroll
-        for (int ni = 0; ni < kNI; ++ni)
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            partial[((group - 1) * kAcc + (mi * kNI + ni) * 4 + e) * kGroupThreads + group_tid] = acc[mi][ni][e];
-    }
+    if (group > 0) store_partial(acc, partial + (group - 1) * kAccRegs * kGroupThreads, group_tid);
     __syncthreads();
-    if (group == 0) {
+    if (group == 0)
 #pragma unroll
       for (int s = 0; s < SPLIT_K - 1; ++s)
-#pragma unroll
-        for (int mi = 0; mi < kMI; ++mi)
-#pragma unroll
-          for (int ni = 0; ni < kNI; ++ni)
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-              acc[mi][ni][e] += partial[(s * kAcc + (mi * kNI + ni) * 4 + e) * kGroupThreads + group_tid];
-    }
+        add_partial(acc, partial + s * kAccRegs * kGroupThreads, group_tid);
     __syncthreads();
+  }
+#endif
+#if CLUSTER_K > 1
+  // Sum the cluster's partial tiles into rank 0's group 0 through distributed shared memory; the other CTAs wait
+  // until rank 0 has read their shared memory, then leave.
+  {
+    float* partial = reinterpret_cast<float*>(smem_raw);
+    if (rank > 0 && group == 0) store_partial(acc, partial, group_tid);
+    cluster_sync();
+    if (rank == 0 && group == 0)
+#pragma unroll 1
+      for (int r = 1; r < CLUSTER_K; ++r) {
+        const unsigned remote = cluster_address(partial, r);
+#pragma unroll
+        for (int i = 0; i < kAccRegs; ++i)
+          (&acc[0][0][0])[i] += load_cluster(remote + 4 * (i * kGroupThreads + group_tid));
+      }
+    cluster_sync();
+    if (rank > 0) return;
   }
 #endif
 
@@ -497,13 +611,13 @@ fused_conv_implicit_gemm(const elem_t* __restrict__ x, const op_t* __restrict__ 
   if (group == 0) {
 #pragma unroll
     for (int ni = 0; ni < kNI; ++ni) {
-      const int col = warp_n * kWarpN + ni * 8 + (lane & 3) * 2;
+      const int col = col_base + ni * 8 + (lane & 3) * 2;
       const bool ok0 = n0 + col < Kg, ok1 = n0 + col + 1 < Kg;
 #pragma unroll
       for (int mi = 0; mi < kMI; ++mi)
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-          const int row = warp_m * kRowsPerWarp + mi * kRowsPerMI + (lane >> 2) + half * 8;
+          const int row = row_base + mi * kRowsPerMI + (lane >> 2) + half * 8;
           const float v0 = ok0 ? affine.apply(acc[mi][ni][half * 2], channel0 + col) : 0.f;
           const float v1 = ok1 ? affine.apply(acc[mi][ni][half * 2 + 1], channel0 + col + 1) : 0.f;
           *reinterpret_cast<elem2_t*>(tile + row * kCStride + col) = pack2(v0, v1);

@@ -12,8 +12,10 @@ cp.async loads when C/G is a multiple of 8, an element gather otherwise.
 FP8 (``input_scale`` != 0, sm_89+): the same implicit-GEMM source with ``FP8=1``: X float16/bfloat16 quantized to
 e4m3 while staged, W float8_e4m3fn, BLOCK_K 64 (bytes per operand row as fp16's 32) unless overridden; 16-byte
 loads need kH*kW*C/G % 16 == 0 as well (W rows stay 16-byte aligned), else the element gather. On sm_90a the
-FP8 16-byte path can run its MMAs as wgmma (``WGMMA=1``; ptxas lowers mma.sync e4m3 to fp16 HMMA on Hopper):
-``mma="wgmma"``, the default once ``FP8_WGMMA_BY_DEFAULT`` is set (after the GPU tests pass).
+16-byte path can run its MMAs as wgmma (``WGMMA=1``, every dtype; for FP8 the only way to Hopper's FP8 rate, since
+ptxas lowers mma.sync e4m3 to fp16 HMMA there): ``mma="wgmma"``, the default where ``*_WGMMA_BY_DEFAULT`` is set.
+On sm_90+ the reduction can also be split over a thread-block cluster (``CLUSTER_K``, summed through distributed
+shared memory) and walked taps-inner with A through L1 (``TAPS_INNER``).
 """
 from __future__ import annotations
 
@@ -26,7 +28,6 @@ HERE = Path(__file__).resolve().parent
 IMPLICIT_GEMM = HERE / "implicit_gemm.cu"
 DEPTHWISE = HERE / "depthwise.cu"
 ELEMENT_DTYPES = ("float16", "bfloat16")
-FP8_WGMMA_BY_DEFAULT = True  # Hopper FP8 main loop on wgmma: its GPU tests passed on the H100 (2026-11-22)
 
 
 def float_literal(value: float) -> str:
@@ -96,17 +97,24 @@ def epilogue_defines(attrs, has_shift: bool, has_scale: bool, has_residual: bool
 
 
 # Implicit-GEMM CTA tiles: name -> (BLOCK_M, BLOCK_N, WARPS_M, WARPS_N, SPLIT_K); "s2" tiles put two warp groups
-# on one output tile, each taking every other reduction tile.
+# on one output tile, each taking every other reduction tile. Under wgmma a group's warps form warpgroups of 4,
+# each owning BLOCK_M / warpgroups rows (a multiple of 64) and every column (BLOCK_N 32, 64, 128 or 256).
 GEMM_TILES = {
     "128x256w8": (128, 256, 2, 4, 1), "128x128w4": (128, 128, 2, 2, 1), "128x128w8": (128, 128, 2, 4, 1),
     "128x64w4": (128, 64, 2, 2, 1), "64x128w4": (64, 128, 2, 2, 1), "64x64w4": (64, 64, 2, 2, 1),
     "128x32w4": (128, 32, 4, 1, 1), "128x64w4s2": (128, 64, 2, 2, 2), "128x32w4s2": (128, 32, 4, 1, 2),
-    "64x64w4s2": (64, 64, 2, 2, 2), "64x64w4s4": (64, 64, 2, 2, 4),
+    "64x64w4s2": (64, 64, 2, 2, 2), "64x64w4s4": (64, 64, 2, 2, 4), "64x256w4": (64, 256, 1, 4, 1),
+    "128x64w8": (128, 64, 4, 2, 1), "128x128w8s2": (128, 128, 2, 4, 2), "64x128w4s2": (64, 128, 2, 2, 2),
 }
+FP8_WGMMA_BY_DEFAULT = True   # Hopper FP8 main loop on wgmma: its GPU tests passed on the H100 (2026-11-22)
+FP16_WGMMA_BY_DEFAULT = True  # float16/bfloat16 on wgmma: GPU-tested on the H100 (2026-11-22)
+WGMMA_ARCHES = ("sm_90a",)
+CLUSTER_ARCH = 90  # thread-block clusters (CLUSTER_K > 1): sm_90 and newer
 
 
 def default_gemm_tile(cg: int, kg: int, taps: int) -> tuple[str, int | None]:
-    """(tile, BLOCK_K or None for the default) for a group's C/G input and K/G output channels and kH*kW taps.
+    """(tile, BLOCK_K or None for the default) of the mma.sync main loop for a group's C/G input and K/G output
+    channels and kH*kW taps.
 
     From the tile sweep on H100 (NOTES.md): 128x64 with BLOCK_K 64 wins most ResNet-50 layers; narrow outputs
     (K/G <= 32) and 1x1 projections that reduce >= 3x over <= 320 outputs (MobileNetV2) want 128x32; wide 1x1
@@ -121,40 +129,101 @@ def default_gemm_tile(cg: int, kg: int, taps: int) -> tuple[str, int | None]:
     return (tile + "s2" if reduction >= 2048 else tile), None
 
 
+def default_wgmma_tile(cg: int, kg: int, taps: int) -> tuple[str, int] | None:
+    """(tile, cluster) of the wgmma main loop, or None where mma.sync's 128x32 tile is faster (K/G <= 32), from
+    the wgmma sweeps of the ResNet-50 and MobileNetV2 layers at batch 32 on H100 (NOTES.md): two warpgroups of
+    64x128 win most layers (MobileNetV2's 1x1 projections onto 96..320 outputs would take 128x64, ResNet's onto
+    128/256 outputs not: the channel counts cannot tell them apart); K/G <= 64 wants 128x64;
+    deep reductions onto K/G 512 (few output tiles: 3x3 512 at 7x7) split the reduction over a 2-CTA cluster;
+    wide outputs over reductions >= 1024 want 128x256."""
+    reduction = taps * cg
+    if kg <= 32:
+        return None
+    if kg <= 64:
+        return "128x64w8", 1
+    if 512 <= kg < 1024 and reduction >= 2048:
+        return "128x128w8", 2
+    if kg >= 512 and reduction >= 1024:
+        return "128x256w8", 1
+    return "128x128w8", 1
+
+
 # Dynamic shared memory a block may opt into, per arch (bytes); unknown arches get the smallest.
 SHARED_LIMIT = {"sm_80": 166912, "sm_86": 101376, "sm_89": 101376, "sm_90": 232448, "sm_90a": 232448}
 
 
+def wgmma_fits(name: str) -> bool:
+    """The wgmma main loop takes a tile of whole warpgroups, 64-row blocks each, 32..256 columns."""
+    block_m, block_n, warps_m, warps_n, _ = GEMM_TILES[name]
+    warps = warps_m * warps_n
+    return warps % 4 == 0 and (block_m // (warps // 4)) % 64 == 0 and block_n in (32, 64, 128, 256)
+
+
 def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, block_k: int | None = None,
-              stages: int | None = None, fp8: bool = False) -> dict:
-    """Compile-time tile of the implicit GEMM, chosen on the static channel counts (``tile``/``block_k``/
-    ``stages`` override the choice, for tuning); pipeline stages shrink to fit ``arch``'s shared memory, and a
-    default split tile that still does not fit loses its split. ``fp8``: the e4m3 specialization."""
+              stages: int | None = None, fp8: bool = False, mma: str | None = None, cluster: int | None = None,
+              taps_inner: bool | None = None, x_e4m3: bool = False) -> dict:
+    """Compile-time tile of the implicit GEMM, chosen on the static channel counts (every argument after ``arch``
+    but ``fp8`` overrides the choice, for tuning); pipeline stages shrink to fit ``arch``'s shared memory, and a
+    default split tile that still does not fit loses its split. ``fp8``: the e4m3 specialization. ``mma``:
+    "wgmma" or "mma.sync" (wgmma only on sm_90a with 16-byte loads and a tile of whole warpgroups; None: the
+    ``*_WGMMA_BY_DEFAULT`` switch); ``cluster``: CTAs splitting the reduction (sm_90+); ``taps_inner``: the
+    taps-inner reduction order with A through L1 (needs C/G % BLOCK_K == 0 and a filter larger than 1x1);
+    ``x_e4m3``: X already e4m3 in global memory (FP8, C/G % 16 == 0: A moves as bytes, no quantize pass)."""
+    if mma not in (None, "wgmma", "mma.sync"):
+        raise ValueError(f"mma={mma!r}: give 'wgmma' or 'mma.sync'")
     default_tile, default_block_k = default_gemm_tile(cg, kg, taps)
     # 16-byte loads: 8 channels of X; FP8 also 16 e4m3 of W per copy, so W's rows (taps * C/G bytes) must keep
     # 16-byte alignment
     in_vec = 8 if cg % 8 == 0 and not (fp8 and taps * cg % 16) else 1
     if fp8 and in_vec == 1:  # the FP8 gather holds 64 elements of A per thread at BLOCK_M 128: halve the rows
         default_tile = "64x64w4" + ("s2" if default_tile.endswith("s2") else "")
+    by_default = FP8_WGMMA_BY_DEFAULT if fp8 else FP16_WGMMA_BY_DEFAULT
+    wants_wgmma = (mma == "wgmma" or (mma is None and by_default)) and arch in WGMMA_ARCHES and in_vec == 8
+    choice = default_wgmma_tile(cg, kg, taps) if wants_wgmma and tile is None else None
+    if choice:
+        (default_tile, default_cluster), default_block_k = choice, None
+        cluster = cluster or default_cluster
+    elif wants_wgmma and tile is None and not fp8:  # FP8 keeps wgmma: mma.sync e4m3 is emulated on Hopper
+        wants_wgmma = False
     name = tile or default_tile
+    if name not in GEMM_TILES:
+        raise ValueError(f"unknown implicit-GEMM tile {name!r}; pick one of {', '.join(GEMM_TILES)}")
     block_m, block_n, warps_m, warps_n, split = GEMM_TILES[name]
-    if fp8:
-        block_k = block_k or 64
+    wgmma = wants_wgmma and wgmma_fits(name)
+    if fp8:  # e4m3 X over >= 256 channels: 128-byte rows (wgmma sweep, NOTES.md)
+        block_k = block_k or (128 if x_e4m3 and cg % 128 == 0 and cg >= 256 else 64)
     else:
         block_k = block_k or (None if tile else default_block_k) or (64 if in_vec == 8 and cg % 64 == 0 else 32)
-    min_stages = 3 if fp8 and in_vec == 8 else 2  # FP8 quantizes A one tile ahead of the MMAs
+    cluster = cluster or 1
+    if cluster > 1 and arch_number(arch) < CLUSTER_ARCH:
+        raise ValueError(f"cluster={cluster} needs thread-block clusters (sm_90+); {arch} has none")
+    if taps_inner and not (cg % block_k == 0 and taps > 1):
+        raise ValueError(f"taps_inner needs C/G ({cg}) a multiple of BLOCK_K ({block_k}) and a filter larger "
+                         "than 1x1")
+    # FP8 quantizes A one tile ahead of the MMAs; wgmma keeps one more tile's MMAs in flight
+    quantize_a = fp8 and in_vec == 8 and not x_e4m3
+    min_stages = 2 + quantize_a + wgmma
     k_tiles = -(-taps * cg // block_k)
-    k_tiles = -(-k_tiles // split)  # reduction tiles per warp group
-    depth = max(min_stages, min(stages or (4 if fp8 or block_k == 32 else 3), k_tiles))  # <= tiles
+    k_tiles = -(-k_tiles // (split * cluster))  # reduction tiles per warp group
+    depth = max(min_stages, min(stages or (4 if fp8 or block_k == 32 or wgmma else 3), k_tiles + wgmma))
     config = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, WARPS_M=warps_m, WARPS_N=warps_n,
                   SPLIT_K=split, STAGES=depth, IN_VEC=in_vec, OUT_VEC=_largest_vector(kg))
     if fp8:
         config["FP8"] = 1
+    if x_e4m3:
+        config["X_E4M3"] = 1
+    if wgmma:
+        config["WGMMA"] = 1
+    if cluster > 1:
+        config["CLUSTER_K"] = cluster
+    if taps_inner:
+        config["TAPS_INNER"] = 1
     limit = SHARED_LIMIT.get(arch, min(SHARED_LIMIT.values()))
     while gemm_shared_bytes(config) > limit and config["STAGES"] > min_stages:
         config["STAGES"] -= 1
     if gemm_shared_bytes(config) > limit and tile is None and split > 1:
-        return gemm_tile(cg, kg, taps, arch, name.rsplit("s", 1)[0], block_k, stages, fp8)
+        return gemm_tile(cg, kg, taps, arch, name.rsplit("s", 1)[0], block_k, stages, fp8, mma, cluster,
+                         taps_inner, x_e4m3)
     if gemm_shared_bytes(config) > limit:
         raise ValueError(f"implicit-GEMM tile {name} needs {gemm_shared_bytes(config)} bytes of "
                          f"shared memory; {arch} allows {limit}: pick a smaller tile")
@@ -163,15 +232,18 @@ def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, b
 
 def gemm_shared_bytes(tile: dict) -> int:
     """Dynamic shared memory of implicit_gemm.cu: every group's pipeline stages (FP8 with 16-byte loads: A staged
-    as 2-byte elements, plus two quantized e4m3 A tiles), reused after the main loop for the split groups' partial
-    sums (fp32) and then for the staged output tile."""
+    as 2-byte elements, plus a ring of quantized e4m3 A tiles: two, three under wgmma), reused after the main loop
+    for the partial sums (fp32: the split groups', or one tile for the cluster's) and then for the staged output
+    tile."""
     operand = 1 if tile.get("FP8") else 2
-    quantize_a = bool(tile.get("FP8")) and tile["IN_VEC"] == 8
+    quantize_a = bool(tile.get("FP8")) and tile["IN_VEC"] == 8 and not tile.get("X_E4M3")
     a_stage = tile["BLOCK_M"] * tile["BLOCK_K"] * (2 if quantize_a else operand)
     b_stage = tile["BLOCK_N"] * tile["BLOCK_K"] * operand
-    group = tile["STAGES"] * (a_stage + b_stage) + (2 * tile["BLOCK_M"] * tile["BLOCK_K"] if quantize_a else 0)
+    a8_tiles = (3 if tile.get("WGMMA") else 2) if quantize_a else 0
+    group = tile["STAGES"] * (a_stage + b_stage) + a8_tiles * tile["BLOCK_M"] * tile["BLOCK_K"]
     stages = tile["SPLIT_K"] * group
-    partials = (tile["SPLIT_K"] - 1) * tile["BLOCK_M"] * tile["BLOCK_N"] * 4
+    partial_tiles = max(tile["SPLIT_K"] - 1, int(tile.get("CLUSTER_K", 1) > 1))
+    partials = partial_tiles * tile["BLOCK_M"] * tile["BLOCK_N"] * 4
     return max(stages, partials, tile["BLOCK_M"] * (tile["BLOCK_N"] + 8) * 2)
 
 
@@ -210,10 +282,11 @@ def arch_number(arch: str) -> int:
 
 
 def check_fp8(x_dtype, w_dtype, input_scale: float, arch: str) -> None:
-    """FP8 FusedConv: float16/bfloat16 X, float8_e4m3fn W, a positive finite input_scale, e4m3 tensor cores."""
-    if x_dtype not in ELEMENT_DTYPES or w_dtype != "float8_e4m3fn":
-        raise ValueError(f"FP8 FusedConv (input_scale != 0) takes float16 or bfloat16 X with float8_e4m3fn W; got "
-                         f"X {x_dtype}, W {w_dtype} (quantize W to e4m3, or set input_scale 0)")
+    """FP8 FusedConv: float16/bfloat16 X (quantized in the kernel) or float8_e4m3fn X (already quantized by its
+    producer), float8_e4m3fn W, a positive finite input_scale, e4m3 tensor cores."""
+    if x_dtype not in (*ELEMENT_DTYPES, "float8_e4m3fn") or w_dtype != "float8_e4m3fn":
+        raise ValueError(f"FP8 FusedConv (input_scale != 0) takes float16, bfloat16 or float8_e4m3fn X with "
+                         f"float8_e4m3fn W; got X {x_dtype}, W {w_dtype} (quantize W to e4m3, or set input_scale 0)")
     if not (math.isfinite(input_scale) and input_scale > 0):
         raise ValueError(f"input_scale must be a positive finite number (0 disables FP8); got {input_scale}")
     if arch_number(arch) < 89:
@@ -221,21 +294,27 @@ def check_fp8(x_dtype, w_dtype, input_scale: float, arch: str) -> None:
                          "run the layer in float16/bfloat16 (input_scale 0)")
 
 
+def output_dtype_conv(x_dtype: str) -> str:
+    """Y's dtype: X's, float16 when X is float8_e4m3fn (the contract)."""
+    return "float16" if x_dtype == "float8_e4m3fn" else x_dtype
+
+
 def plan_conv(input_shapes, input_dtypes, attrs, arch: str, *, formats=None, tile: str | None = None,
-              block_k: int | None = None, stages: int | None = None, mma: str | None = None) -> LaunchPlan:
+              block_k: int | None = None, stages: int | None = None, mma: str | None = None,
+              cluster: int | None = None, taps_inner: bool | None = None) -> LaunchPlan:
     """The FusedConv launch (kernel arguments: ``X, W, shift?, scale?, residual?``, then int32
     ``N, H, W, C, K, P, Q, pad_h, pad_w``, then ``Y``). ``formats``: TensorRT's tensor formats (contract inputs,
     then Y; None from the direct launcher, whose arrays are checked channels-last by the API).
-    ``tile``/``block_k``/``stages``: implicit-GEMM tile override (a ``GEMM_TILES`` name, 32 or 64, pipeline
-    depth), for tuning only. ``mma``: "wgmma" or "mma.sync" for FP8 on sm_90a (wgmma where the tile allows it:
-    16-byte loads, 4 warps per reduction group); None: ``FP8_WGMMA_BY_DEFAULT``."""
+    ``tile``/``block_k``/``stages``/``mma``/``cluster``/``taps_inner``: implicit-GEMM overrides (a ``GEMM_TILES``
+    name, BLOCK_K, pipeline depth, main loop, cluster split of the reduction, reduction order), for tuning only:
+    see ``gemm_tile``."""
     x_shape, w_shape, shift_shape, scale_shape, residual_shape = (list(input_shapes) + [None] * 5)[:5]
     x_dtype, w_dtype = input_dtypes[0], input_dtypes[1]
     input_scale = float(attrs["input_scale"])
     fp8 = input_scale != 0.0
     if fp8:
         check_fp8(x_dtype, w_dtype, input_scale, arch)
-    elif w_dtype == "float8_e4m3fn":
+    elif "float8_e4m3fn" in (x_dtype, w_dtype):
         raise ValueError("float8_e4m3fn W is FP8 FusedConv: give input_scale (the per-tensor scale of X, > 0)")
     elif x_dtype not in ELEMENT_DTYPES or w_dtype != x_dtype:
         raise ValueError(f"FusedConv kernels take float16 or bfloat16 X with W of the same dtype; got X {x_dtype}, "
@@ -243,8 +322,9 @@ def plan_conv(input_shapes, input_dtypes, attrs, arch: str, *, formats=None, til
     for name, shape, dtype in (("shift", shift_shape, input_dtypes[2:3]), ("scale", scale_shape, input_dtypes[3:4])):
         if shape is not None and (list(dtype) != ["float32"] or len(shape) != 1):
             raise ValueError(f"{name} must be float32 [K]; got {dtype[0] if dtype else None} {tuple(shape)}")
-    if residual_shape is not None and input_dtypes[4] != x_dtype:
-        raise ValueError(f"residual must have X's dtype {x_dtype}; got {input_dtypes[4]}")
+    y_dtype = output_dtype_conv(x_dtype)
+    if residual_shape is not None and input_dtypes[4] != y_dtype:
+        raise ValueError(f"residual must have the output's dtype {y_dtype}; got {input_dtypes[4]}")
     geo = conv_geometry(x_shape, w_shape, attrs)
     if formats is not None:
         check_formats(formats, geo)
@@ -252,16 +332,20 @@ def plan_conv(input_shapes, input_dtypes, attrs, arch: str, *, formats=None, til
         if shape is not None and isinstance(shape[0], int) and shape[0] != geo["K"]:
             raise ValueError(f"{name} has {shape[0]} entries; W has K={geo['K']} output channels")
 
-    defines = {"CONV_BF16": int(x_dtype == "bfloat16"), "KH": geo["KH"], "KW": geo["KW"],
+    defines = {"CONV_BF16": int(y_dtype == "bfloat16"), "KH": geo["KH"], "KW": geo["KW"],
                "STRIDE_H": geo["strides"][0], "STRIDE_W": geo["strides"][1],
                "DIL_H": geo["dilations"][0], "DIL_W": geo["dilations"][1],
                **epilogue_defines(attrs, shift_shape is not None, scale_shape is not None,
                                   residual_shape is not None)}
     scalars = (geo["N"], geo["H"], geo["W"], geo["C"], geo["K"], geo["P"], geo["Q"], geo["pads"][0], geo["pads"][1])
     pixels = geo["N"] * geo["P"] * geo["Q"]
+    x_e4m3 = x_dtype == "float8_e4m3fn"
     if fp8:
         defines.update(FP8=1, INPUT_SCALE=float_literal(input_scale),
                        INPUT_SCALE_INV=float_literal(1.0 / input_scale))
+    if x_e4m3 and geo["Cg"] % 16:
+        raise ValueError(f"float8_e4m3fn X moves 16 channels per load: C/G = {geo['Cg']} is not a multiple of 16 "
+                         "(give X in float16/bfloat16 for this layer)")
     if geo["Cg"] == 1 and geo["G"] > 1:
         if fp8:
             raise ValueError("FP8 FusedConv has no depthwise kernel (group == C); run depthwise layers in "
@@ -272,16 +356,12 @@ def plan_conv(input_shapes, input_dtypes, attrs, arch: str, *, formats=None, til
                           grid=((pixels + block_pixels - 1) // block_pixels,
                                 (geo["K"] + block_channels - 1) // block_channels, 1),
                           block=(256, 1, 1), shared_mem=0, scalars=scalars)
-    config = gemm_tile(geo["Cg"], geo["Kg"], geo["KH"] * geo["KW"], arch, tile, block_k, stages, fp8)
-    if mma not in (None, "wgmma", "mma.sync"):
-        raise ValueError(f"mma={mma!r}: give 'wgmma' or 'mma.sync'")
-    wants_wgmma = mma == "wgmma" or (mma is None and FP8_WGMMA_BY_DEFAULT)
-    if (fp8 and wants_wgmma and arch == "sm_90a" and config["IN_VEC"] == 8
-            and config["WARPS_M"] * config["WARPS_N"] == 4):
-        config["WGMMA"] = 1
+    config = gemm_tile(geo["Cg"], geo["Kg"], geo["KH"] * geo["KW"], arch, tile, block_k, stages, fp8, mma, cluster,
+                       taps_inner, x_e4m3)
     return LaunchPlan(source=IMPLICIT_GEMM, kernel="fused_conv_implicit_gemm",
                       defines={**defines, "GROUPS": geo["G"], **config},
                       grid=((pixels + config["BLOCK_M"] - 1) // config["BLOCK_M"],
-                            (geo["Kg"] + config["BLOCK_N"] - 1) // config["BLOCK_N"], geo["G"]),
-                      block=(config["WARPS_M"] * config["WARPS_N"] * config["SPLIT_K"] * 32, 1, 1), shared_mem=gemm_shared_bytes(config),
-                      scalars=scalars)
+                            (geo["Kg"] + config["BLOCK_N"] - 1) // config["BLOCK_N"],
+                            geo["G"] * config.get("CLUSTER_K", 1)),
+                      block=(config["WARPS_M"] * config["WARPS_N"] * config["SPLIT_K"] * 32, 1, 1),
+                      shared_mem=gemm_shared_bytes(config), scalars=scalars)

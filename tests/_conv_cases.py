@@ -33,6 +33,7 @@ class ConvCase:
     shift: bool = True
     scale: bool = False
     input_scale: float = 0.0   # FP8 (e4m3 W, X quantized in the kernel) when != 0
+    x_e4m3: bool = False       # FP8 with X already e4m3 in memory (dtype is then Y's: float16)
 
     @property
     def fp8(self) -> bool:
@@ -59,7 +60,7 @@ class ConvCase:
                 (self.n, self.k, p, q) if self.residual else None]
 
     def dtypes(self) -> list:
-        return [self.dtype, "float8_e4m3fn" if self.fp8 else self.dtype, "float32" if self.shift else None,
+        return ["float8_e4m3fn" if self.x_e4m3 else self.dtype, "float8_e4m3fn" if self.fp8 else self.dtype, "float32" if self.shift else None,
                 "float32" if self.scale else None, self.dtype if self.residual else None]
 
     def plan(self, arch: str, **overrides):
@@ -123,3 +124,83 @@ _FP8 = [
 ]
 _FP8 = [replace(c, scale=True, input_scale=FP8_INPUT_SCALE) for c in _FP8]
 FP8_CASES = _FP8 + [replace(c, name=c.name + "_bf16", dtype="bfloat16") for c in _FP8[1:5]]
+
+
+@dataclass(frozen=True, eq=False)
+class TunedCase:
+    """A ConvCase planned with implicit-GEMM overrides (``plan_conv``'s tile/mma/cluster/taps_inner), for the
+    main loops and reduction splits the default plan does not pick."""
+
+    name: str
+    case: ConvCase
+    overrides: dict
+
+    def plan(self, arch: str):
+        return self.case.plan(arch, **self.overrides)
+
+
+def _tuned(case: ConvCase, tile: str, **overrides) -> TunedCase:
+    overrides = dict(tile=tile, mma="wgmma", **overrides)
+    suffix = "_".join([tile] + [f"{k}{'' if v is True else v}" for k, v in overrides.items()
+                                if k not in ("tile", "mma")])
+    return TunedCase(f"{case.name}__{suffix}", case, overrides)
+
+
+# Hopper (sm_90a) wgmma main loop for float16/bfloat16 and FP8 on every warpgroup tile, reductions split over a
+# thread-block cluster (uneven slices: 9 tiles of a 3x3 over C/G = 64 on 2 or 4 CTAs; a split group left with no
+# tile), taps-inner order; odd M (not a multiple of BLOCK_M, batch 1 and several M tiles), K/G not a multiple of
+# BLOCK_N, BLOCK_K 32 (64-byte swizzle) and 64, conv groups, residual / post-activation and scale epilogues.
+_WGMMA_BF16 = dict(dtype="bfloat16")
+WGMMA_CASES = [
+    # float16 / bfloat16 on each warpgroup tile
+    _tuned(ConvCase("wg_3x3_c64_k96_b1", 1, 64, 11, 9, 96, 3, 3, pad=1, scale=True), "128x128w8"),
+    _tuned(ConvCase("wg_1x1_c128_k320_bf16", 2, 128, 13, 11, 320, 1, 1, residual=True, post_activation="relu",
+                    **_WGMMA_BF16), "128x256w8"),
+    _tuned(ConvCase("wg_3x3_s2_c32_k64", 3, 32, 17, 15, 64, 3, 3, stride=2, pad=1), "64x128w4"),   # BLOCK_K 32
+    _tuned(ConvCase("wg_3x3_c96_k72_bf16", 2, 96, 10, 10, 72, 3, 3, pad=1, activation="silu", **_WGMMA_BF16),
+           "128x64w4"),                                                                             # BLOCK_K 32
+    _tuned(ConvCase("wg_1x1_c64_k200", 2, 64, 9, 7, 200, 1, 1, residual=True), "64x256w4"),
+    _tuned(ConvCase("wg_3x3_c64_k128_b1_bf16", 1, 64, 19, 17, 128, 3, 3, pad=1, residual=True,
+                    post_activation="relu", **_WGMMA_BF16), "128x64w8"),
+    _tuned(ConvCase("wg_3x3_c128_k128_split", 2, 128, 7, 7, 128, 3, 3, pad=1, scale=True), "128x128w8s2"),
+    _tuned(ConvCase("wg_3x3_groups2_c128_k192", 2, 128, 8, 8, 192, 3, 3, pad=1, groups=2), "64x128w4"),
+    _tuned(ConvCase("wg_1x1_c64_k24_narrow", 2, 64, 9, 9, 24, 1, 1, activation="none"), "128x32w4"),
+    # cluster splits of the reduction
+    _tuned(ConvCase("wg_3x3_c64_k64", 2, 64, 9, 9, 64, 3, 3, pad=1, residual=True, post_activation="relu"),
+           "128x128w8", cluster=2),
+    _tuned(ConvCase("wg_3x3_c64_k80_b1_bf16", 1, 64, 13, 11, 80, 3, 3, pad=1, **_WGMMA_BF16), "64x128w4",
+           cluster=4),
+    _tuned(ConvCase("wg_3x3_c128_k64_split", 2, 128, 7, 9, 64, 3, 3, pad=1, scale=True), "128x128w8s2",
+           cluster=2),
+    _tuned(ConvCase("wg_1x1_c256_k96_split", 3, 256, 7, 7, 96, 1, 1, residual=True), "64x128w4s2",
+           cluster=4),                                            # 4 tiles over 4 CTAs: split group 1 gets none
+    _tuned(ConvCase("wg_3x3_groups2_c128_k128_bf16", 2, 128, 9, 7, 128, 3, 3, pad=1, groups=2, residual=True,
+                    post_activation="relu", **_WGMMA_BF16), "128x64w4", cluster=4),
+    # taps-inner reduction order (A through L1)
+    _tuned(ConvCase("wg_3x3_c128_k64_ti", 2, 128, 10, 9, 64, 3, 3, pad=1), "128x64w4", taps_inner=True),
+    _tuned(ConvCase("wg_3x3_s2_c64_k128_ti_bf16", 3, 64, 11, 11, 128, 3, 3, stride=2, pad=1, scale=True,
+                    **_WGMMA_BF16), "128x128w8", taps_inner=True, cluster=2),
+    _tuned(ConvCase("wg_3x3_dil2_c64_k256_ti", 1, 64, 12, 10, 256, 3, 3, pad=2, dil=2, residual=True),
+           "64x256w4", taps_inner=True, cluster=4),
+    # FP8 (e4m3 W, X quantized in the kernel)
+    _tuned(ConvCase("wg_fp8_3x3_c64_k96", 2, 64, 9, 9, 96, 3, 3, pad=1, scale=True, input_scale=FP8_INPUT_SCALE),
+           "128x128w8"),
+    _tuned(ConvCase("wg_fp8_3x3_c64_k64_bf16", 1, 64, 13, 11, 64, 3, 3, pad=1, scale=True, residual=True,
+                    post_activation="relu", input_scale=FP8_INPUT_SCALE, **_WGMMA_BF16), "64x128w4", cluster=2),
+    _tuned(ConvCase("wg_fp8_3x3_c128_k72", 2, 128, 9, 9, 72, 3, 3, pad=1, scale=True, activation="gelu",
+                    input_scale=FP8_INPUT_SCALE), "128x64w8", taps_inner=True),
+]
+
+# FP8 with e4m3 X in memory (what an FP8 producer writes): A moves as bytes, no quantize pass; C/G % 16 == 0. The
+# plan's default on each arch (wgmma on sm_90a: BLOCK_K 128 over >= 256 channels, the 2-CTA cluster for K/G 512),
+# odd sizes, split groups, residual / post-activation.
+X_E4M3_CASES = [
+    ConvCase("x8_3x3_c64_k64_17x13", 2, 64, 17, 13, 64, 3, 3, pad=1, input_scale=FP8_INPUT_SCALE, x_e4m3=True),
+    ConvCase("x8_3x3_c256_k256_bk128", 2, 256, 7, 9, 256, 3, 3, pad=1, input_scale=FP8_INPUT_SCALE, x_e4m3=True,
+             residual=True, post_activation="relu"),
+    ConvCase("x8_3x3_s2_c512_k512_cluster", 3, 512, 7, 7, 512, 3, 3, stride=2, pad=1, input_scale=FP8_INPUT_SCALE,
+             x_e4m3=True, activation="silu"),
+    ConvCase("x8_1x1_c48_k40_odd", 1, 48, 9, 11, 40, 1, 1, input_scale=FP8_INPUT_SCALE, x_e4m3=True),
+    ConvCase("x8_3x3_groups2_c64_k96", 2, 64, 8, 8, 96, 3, 3, pad=1, groups=2, input_scale=FP8_INPUT_SCALE,
+             x_e4m3=True, residual=True),
+]

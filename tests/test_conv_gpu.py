@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from _conv_cases import CASES, FP8_CASES, ConvCase
+from _conv_cases import CASES, FP8_CASES, WGMMA_CASES, X_E4M3_CASES, ConvCase
 from trt_fusedattn.plugins.conv.contract import FUSED_CONV, fused_conv_reference
 
 torch = pytest.importorskip("torch")
@@ -66,6 +66,8 @@ def make_inputs(case: ConvCase, gen) -> dict:
     if case.fp8:  # e4m3 weights (channels-last kept by .to) with their per-output-channel scale
         inputs["scale"] = w.abs().amax(dim=(1, 2, 3)) / 448
         inputs["w"] = (w / inputs["scale"][:, None, None, None]).to(torch.float8_e4m3fn)
+    if case.x_e4m3:  # as an FP8 producer writes X: e4m3(x / input_scale), saturated
+        inputs["x"] = (inputs["x"].float() / case.input_scale).clamp(-448, 448).to(torch.float8_e4m3fn)
     if case.residual:
         inputs["residual"] = channels_last(rand(case.n, case.k, p, q).to(dtype))
     return inputs
@@ -77,7 +79,8 @@ def host64(t) -> np.ndarray | None:
 
 def reference(case: ConvCase, inputs: dict) -> np.ndarray:
     w = host64(inputs["w"]).transpose(0, 2, 3, 1)  # OIHW -> the contract's OHWI
-    return fused_conv_reference(host64(inputs["x"]), w, host64(inputs.get("bias")), host64(inputs.get("scale")),
+    x = host64(inputs["x"]) * (case.input_scale if case.x_e4m3 else 1.0)  # e4m3 X: the values it stands for
+    return fused_conv_reference(x, w, host64(inputs.get("bias")), host64(inputs.get("scale")),
                                 host64(inputs.get("residual")), **case.attrs())  # FP8: quantizes X itself
 
 
@@ -133,6 +136,40 @@ def test_fp8_matches_float64_reference(case, mma, monkeypatch):
     seed = random.SystemRandom().randrange(2 ** 31)
     got, want, _ = run_case(case, seed)
     check(case, got, want, seed)
+
+
+@pytest.mark.parametrize("case", X_E4M3_CASES, ids=lambda c: c.name)
+def test_e4m3_activations_match_float64_reference(case):
+    """X already e4m3 in memory (an FP8 producer's output): float16 Y from the plan's default on this GPU."""
+    from trt_fusedattn.launcher.launch import device_arch
+    if not has_fp8(device_arch(0)):
+        pytest.skip(f"FP8 FusedConv needs sm_89+ (e4m3 tensor cores); this GPU is {device_arch(0)}")
+    seed = random.SystemRandom().randrange(2 ** 31)
+    got, want, out = run_case(case, seed)
+    assert out.dtype == torch.float16
+    check(case, got, want, seed)
+
+
+@pytest.mark.parametrize("tuned", WGMMA_CASES, ids=lambda t: t.name)
+def test_wgmma_variants_match_float64_reference(tuned):
+    """The sm_90a wgmma main loop forced onto every warpgroup tile, cluster split and taps-inner order (plan
+    overrides the default may not pick), launched as TensorRT would from the plan, against float64."""
+    from trt_fusedattn.launcher.launch import device_arch, launch
+    arch = device_arch(0)
+    if arch != "sm_90a":
+        pytest.skip(f"the wgmma main loop is sm_90a's; this GPU is {arch}")
+    plan = tuned.plan(arch)
+    assert plan.defines.get("WGMMA") == 1, f"{tuned.name}: the plan fell back to mma.sync"
+    case, seed = tuned.case, random.SystemRandom().randrange(2 ** 31)
+    inputs = make_inputs(case, torch.Generator(device="cuda").manual_seed(seed))
+    out = channels_last(torch.full((case.n, case.k, *case.out_hw), float("nan"), device="cuda",
+                                   dtype=getattr(torch, case.dtype)))
+    w_ohwi = inputs["w"]  # channels-last [K, C/G, kH, kW] is OHWI in memory
+    ptrs = [inputs["x"].data_ptr(), w_ohwi.data_ptr()] + [
+        None if inputs.get(k) is None else inputs[k].data_ptr() for k in ("bias", "scale", "residual")]
+    launch(plan, arch, ptrs, [out.data_ptr()], stream=torch.cuda.current_stream().cuda_stream)
+    torch.cuda.synchronize()
+    check(case, host64(out), reference(case, inputs), seed)
 
 
 def test_fp8_weights_need_an_input_scale():

@@ -95,14 +95,28 @@ def test_one_dimensional_conv_maps_to_height_one():
 
 
 def test_tile_choice_by_channels():
-    def tile(c, k, kernel):
-        d = ConvCase("t", 1, c, 8, 8, k, kernel, kernel).plan("sm_90a").defines
+    def tile(c, k, kernel, arch="sm_80"):
+        d = ConvCase("t", 1, c, 8, 8, k, kernel, kernel).plan(arch).defines
         return d["BLOCK_M"], d["BLOCK_N"], d["SPLIT_K"], d["BLOCK_K"]
+    # mma.sync (sm_80, and sm_90a where wgmma is not the default)
     assert tile(64, 64, 3) == (128, 64, 1, 64)
     assert tile(256, 256, 3) == (128, 64, 2, 64)      # deep reduction: two warp groups
     assert tile(960, 160, 1) == (128, 32, 1, 64)      # narrow 1x1 projection
     assert tile(512, 2048, 1) == (128, 128, 1, 32)    # wide 1x1 output
     assert tile(3, 32, 3) == (128, 32, 1, 32)
+    assert tile(3, 32, 3, "sm_90a") == (128, 32, 1, 32)    # element gather: mma.sync on Hopper too
+    assert tile(64, 32, 1, "sm_90a") == (128, 32, 1, 64)   # K/G <= 32: mma.sync's 128x32 is faster
+
+
+def test_wgmma_tile_choice_by_channels():
+    def tile(c, k, kernel):
+        d = ConvCase("t", 1, c, 8, 8, k, kernel, kernel).plan("sm_90a").defines
+        return d["WGMMA"], d["BLOCK_M"], d["BLOCK_N"], d["WARPS_M"] * d["WARPS_N"], d.get("CLUSTER_K", 1)
+    assert tile(64, 64, 3) == (1, 128, 64, 8, 1)
+    assert tile(256, 256, 3) == (1, 128, 128, 8, 1)
+    assert tile(512, 512, 3) == (1, 128, 128, 8, 2)      # few output tiles: the reduction over a 2-CTA cluster
+    assert tile(1024, 512, 1) == (1, 128, 256, 8, 1)     # wide output over a deep reduction
+    assert tile(960, 160, 1) == (1, 128, 128, 8, 1)
 
 
 def test_pipeline_depth_fits_each_archs_shared_memory():
@@ -151,7 +165,15 @@ def test_float_literal_is_exact_and_handles_infinity():
     (dict(dtypes=["float16", "bfloat16", None, None, None]), "same dtype"),
     (dict(attrs=dict(input_scale=0.5)), "float8_e4m3fn W"),
     (dict(dtypes=["float16", "float8_e4m3fn", None, None, None]), "input_scale"),
-    (dict(dtypes=["float32", "float8_e4m3fn", None, None, None], attrs=dict(input_scale=0.5)), "float16 or bfloat16"),
+    (dict(dtypes=["float32", "float8_e4m3fn", None, None, None], attrs=dict(input_scale=0.5)),
+     "float16, bfloat16 or float8_e4m3fn X"),
+    (dict(dtypes=["float8_e4m3fn", "float8_e4m3fn", None, None, None]), "input_scale"),
+    (dict(shapes=[(1, 8, 8, 8), (8, 3, 3, 8), None, None, None], dtypes=["float8_e4m3fn", "float8_e4m3fn", None, None,
+                                                                      None], attrs=dict(input_scale=0.5)),
+     "multiple of 16"),
+    (dict(shapes=[(1, 16, 8, 8), (8, 3, 3, 16), None, None, (1, 8, 6, 6)],
+          dtypes=["float8_e4m3fn", "float8_e4m3fn", None, None, "float8_e4m3fn"], attrs=dict(input_scale=0.5)),
+     "output's dtype float16"),
     (dict(dtypes=["float16", "float8_e4m3fn", None, None, None], attrs=dict(input_scale=-1.0)), "positive"),
     (dict(dtypes=["float16", "float8_e4m3fn", None, None, None], attrs=dict(input_scale=0.5), arch="sm_80"),
      "sm_89"),
@@ -184,13 +206,15 @@ def test_fp8_plan_accepted_from_sm_89(arch):
     d = plan.defines
     assert d["FP8"] == 1 and float.fromhex(d["INPUT_SCALE"]) == FP8_INPUT_SCALE
     assert float.fromhex(d["INPUT_SCALE_INV"]) == 1 / FP8_INPUT_SCALE
-    assert d["STAGES"] >= 3 and plan.shared_mem == d["STAGES"] * (d["BLOCK_M"] * 2 + d["BLOCK_N"]) * d["BLOCK_K"] + \
-        2 * d["BLOCK_M"] * d["BLOCK_K"]
+    a8_tiles = 3 if d.get("WGMMA") else 2  # quantized A tiles: wgmma keeps one more in use
+    assert d["STAGES"] >= 3 + d.get("WGMMA", 0)
+    assert plan.shared_mem == d["STAGES"] * (d["BLOCK_M"] * 2 + d["BLOCK_N"]) * d["BLOCK_K"] + \
+        a8_tiles * d["BLOCK_M"] * d["BLOCK_K"]
 
 
 def test_fp8_split_tile_drops_its_split_where_shared_memory_is_small():
     case = next(c for c in FP8_CASES if c.name == "fp8_3x3_c256_k128_split")
-    assert case.plan("sm_90a").defines["SPLIT_K"] == 2
+    assert case.plan("sm_90a", mma="mma.sync").defines["SPLIT_K"] == 2
     plan = case.plan("sm_89")
     assert plan.defines["SPLIT_K"] == 1 and plan.shared_mem <= 101376
 
@@ -202,6 +226,23 @@ def test_fp8_wgmma_only_where_the_kernel_has_it():
     assert "WGMMA" not in vector.plan("sm_90a", mma="mma.sync").defines
     assert "WGMMA" not in vector.plan("sm_89", mma="wgmma").defines      # Ada: mma.sync e4m3 is native there
     assert "WGMMA" not in gather.plan("sm_90a", mma="wgmma").defines     # element gather: mma.sync
-    assert "WGMMA" not in CASES[0].plan("sm_90a", mma="wgmma").defines   # FP16: mma.sync
+    assert CASES[0].plan("sm_90a", mma="wgmma").defines["WGMMA"] == 1     # float16 too
+    assert "WGMMA" not in CASES[0].plan("sm_90a", mma="mma.sync").defines
     with pytest.raises(ValueError, match="mma="):
         vector.plan("sm_90a", mma="tcgen05")
+
+
+def test_e4m3_x_moves_bytes_and_writes_float16():
+    """float8_e4m3fn X (already quantized): no quantize pass (A stages hold bytes), float16 Y, BLOCK_K 128 over
+    >= 256 channels on the wgmma path."""
+    case = ConvCase("x8", 2, 256, 7, 7, 256, 3, 3, pad=1, input_scale=FP8_INPUT_SCALE)
+    dtypes = ["float8_e4m3fn", *case.dtypes()[1:]]
+    plan = plan_conv(case.shapes(), dtypes, case.attrs(), "sm_90a")
+    d = plan.defines
+    assert d["X_E4M3"] == 1 and d["WGMMA"] == 1 and d["CONV_BF16"] == 0 and d["BLOCK_K"] == 128
+    assert plan.shared_mem == d["STAGES"] * (d["BLOCK_M"] + d["BLOCK_N"]) * d["BLOCK_K"]
+    x8 = plan_conv(case.shapes(), dtypes, case.attrs(), "sm_90a", block_k=64)
+    quantized = plan_conv(case.shapes(), case.dtypes(), case.attrs(), "sm_90a", block_k=64)
+    q = quantized.defines
+    assert "X_E4M3" not in q and q["STAGES"] == x8.defines["STAGES"]
+    assert quantized.shared_mem - x8.shared_mem == q["STAGES"] * q["BLOCK_M"] * 64 + 3 * q["BLOCK_M"] * 64

@@ -48,11 +48,15 @@ def test_every_tested_specialization_compiles_without_spills(arch):
 
 
 def test_ptx_uses_tensor_cores_ldmatrix_and_cp_async():
-    plan = next(c for c in CASES if c.name == "3x3_c64_k64_17x13").plan("sm_90a")
+    case = next(c for c in CASES if c.name == "3x3_c64_k64_17x13")
+    plan = case.plan("sm_90a", mma="mma.sync")
     ptx = comp.compile_ptx(plan.source, "sm_90a", plan.defines)
     for instruction in ("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", "ldmatrix.sync.aligned.m8n8.x4",
                         "cp.async.cg.shared.global"):
         assert instruction in ptx, f"{instruction} missing from the implicit-GEMM PTX"
+    plan = case.plan("sm_90a")  # Hopper's default: wgmma from the same swizzled tiles
+    ptx = comp.compile_ptx(plan.source, "sm_90a", plan.defines)
+    assert "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16" in ptx and "cp.async.cg.shared.global" in ptx
 
 
 def _cuobjdump() -> str | None:

@@ -82,3 +82,59 @@ def test_fp8_specialization_runs_e4m3_mma(arch, mma, ptx_mma, sass_mma):
     cubin, _ = comp.compile_cubin(plan.source, arch, plan.defines)
     sass = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
     assert sass_mma in sass, f"{sass_mma} missing from the {arch} SASS"
+
+
+def _tuned(name: str):
+    return next(t for t in WGMMA_CASES if t.name == name)
+
+
+@pytest.mark.parametrize("tuned", WGMMA_CASES, ids=lambda t: t.name)
+def test_wgmma_variant_ptx(tuned):
+    """Each forced sm_90a variant: warpgroup MMAs of BLOCK_N columns in its operand type (no mma.sync left), a
+    compile-time cluster shape with DSMEM reads exactly when CLUSTER_K is set, A through L1 exactly under
+    TAPS_INNER."""
+    plan = tuned.plan("sm_90a")
+    d = plan.defines
+    ptx = comp.compile_ptx(plan.source, "sm_90a", d)
+    operand = "k32.f32.e4m3.e4m3" if d.get("FP8") else ("k16.f32.bf16.bf16" if d["CONV_BF16"] else "k16.f32.f16.f16")
+    assert f"wgmma.mma_async.sync.aligned.m64n{d['BLOCK_N']}{operand}" in ptx
+    shapes = set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m64n\d+)k", ptx))
+    assert shapes == {f"m64n{d['BLOCK_N']}"}, shapes
+    assert "mma.sync" not in ptx and "wgmma.wait_group.sync.aligned 1" in ptx
+    cluster = d.get("CLUSTER_K", 1)
+    for instruction in (".reqnctapercluster", "mapa.shared::cluster", "ld.shared::cluster.f32",
+                        "barrier.cluster.arrive.release.aligned"):
+        assert (instruction in ptx) == (cluster > 1), instruction
+    if cluster > 1:
+        assert f".reqnctapercluster 1, 1, {cluster}" in ptx
+    assert ("cp.async.ca.shared.global" in ptx) == bool(d.get("TAPS_INNER"))
+    assert "cp.async.cg.shared.global" in ptx  # W (and A without TAPS_INNER) through L2 only
+
+
+@pytest.mark.parametrize("name, instructions", [
+    ("wg_3x3_c64_k96_b1__128x128w8", ["wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16"]),
+    ("wg_3x3_c64_k64__128x128w8_cluster2", [".reqnctapercluster 1, 1, 2", "mapa.shared::cluster.u32"]),
+    ("wg_3x3_c128_k64_ti__128x64w4_taps_inner", ["cp.async.ca.shared.global",
+                                                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16"]),
+])
+def test_wgmma_cluster_and_taps_inner_ptx_instructions(name, instructions):
+    plan = _tuned(name).plan("sm_90a")
+    ptx = comp.compile_ptx(plan.source, "sm_90a", plan.defines)
+    for instruction in instructions:
+        assert instruction in ptx, f"{instruction} missing from {name}'s PTX"
+
+
+@pytest.mark.parametrize("name, sass_mma", [
+    ("wg_3x3_c64_k96_b1__128x128w8", "HGMMA.64x128x16.F32"),
+    ("wg_1x1_c128_k320_bf16__128x256w8", "HGMMA.64x256x16.F32.BF16"),
+    ("wg_fp8_3x3_c64_k96__128x128w8", "QGMMA.64x128x32.F32.E4M3.E4M3"),
+])
+def test_wgmma_variant_sass_runs_warpgroup_mma(name, sass_mma):
+    tool = _cuobjdump()
+    if tool is None:
+        pytest.skip("cuobjdump not found (CUDA toolkit without it): SASS not checked")
+    plan = _tuned(name).plan("sm_90a")
+    cubin, _ = comp.compile_cubin(plan.source, "sm_90a", plan.defines)
+    sass = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+    assert sass_mma in sass, f"{sass_mma} missing from {name}'s SASS"
+    assert "HMMA.16816" not in sass  # no mma.sync left

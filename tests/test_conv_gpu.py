@@ -27,16 +27,21 @@ SAMPLES = Path(__file__).resolve().parents[1] / "models" / "samples"
 @pytest.fixture(scope="module", autouse=True)
 def compiled_specializations(request):
     """Compile the selected tests' PTX up front, in parallel (nvcc is single-threaded; the tests then hit the
-    cache): each selected case's plan, FP8 ones under the main loop their test asks for."""
+    cache): each selected case's plan, FP8 ones under the main loop their test asks for (e4m3-X ones: the
+    default), sm_90a's wgmma variants with their overrides."""
     import os
     from trt_fusedattn.launcher.compile import compile_ptx
     from trt_fusedattn.launcher.launch import device_arch
     arch = device_arch(0)
-    selected = [item.callspec.params for item in request.session.items if hasattr(item, "callspec")]
+    # this module's selected tests only: other modules' "case" parameters are strings or attention cases
+    selected = [item.callspec.params for item in request.session.items
+                if hasattr(item, "callspec") and getattr(item, "module", None) is request.module]
     plans = [p["case"].plan(arch) for p in selected if "case" in p and not p["case"].fp8]
     if has_fp8(arch):
-        plans += [p["case"].plan(arch, mma=p.get("mma", "mma.sync")) for p in selected
-                  if "case" in p and p["case"].fp8]
+        plans += [p["case"].plan(arch, **({} if p["case"].x_e4m3 else {"mma": p.get("mma", "mma.sync")}))
+                  for p in selected if "case" in p and p["case"].fp8]
+    if arch == "sm_90a":
+        plans += [p["tuned"].plan(arch) for p in selected if "tuned" in p]
     plans = list({(p.source, tuple(sorted(p.defines.items()))): p for p in plans}.values())
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 8) as pool:
         list(pool.map(lambda p: compile_ptx(p.source, arch, p.defines), plans))

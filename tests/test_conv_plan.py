@@ -3,12 +3,15 @@ from __future__ import annotations
 
 import math
 import operator
+from dataclasses import replace
 
 import pytest
 
-from _conv_cases import CASES, FP8_CASES, FP8_INPUT_SCALE, ConvCase
+from _conv_cases import CASES, FP8_CASES, FP8_INPUT_SCALE, WGMMA_CASES, ConvCase, TunedCase
 from trt_fusedattn.plugins.conv.contract import FUSED_CONV
-from trt_fusedattn.plugins.conv.plan import DEPTHWISE, IMPLICIT_GEMM, float_literal, output_shape_conv, plan_conv
+from trt_fusedattn.plugins.conv import plan as conv_plan
+from trt_fusedattn.plugins.conv.plan import (DEPTHWISE, GEMM_TILES, IMPLICIT_GEMM, SHARED_LIMIT, float_literal,
+                                             gemm_shared_bytes, output_shape_conv, plan_conv, wgmma_fits)
 
 
 class Sym:
@@ -246,3 +249,207 @@ def test_e4m3_x_moves_bytes_and_writes_float16():
     q = quantized.defines
     assert "X_E4M3" not in q and q["STAGES"] == x8.defines["STAGES"]
     assert quantized.shared_mem - x8.shared_mem == q["STAGES"] * q["BLOCK_M"] * 64 + 3 * q["BLOCK_M"] * 64
+
+
+# --- Hopper main loops and reduction splits: wgmma (every dtype), thread-block clusters, taps-inner order ---
+
+def test_every_gemm_tile_but_non_warpgroup_shapes_fits_wgmma():
+    """wgmma_fits: whole warpgroups (4 warps), each over a multiple of 64 rows, 32..256 columns. Every tile in
+    GEMM_TILES has that shape; made-up tiles without it are refused."""
+    for name, (block_m, block_n, warps_m, warps_n, _) in GEMM_TILES.items():
+        warps = warps_m * warps_n
+        expected = warps % 4 == 0 and (block_m // (warps // 4)) % 64 == 0 and block_n in (32, 64, 128, 256)
+        assert wgmma_fits(name) == expected, name
+    assert all(wgmma_fits(name) for name in GEMM_TILES)
+
+
+@pytest.mark.parametrize("tile, shape", [("64x64w2", (64, 64, 1, 2, 1)),      # half a warpgroup
+                                         ("64x128w8", (64, 128, 2, 4, 1)),    # 32 rows per warpgroup
+                                         ("128x96w4", (128, 96, 2, 2, 1))])   # 96 columns: no such wgmma here
+def test_tile_without_whole_warpgroups_falls_back_to_mma_sync(monkeypatch, tile, shape):
+    monkeypatch.setitem(GEMM_TILES, tile, shape)
+    assert not wgmma_fits(tile)
+    case = ConvCase("t", 2, 64, 9, 9, 64, 3, 3, pad=1)
+    for c in (case, replace(case, dtype="bfloat16"), replace(case, scale=True, input_scale=FP8_INPUT_SCALE)):
+        d = c.plan("sm_90a", tile=tile, mma="wgmma").defines
+        assert "WGMMA" not in d and d["BLOCK_M"] == shape[0] and d["BLOCK_N"] == shape[1]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("tile", ["128x128w8", "128x256w8", "64x128w4", "128x64w4", "64x256w4", "128x64w8",
+                                  "128x128w8s2", "64x128w4s2", "128x32w4"])
+def test_fp16_wgmma_on_warpgroup_tiles_only_on_sm90a(dtype, tile):
+    case = ConvCase("t", 2, 64, 9, 9, 96, 3, 3, pad=1, dtype=dtype)
+    plan = case.plan("sm_90a", tile=tile, mma="wgmma")
+    d = plan.defines
+    assert d["WGMMA"] == 1 and d["CONV_BF16"] == (dtype == "bfloat16") and "FP8" not in d
+    assert (d["BLOCK_M"], d["BLOCK_N"], d["WARPS_M"], d["WARPS_N"], d["SPLIT_K"]) == GEMM_TILES[tile]
+    assert plan.shared_mem == gemm_shared_bytes(d) <= SHARED_LIMIT["sm_90a"]
+    assert "WGMMA" not in case.plan("sm_90a", tile=tile, mma="mma.sync").defines
+    assert ("WGMMA" in case.plan("sm_90a", tile=tile).defines) == conv_plan.FP16_WGMMA_BY_DEFAULT
+    for arch in ("sm_80", "sm_89", "sm_90"):  # no wgmma below sm_90a (plain sm_90 lacks the 'a' features)
+        try:
+            assert "WGMMA" not in case.plan(arch, tile=tile, mma="wgmma").defines
+        except ValueError as exc:  # a tile too large for sm_89's shared memory
+            assert "shared memory" in str(exc) and arch != "sm_90"
+
+
+@pytest.mark.parametrize("default", [False, True])
+def test_fp16_wgmma_default_follows_its_switch(monkeypatch, default):
+    case = ConvCase("t", 2, 64, 9, 9, 96, 3, 3, pad=1)
+    monkeypatch.setattr(conv_plan, "FP16_WGMMA_BY_DEFAULT", default)
+    assert ("WGMMA" in case.plan("sm_90a", tile="128x128w8").defines) == default
+    assert ("WGMMA" in case.plan("sm_90a").defines) == default
+    assert case.plan("sm_90a", tile="128x128w8", mma="wgmma").defines["WGMMA"] == 1
+    assert "WGMMA" not in case.plan("sm_90a", tile="128x128w8", mma="mma.sync").defines
+    assert "WGMMA" not in case.plan("sm_89", tile="128x64w4").defines
+
+
+def test_fp16_wgmma_needs_16_byte_loads():
+    gather = ConvCase("t", 2, 12, 9, 9, 64, 3, 3, pad=1)  # C % 8 != 0: the element gather
+    d = gather.plan("sm_90a", tile="128x64w4", mma="wgmma").defines
+    assert d["IN_VEC"] == 1 and "WGMMA" not in d
+
+
+def test_unknown_tile_and_main_loop_rejected():
+    case = ConvCase("t", 2, 64, 9, 9, 64, 3, 3, pad=1)
+    with pytest.raises(ValueError, match="unknown implicit-GEMM tile"):
+        case.plan("sm_90a", tile="256x256w16")
+    with pytest.raises(ValueError, match="mma="):
+        case.plan("sm_90a", mma="hmma")
+
+
+@pytest.mark.parametrize("cluster", [2, 4])
+@pytest.mark.parametrize("tile, groups", [("128x128w8", 1), ("64x128w4", 2), ("128x128w8s2", 1),
+                                          ("64x128w4s2", 4)])
+@pytest.mark.parametrize("mma", ["wgmma", "mma.sync"])
+def test_cluster_splits_the_reduction_along_grid_z(cluster, tile, groups, mma):
+    case = ConvCase("t", 3, 64 * groups, 9, 7, 96 * groups, 3, 3, pad=1, groups=groups, residual=True)
+    plan = case.plan("sm_90a", tile=tile, mma=mma, cluster=cluster)
+    d = plan.defines
+    pixels = case.n * case.out_hw[0] * case.out_hw[1]
+    assert d["CLUSTER_K"] == cluster and ("WGMMA" in d) == (mma == "wgmma")
+    assert plan.grid == (math.ceil(pixels / d["BLOCK_M"]), math.ceil(96 / d["BLOCK_N"]), groups * cluster)
+    assert plan.shared_mem == gemm_shared_bytes(d) >= d["BLOCK_M"] * d["BLOCK_N"] * 4
+    assert plan.shared_mem >= d["SPLIT_K"] * d["STAGES"] * (d["BLOCK_M"] + d["BLOCK_N"]) * d["BLOCK_K"] * 2
+    no_cluster = case.plan("sm_90a", tile=tile, mma=mma)
+    assert "CLUSTER_K" not in no_cluster.defines and no_cluster.grid[2] == groups
+    assert case.plan("sm_90a", tile=tile, mma=mma, cluster=1).defines == no_cluster.defines
+
+
+def test_cluster_partial_tile_can_set_the_shared_memory():
+    """A shallow pipeline (1x1 over 32 channels: one BLOCK_K 32 tile) on a wide tile: the cluster's fp32 partial
+    tile is the largest use of shared memory."""
+    case = ConvCase("t", 2, 32, 9, 9, 256, 1, 1)
+    for mma in ("wgmma", "mma.sync"):
+        plan = case.plan("sm_90a", tile="128x256w8", mma=mma, cluster=2)
+        d = plan.defines
+        assert d["BLOCK_K"] == 32 and d["CLUSTER_K"] == 2
+        assert plan.shared_mem == 128 * 256 * 4 > d["STAGES"] * (128 + 256) * 32 * 2
+        assert case.plan("sm_90a", tile="128x256w8", mma=mma).shared_mem < plan.shared_mem
+
+
+def test_cluster_stages_count_each_ctas_slice():
+    """Pipeline depth is clamped to the reduction tiles one CTA walks (9 tiles: 5 on 2 CTAs, 3 on 4)."""
+    case = ConvCase("t", 2, 64, 9, 9, 64, 3, 3, pad=1)
+    assert case.plan("sm_90a", tile="128x64w4", mma="mma.sync", stages=8).defines["STAGES"] == 8
+    assert case.plan("sm_90a", tile="128x64w4", mma="mma.sync", stages=8, cluster=4).defines["STAGES"] == 3
+    assert case.plan("sm_90a", tile="128x64w4", mma="wgmma", stages=8, cluster=4).defines["STAGES"] == 4
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_86", "sm_89"])
+def test_cluster_needs_sm90(arch):
+    case = ConvCase("t", 2, 64, 9, 9, 64, 3, 3, pad=1)
+    with pytest.raises(ValueError, match="cluster"):
+        case.plan(arch, cluster=2)
+    fp8 = replace(case, scale=True, input_scale=FP8_INPUT_SCALE)
+    if arch == "sm_89":  # FP8's own arch check comes first below sm_89
+        with pytest.raises(ValueError, match="cluster"):
+            fp8.plan(arch, cluster=4)
+    assert "CLUSTER_K" in case.plan("sm_90", cluster=2).defines  # plain sm_90 has clusters (not wgmma)
+    assert "CLUSTER_K" in case.plan("sm_100a", cluster=2).defines
+
+
+def test_taps_inner_plan_and_rejections():
+    case = ConvCase("t", 2, 128, 9, 9, 64, 3, 3, pad=1)
+    d = case.plan("sm_90a", taps_inner=True).defines
+    assert d["TAPS_INNER"] == 1 and 128 % d["BLOCK_K"] == 0
+    assert "TAPS_INNER" not in case.plan("sm_90a").defines
+    assert case.plan("sm_80", taps_inner=True).defines["TAPS_INNER"] == 1  # cp.async.ca: any arch
+    with pytest.raises(ValueError, match="taps_inner"):  # 1x1: nothing to reorder
+        ConvCase("t", 2, 128, 9, 9, 64, 1, 1).plan("sm_90a", taps_inner=True)
+    with pytest.raises(ValueError, match="taps_inner"):  # C/G = 96 with BLOCK_K 64
+        ConvCase("t", 2, 96, 9, 9, 64, 3, 3, pad=1).plan("sm_90a", tile="128x64w4", block_k=64, taps_inner=True)
+    with pytest.raises(ValueError, match="taps_inner"):  # C/G = 48: BLOCK_K 32 does not divide it either
+        ConvCase("t", 2, 48, 9, 9, 64, 3, 3, pad=1).plan("sm_90a", taps_inner=True)
+    with pytest.raises(ValueError, match="taps_inner"):  # groups: C/G = 16
+        ConvCase("t", 2, 64, 9, 9, 64, 3, 3, pad=1, groups=4).plan("sm_90a", taps_inner=True)
+    with pytest.raises(ValueError, match="taps_inner"):  # FP8: BLOCK_K 64, C/G 32
+        ConvCase("t", 2, 32, 9, 9, 64, 3, 3, pad=1, scale=True, input_scale=FP8_INPUT_SCALE).plan(
+            "sm_90a", taps_inner=True)
+    # C/G = 96 is a multiple of BLOCK_K 32 (its default)
+    assert ConvCase("t", 2, 96, 9, 9, 64, 3, 3, pad=1).plan("sm_90a", taps_inner=True).defines["BLOCK_K"] == 32
+
+
+def test_fp8_wgmma_shared_memory_holds_three_quantized_a_tiles():
+    case = next(c for c in FP8_CASES if c.name == "fp8_3x3_c64_k64_17x13")
+    for tile in ("128x128w8", "64x128w4", "128x64w8"):
+        wg = case.plan("sm_90a", tile=tile, mma="wgmma", stages=4)
+        sync = case.plan("sm_90a", tile=tile, mma="mma.sync", stages=4)
+        d = wg.defines
+        assert d["WGMMA"] == 1 and "WGMMA" not in sync.defines and d["STAGES"] == sync.defines["STAGES"] == 4
+        a8 = d["BLOCK_M"] * d["BLOCK_K"]  # one e4m3 A tile
+        assert wg.shared_mem == 4 * (d["BLOCK_M"] * 2 + d["BLOCK_N"]) * d["BLOCK_K"] + 3 * a8
+        assert wg.shared_mem - sync.shared_mem == a8
+        assert gemm_shared_bytes({**sync.defines, "WGMMA": 1}) == wg.shared_mem
+    # float16 under wgmma: no quantized tiles, same bytes as mma.sync
+    fp16 = ConvCase("t", 2, 64, 9, 9, 64, 3, 3, pad=1)
+    wg, sync = (fp16.plan("sm_90a", tile="128x128w8", mma=m, stages=4) for m in ("wgmma", "mma.sync"))
+    assert wg.shared_mem == sync.shared_mem == 4 * (128 + 128) * 64 * 2
+
+
+@pytest.mark.parametrize("fp8, mma, least", [(False, "mma.sync", 2), (False, "wgmma", 3), (True, "mma.sync", 3),
+                                              (True, "wgmma", 4)])
+@pytest.mark.parametrize("tile", ["128x128w8", "64x128w4", "64x128w4s2"])
+def test_min_pipeline_depth(fp8, mma, least, tile):
+    """wgmma keeps one tile's MMAs in flight (+1 stage); FP8 quantizes A one tile ahead (+1): the requested depth
+    and a short reduction (1x1 over 64 channels: one tile) never go below that."""
+    for c, kernel in ((64, 1), (64, 3)):
+        case = ConvCase("t", 2, c, 9, 9, 64, kernel, kernel, pad=kernel // 2, scale=fp8,
+                        input_scale=FP8_INPUT_SCALE if fp8 else 0.0)
+        for stages in (None, 2):
+            d = case.plan("sm_90a", tile=tile, mma=mma, stages=stages).defines
+            assert ("WGMMA" in d) == (mma == "wgmma")
+            assert d["STAGES"] >= least
+            if stages == 2 or kernel == 1:
+                assert d["STAGES"] == least
+
+
+@pytest.mark.parametrize("tuned", WGMMA_CASES, ids=lambda t: t.name)
+def test_wgmma_case_plans(tuned: TunedCase):
+    plan = tuned.plan("sm_90a")
+    d, case = plan.defines, tuned.case
+    assert plan.source == IMPLICIT_GEMM and d["WGMMA"] == 1 and d["IN_VEC"] == 8
+    assert d.get("FP8", 0) == case.fp8 and d["CONV_BF16"] == (case.dtype == "bfloat16")
+    assert (d["BLOCK_M"], d["BLOCK_N"], d["WARPS_M"], d["WARPS_N"], d["SPLIT_K"]) == GEMM_TILES[tuned.overrides["tile"]]
+    assert d.get("CLUSTER_K", 1) == tuned.overrides.get("cluster", 1)
+    assert d.get("TAPS_INNER", 0) == bool(tuned.overrides.get("taps_inner"))
+    assert plan.shared_mem == gemm_shared_bytes(d) <= 232448
+    p, q = case.out_hw
+    assert plan.grid == (math.ceil(case.n * p * q / d["BLOCK_M"]), math.ceil(case.k // case.groups / d["BLOCK_N"]),
+                         case.groups * d.get("CLUSTER_K", 1))
+    assert plan.block == (d["WARPS_M"] * d["WARPS_N"] * d["SPLIT_K"] * 32, 1, 1)
+    assert d["STAGES"] >= 3 + case.fp8
+
+
+def test_wgmma_cases_cover_what_they_claim():
+    """Odd M (not a multiple of BLOCK_M), K/G not a multiple of BLOCK_N, uneven cluster slices, every new tile."""
+    plans = [(t, t.plan("sm_90a").defines) for t in WGMMA_CASES]
+    m = lambda t: t.case.n * t.case.out_hw[0] * t.case.out_hw[1]  # noqa: E731
+    assert any(m(t) % d["BLOCK_M"] for t, d in plans) and any(m(t) > 2 * d["BLOCK_M"] for t, d in plans)
+    assert any((t.case.k // t.case.groups) % d["BLOCK_N"] for t, d in plans)
+    tiles = lambda t, d: math.ceil(t.case.kh * t.case.kw * t.case.c // t.case.groups / d["BLOCK_K"])  # noqa: E731
+    assert any(tiles(t, d) % d["CLUSTER_K"] for t, d in plans if "CLUSTER_K" in d)
+    assert {"64x256w4", "128x64w8", "128x128w8s2", "64x128w4s2"} <= {t.overrides["tile"] for t in WGMMA_CASES}
+    assert {t.case.dtype for t in WGMMA_CASES} == {"float16", "bfloat16"} and any(t.case.fp8 for t in WGMMA_CASES)
+    assert len({t.name for t in WGMMA_CASES}) == len(WGMMA_CASES)

@@ -41,6 +41,18 @@ def _fused_nodes(model: onnx.ModelProto) -> list:
     return [n for n in model.graph.node if FUSED_ATTENTION.is_node(n)]
 
 
+def _fuse_one_site(original: onnx.ModelProto):
+    """(fused model, its one attention site) of a graph holding exactly one Softmax/Attention site."""
+    fused, report = fuse(original, only=["attention"])
+    (site,) = report.sites
+    return fused, site
+
+
+def _assert_verified(original: onnx.ModelProto, fused: onnx.ModelProto, seed: int) -> None:
+    result = verify(original, fused, inputs=attention_inputs(original, seed=seed))
+    assert result.passed, result.table()
+
+
 def _sample_inputs(model: onnx.ModelProto, seed: int) -> dict:
     """Token ids or pixels at random, and an attention mask padded on the right in one row and on the left in
     another (so masks are exercised, including query rows with no key to attend)."""
@@ -127,37 +139,31 @@ EXPECTED = {  # details the fused node must carry
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_hand_built_pattern_fused_and_verified(case):
     original = softmax_attention(**CASES[case])
-    fused, report = fuse(original, only=["attention"])
-    (site,) = report.sites
+    fused, site = _fuse_one_site(original)
     assert site.fused, site.reason
     assert abs(site.details["scale"] - 0.25) < 1e-6
     for key, value in EXPECTED.get(case, {}).items():
         assert site.details[key] == value, site.details
     (node,) = _fused_nodes(fused)
     assert not [n for n in fused.graph.node if n.op_type == "Softmax"]
-    result = verify(original, fused, inputs=attention_inputs(original, seed=3))
-    assert result.passed, result.table()
+    _assert_verified(original, fused, seed=3)
 
 
 def test_additive_and_boolean_mask_combined():
     """Where(keep, S, -inf) + additive mask: one float mask input (the boolean part as -inf), verified."""
     original = irregular_scores("float_and_bool")
-    fused, report = fuse(original, only=["attention"])
-    (site,) = report.sites
+    fused, site = _fuse_one_site(original)
     assert site.fused and site.details["mask"] == "float", site.reason
-    result = verify(original, fused, inputs=attention_inputs(original, seed=6))
-    assert result.passed, result.table()
+    _assert_verified(original, fused, seed=6)
 
 
 def test_keys_given_transposed():
     """Kᵀ with no Transpose to undo: one Transpose back to K is inserted; BHSD needs no other (Q, V, O)."""
     original = irregular_scores("kt_input")
-    fused, report = fuse(original, only=["attention"])
-    (site,) = report.sites
+    fused, site = _fuse_one_site(original)
     assert site.fused and site.details["layout"] == "BHSD", (site.reason, site.details)
     assert [n.op_type for n in fused.graph.node].count("Transpose") == 1
-    result = verify(original, fused, inputs=attention_inputs(original, seed=7))
-    assert result.passed, result.table()
+    _assert_verified(original, fused, seed=7)
 
 
 def test_layers_share_one_mask_conversion():
@@ -166,8 +172,7 @@ def test_layers_share_one_mask_conversion():
     fused, report = fuse(original, only=["attention"])
     assert [s.fused for s in report.sites] == [True] * 3
     assert [n.op_type for n in fused.graph.node].count("Not") == 1
-    result = verify(original, fused, inputs=attention_inputs(original, seed=4))
-    assert result.passed, result.table()
+    _assert_verified(original, fused, seed=4)
 
 
 def test_layout_absorbs_head_transposes():
@@ -184,11 +189,9 @@ def test_onnx_attention_op_fused_and_verified(case):
               "bool_mask": dict(mask="bool"), "float_mask_scale": dict(mask="float", scale=0.3),
               "nonpad_kv_seqlen": dict(nonpad=True), "nonpad_kv_seqlen_3d_mask": dict(nonpad=True, rank=3, mask="bool")}[case]
     original = onnx_attention(**kwargs)
-    fused, report = fuse(original, only=["attention"])
-    (site,) = report.sites
+    fused, site = _fuse_one_site(original)
     assert site.fused, site.reason
-    result = verify(original, fused, inputs=attention_inputs(original, seed=5))
-    assert result.passed, result.table()
+    _assert_verified(original, fused, seed=5)
 
 
 LEFT_ALONE = {
@@ -211,8 +214,7 @@ LEFT_ALONE = {
 def test_site_left_alone_with_reason(case):
     build, reason = LEFT_ALONE[case]
     original = build()
-    fused, report = fuse(original, only=["attention"])
-    (site,) = report.sites
+    fused, site = _fuse_one_site(original)
     assert not site.fused and reason in site.reason, site.reason
     assert not _fused_nodes(fused)
     assert sorted(n.op_type for n in fused.graph.node) == sorted(n.op_type for n in original.graph.node)
@@ -225,8 +227,7 @@ def test_non_attention_softmax_left_alone():
     g = GraphBuilder()
     logits = g.op("MatMul", [g.input("x", onnx.TensorProto.FLOAT, [2, 8]), g.const(np.ones((8, 3), np.float32))])
     original = g.model(g.op("Softmax", [logits], axis=-1), rank=2)
-    fused, report = fuse(original, only=["attention"])
-    (site,) = report.sites
+    fused, site = _fuse_one_site(original)
     assert not site.fused and "rank 2" in site.reason, site.reason
 
 
@@ -252,8 +253,7 @@ def test_torch_export_variant_fused_and_verified(style, exporter, tmp_path):
     from tests._attention_graphs import export_torch_attention
 
     original = export_torch_attention(style, exporter, tmp_path / "attention.onnx")
-    fused, report = fuse(original, only=["attention"])
-    (site,) = report.sites
+    fused, site = _fuse_one_site(original)
     assert site.fused, site.reason
     expected = dict(TORCH_EXPORTS[(style, exporter)])
     transposes = expected.pop("transposes", 0)
@@ -276,8 +276,7 @@ def test_bfloat16_export_fused(exporter, tmp_path):
     from tests._attention_graphs import export_torch_attention
 
     original = export_torch_attention("sdpa_causal", exporter, tmp_path / "attention.onnx", dtype="bfloat16")
-    fused, report = fuse(original, only=["attention"])
-    (site,) = report.sites
+    fused, site = _fuse_one_site(original)
     assert site.fused, site.reason
     assert abs(site.details["scale"] - 0.25) < 1e-6 and site.details["causal"] == 1, site.details
     assert len(_fused_nodes(fused)) == 1 and _anchors(fused) == 0

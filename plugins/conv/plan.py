@@ -315,7 +315,7 @@ def plan_conv(input_shapes, input_dtypes, attrs, arch: str, *, formats=None, til
     if fp8:
         check_fp8(x_dtype, w_dtype, input_scale, arch)
     elif "float8_e4m3fn" in (x_dtype, w_dtype):
-        raise ValueError("float8_e4m3fn W is FP8 FusedConv: give input_scale (the per-tensor scale of X, > 0)")
+        raise ValueError("float8_e4m3fn X or W is FP8 FusedConv: give input_scale (the per-tensor scale of X, > 0)")
     elif x_dtype not in ELEMENT_DTYPES or w_dtype != x_dtype:
         raise ValueError(f"FusedConv kernels take float16 or bfloat16 X with W of the same dtype; got X {x_dtype}, "
                          f"W {w_dtype} (cast float32 models to float16/bfloat16)")

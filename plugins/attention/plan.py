@@ -158,6 +158,9 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
     if smem > SMEM_LIMIT.get(arch, SMEM_LIMIT_DEFAULT):
         raise ValueError(f"FusedAttention: tile {block_m}x{block_n} at head dim {dim} needs {smem} B of shared memory, "
                          f"more than {arch} has")
+    if float(attrs.get("softcap", 0.0)):
+        raise ValueError("FusedAttention: the kernels do not take softcap yet (the reference does); leave the site "
+                         "unfused")
     scale = float(attrs.get("scale", 0.0)) or 1.0 / math.sqrt(dim)
     causal = int(attrs.get("causal", 0))
     defines = {

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from trt_fusedattn.launcher.arch import WGMMA_ARCHES, shared_limit
 from trt_fusedattn.launcher.plan import LaunchPlan
 from trt_fusedattn.plugins.attention.contract import HEAD_DIMS
 
@@ -25,15 +26,12 @@ TILES = {16: (128, 128, 4, 1, 2), 32: (128, 64, 4, 0, 2), 64: (128, 64, 4, 1, 2)
 # A mask's per-element loads need registers: masked specializations use 16 query rows per warp.
 TILES_MASKED = {16: (128, 128, 8, 0, 2), 32: (128, 64, 8, 0, 2), 64: (128, 64, 8, 0, 2), 96: (128, 64, 8, 0, 2), 128: (128, 64, 8, 0, 2),
                 256: (128, 32, 8, 0, 2)}
-# GPUs with 99 KB of shared memory per block (sm_86, sm_87, sm_89) get smaller head-dim-256 tiles.
+# GPUs with 99 KB of shared memory per block (sm_86, sm_89, sm_120) get smaller head-dim-256 tiles.
 TILES_SMALL_SMEM = {**TILES, 256: (64, 16, 4, 0, 2)}
-SMEM_LIMIT = {"sm_80": 163 * 1024, "sm_86": 99 * 1024, "sm_87": 163 * 1024, "sm_89": 99 * 1024}
-SMEM_LIMIT_DEFAULT = 227 * 1024  # sm_90 and newer
 # The Hopper mainloop (attention_mainloop_sm90.cuh: wgmma, one warpgroup per 64 query rows) for these head dims on
 # sm_90a: (BLOCK_M, BLOCK_N, NUM_WARPS, Q_IN_REGISTERS, KV_STAGES); masks use the same tiles (16 rows per warp already).
 # Head dim 64 runs two blocks per SM (<= 128 registers, 50 KB smem each) so one block's softmax overlaps the other's
 # wgmmas (without a mask: an additive mask's loads would spill at 128 registers); head dim 128 one block of 128x128 (about 160-210 registers). Predictions, not yet timed (NOTES.md).
-WGMMA_ARCHES = ("sm_90a",)
 WGMMA_TILES = {64: (128, 64, 8, 0, 2), 128: (128, 128, 8, 0, 2)}
 WGMMA_MIN_BLOCKS_PER_SM = {64: 2, 128: 1}
 # FA3's intra-warpgroup overlap (P V of tile t+1 during the softmax of tile t; NOTES.md): off until timed.
@@ -134,7 +132,7 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
     for name, d in (("batch", batch), ("query heads", heads_q)):
         if isinstance(d, int) and d > 65535:
             raise ValueError(f"FusedAttention: {name} {d} exceeds the grid limit 65535; split the call")
-    small_smem = SMEM_LIMIT.get(arch, SMEM_LIMIT_DEFAULT) < 128 * 1024
+    small_smem = shared_limit(arch) < 128 * 1024
     table = TILES_MASKED if mask_kind is not None else TILES
     if small_smem:
         table = {**table, 256: TILES_SMALL_SMEM[256]}
@@ -155,7 +153,7 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
     if tune["WGMMA_OVERLAP"] and not tune["WGMMA"]:
         raise ValueError("FusedAttention: WGMMA_OVERLAP is an option of the wgmma mainloop; set WGMMA=1 too")
     smem = shared_mem_bytes(dim, block_m, block_n, stages, bool(wgmma), bool(tune["WGMMA_OVERLAP"]))
-    if smem > SMEM_LIMIT.get(arch, SMEM_LIMIT_DEFAULT):
+    if smem > shared_limit(arch):
         raise ValueError(f"FusedAttention: tile {block_m}x{block_n} at head dim {dim} needs {smem} B of shared memory, "
                          f"more than {arch} has")
     if float(attrs.get("softcap", 0.0)):

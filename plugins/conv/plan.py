@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from trt_fusedattn.launcher.arch import CLUSTER_ARCH, SHARED_LIMIT, WGMMA_ARCHES, arch_number, shared_limit
 from trt_fusedattn.launcher.plan import LaunchPlan
 
 HERE = Path(__file__).resolve().parent
@@ -108,8 +109,6 @@ GEMM_TILES = {
 }
 FP8_WGMMA_BY_DEFAULT = True   # Hopper FP8 main loop on wgmma: its GPU tests passed on the H100 (2026-11-22)
 FP16_WGMMA_BY_DEFAULT = True  # float16/bfloat16 on wgmma: GPU-tested on the H100 (2026-11-22)
-WGMMA_ARCHES = ("sm_90a",)
-CLUSTER_ARCH = 90  # thread-block clusters (CLUSTER_K > 1): sm_90 and newer
 
 
 def default_gemm_tile(cg: int, kg: int, taps: int) -> tuple[str, int | None]:
@@ -146,10 +145,6 @@ def default_wgmma_tile(cg: int, kg: int, taps: int) -> tuple[str, int] | None:
     if kg >= 512 and reduction >= 1024:
         return "128x256w8", 1
     return "128x128w8", 1
-
-
-# Dynamic shared memory a block may opt into, per arch (bytes); unknown arches get the smallest.
-SHARED_LIMIT = {"sm_80": 166912, "sm_86": 101376, "sm_89": 101376, "sm_90": 232448, "sm_90a": 232448}
 
 
 def wgmma_fits(name: str) -> bool:
@@ -218,7 +213,7 @@ def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, b
         config["CLUSTER_K"] = cluster
     if taps_inner:
         config["TAPS_INNER"] = 1
-    limit = SHARED_LIMIT.get(arch, min(SHARED_LIMIT.values()))
+    limit = shared_limit(arch)
     while gemm_shared_bytes(config) > limit and config["STAGES"] > min_stages:
         config["STAGES"] -= 1
     if gemm_shared_bytes(config) > limit and tile is None and split > 1:
@@ -275,12 +270,6 @@ def check_formats(formats, geo: dict) -> None:
                              "which the kernels' NHWC indexing does not skip (give the layer 8k channels)")
 
 
-def arch_number(arch: str) -> int:
-    """89 for ``sm_89``, 90 for ``sm_90a``; 0 when ``arch`` is not an ``sm_<digits>`` name."""
-    digits = arch.removeprefix("sm_").rstrip("abf")
-    return int(digits) if digits.isdigit() else 0
-
-
 def check_fp8(x_dtype, w_dtype, input_scale: float, arch: str) -> None:
     """FP8 FusedConv: float16/bfloat16 X (quantized in the kernel) or float8_e4m3fn X (already quantized by its
     producer), float8_e4m3fn W, a positive finite input_scale, e4m3 tensor cores."""
@@ -294,9 +283,9 @@ def check_fp8(x_dtype, w_dtype, input_scale: float, arch: str) -> None:
                          "run the layer in float16/bfloat16 (input_scale 0)")
 
 
-def output_dtype_conv(x_dtype: str) -> str:
+def output_dtype_conv(input_dtypes, attrs=None) -> str:
     """Y's dtype: X's, float16 when X is float8_e4m3fn (the contract)."""
-    return "float16" if x_dtype == "float8_e4m3fn" else x_dtype
+    return "float16" if input_dtypes[0] == "float8_e4m3fn" else input_dtypes[0]
 
 
 def plan_conv(input_shapes, input_dtypes, attrs, arch: str, *, formats=None, tile: str | None = None,
@@ -322,7 +311,7 @@ def plan_conv(input_shapes, input_dtypes, attrs, arch: str, *, formats=None, til
     for name, shape, dtype in (("shift", shift_shape, input_dtypes[2:3]), ("scale", scale_shape, input_dtypes[3:4])):
         if shape is not None and (list(dtype) != ["float32"] or len(shape) != 1):
             raise ValueError(f"{name} must be float32 [K]; got {dtype[0] if dtype else None} {tuple(shape)}")
-    y_dtype = output_dtype_conv(x_dtype)
+    y_dtype = output_dtype_conv(input_dtypes)
     if residual_shape is not None and input_dtypes[4] != y_dtype:
         raise ValueError(f"residual must have the output's dtype {y_dtype}; got {input_dtypes[4]}")
     geo = conv_geometry(x_shape, w_shape, attrs)

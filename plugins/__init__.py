@@ -1,5 +1,11 @@
-"""The custom ops, one folder each: contract, CUDA sources, launch plan, TensorRT registration."""
-from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION
-from trt_fusedattn.plugins.conv.contract import FUSED_CONV
+"""The custom ops, one folder each (contract, CUDA sources, launch plan), each described by one ``OpRecord``.
 
-CONTRACTS = (FUSED_ATTENTION, FUSED_CONV)
+``OPS`` is the one list every consumer loops over (TensorRT registration, verification's custom ops, the pass's
+opset declarations, the public API); adding an op is its folder plus one line here."""
+from trt_fusedattn.plugins import attention, conv
+
+OPS = (
+    attention.OP,
+    conv.OP,
+)
+CONTRACTS = tuple(op.contract for op in OPS)

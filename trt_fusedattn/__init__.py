@@ -7,6 +7,8 @@ __version__ = "0.1.0"
 #   run_model(model, feeds, implementations=None) -> {output name: array} (onnxruntime, custom nodes in Python)
 #   random_inputs(model, seed=0, dims=None), load_model(path) -> (model, had external data), save_model(model, path),
 #   load_weights(model) (external tensors of a loaded model read into memory)
+# and each op's direct GPU call, named by its record in ``plugins.OPS``: attention(q, k, v, ...) (FusedAttention on
+# the caller's GPU arrays), conv2d(x, w, bias, ...) (FusedConv on channels-last GPU arrays).
 _LAZY = {
     "fuse": "trt_fusedattn.pipeline",
     "Report": "trt_fusedattn.report",
@@ -23,22 +25,18 @@ _LAZY = {
 }
 
 
+def _op_apis() -> dict:
+    """Public name -> op record of each op's direct GPU call (``attention``, ``conv2d``), from ``plugins.OPS``."""
+    from trt_fusedattn.plugins import OPS
+    return {op.api[0]: op for op in OPS if op.api}
+
+
 def __getattr__(name):
     if name in _LAZY:
         import importlib
 
         return getattr(importlib.import_module(_LAZY[name]), name)
+    op = _op_apis().get(name)
+    if op is not None:  # imported on first use, so ``import trt_fusedattn`` needs no GPU libraries
+        return op.api_function()
     raise AttributeError(f"module 'trt_fusedattn' has no attribute {name!r}")
-
-
-def attention(q, k, v, **kwargs):
-    """FusedAttention on the caller's GPU arrays (see ``trt_fusedattn.plugins.attention.api.attention``);
-    imported on first call so ``import trt_fusedattn`` needs no GPU libraries."""
-    from trt_fusedattn.plugins.attention.api import attention as run
-    return run(q, k, v, **kwargs)
-
-
-def conv2d(x, w, bias=None, **kwargs):
-    """FusedConv on channels-last GPU arrays (see ``trt_fusedattn.plugins.conv.api.conv2d``); imports on call."""
-    from trt_fusedattn.plugins.conv.api import conv2d as _conv2d
-    return _conv2d(x, w, bias, **kwargs)

@@ -89,7 +89,7 @@ def conv2d(x, w, bias=None, *, scale=None, stride=1, padding=0, dilation=1, grou
         _require_channels_last(res, "residual")
         if tuple(res.shape) != out_shape:
             raise ArrayError(f"residual has shape {res.shape}; the output is {out_shape}")
-    y_dtype = output_dtype_conv(xa.dtype)
+    y_dtype = output_dtype_conv([xa.dtype])
     if out is None:
         y = empty_like_kind(xa, (n, p, q, k), y_dtype, "out")
         result = _channels_first_view(y)

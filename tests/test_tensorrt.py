@@ -13,7 +13,7 @@ from trt_fusedattn import tensorrt as trt_layer
 from trt_fusedattn.errors import FuseError, TensorRTUnavailable
 from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION
 from trt_fusedattn.plugins.conv.contract import FUSED_CONV
-from trt_fusedattn.tensorrt import plugins
+from trt_fusedattn.tensorrt import plugins, prepare
 from trt_fusedattn.tensorrt.symbolic import SymbolicDim, plan_dim, trt_value
 
 
@@ -66,21 +66,21 @@ def _attention_model(with_lengths_only: bool):
 
 def test_prepare_model_drops_empty_inputs_and_records_which_are_present():
     model = _attention_model(with_lengths_only=True)
-    prepared = plugins.prepare_model(model)
+    prepared = prepare.prepare_model(model)
     attn, relu = prepared.graph.node
     assert list(attn.input) == ["q", "k", "v", "lengths"]
     attrs = {a.name: helper.get_attribute_value(a) for a in attn.attribute}
-    assert attrs[plugins.PRESENT_INPUTS] == 0b10111
+    assert attrs[prepare.PRESENT_INPUTS] == 0b10111
     assert attrs["plugin_namespace"] == b"trt_fusedattn" and attrs["causal"] == 1
     assert list(relu.input) == ["o"] and not relu.attribute
     assert list(model.graph.node[0].input) == ["q", "k", "v", "", "lengths"]  # the caller's model is untouched
-    again = plugins.prepare_model(prepared)  # idempotent: no duplicated attributes
+    again = prepare.prepare_model(prepared)  # idempotent: no duplicated attributes
     assert sorted(a.name for a in again.graph.node[0].attribute) == sorted(a.name for a in attn.attribute)
 
 
 def test_present_inputs_map_tensors_to_contract_names():
-    attention = next(b for b in plugins.bindings() if b.contract is FUSED_ATTENTION)
-    conv = next(b for b in plugins.bindings() if b.contract is FUSED_CONV)
+    attention = next(op for op in plugins.ops() if op.contract is FUSED_ATTENTION)
+    conv = next(op for op in plugins.ops() if op.contract is FUSED_CONV)
     assert plugins._input_names(attention, 3, None) == ["Q", "K", "V"]
     assert plugins._input_names(attention, 4, 0b10111) == ["Q", "K", "V", "key_lengths"]
     assert plugins._input_names(conv, 3, 0b00111) == ["X", "W", "shift"]
@@ -90,10 +90,18 @@ def test_present_inputs_map_tensors_to_contract_names():
 
 
 def test_plugin_fields_become_contract_attributes():
-    assert plugins._canonical_attr("bottom_right\0") == "bottom_right"
-    assert plugins._canonical_attr(np.array([2, 2], np.int32)) == (2, 2)
-    fields = {"strides": plugins._canonical_attr(np.array([2, 2], np.int32)), "activation": "relu\0"}
-    resolved = FUSED_CONV.resolve({k: plugins._canonical_attr(v) for k, v in fields.items()})
+    """The ONNX parser passes INT as one int32, FLOAT as one float32, INTS as int32s, STRING with a NUL."""
+    assert plugins._canonical_attr("bottom_right\0", "string") == "bottom_right"
+    assert plugins._canonical_attr(np.array([2, 2], np.int32), "ints") == (2, 2)
+    group = plugins._canonical_attr(np.array([4], np.int32), "int")
+    assert group == 4 and type(group) is int
+    scale = plugins._canonical_attr(np.array([0.125], np.float32), "float")
+    assert scale == 0.125 and type(scale) is float
+    with pytest.raises(ValueError, match="int attribute arrived as 2 values"):
+        plugins._canonical_attr(np.array([1, 2], np.int32), "int")
+    fields = {"strides": np.array([2, 2], np.int32), "activation": "relu\0", "group": np.array([1], np.int32)}
+    kinds = {a.name: a.kind for a in FUSED_CONV.attributes}
+    resolved = FUSED_CONV.resolve({k: plugins._canonical_attr(v, kinds[k]) for k, v in fields.items()})
     assert resolved["strides"] == (2, 2) and resolved["activation"] == "relu" and resolved["group"] == 1
 
 
@@ -208,19 +216,19 @@ def test_conv_engine_matches_the_reference(tmp_path):
     np.testing.assert_allclose(got.astype(np.float32), expected.astype(np.float32), rtol=2e-2, atol=2e-2)
 
 
-@pytest.mark.parametrize("binding", plugins.bindings(), ids=lambda b: b.op)
-def test_each_op_gives_the_tensorrt_layer_what_it_needs(binding):
+@pytest.mark.parametrize("op", plugins.ops(), ids=lambda op: op.name)
+def test_each_op_gives_the_tensorrt_layer_what_it_needs(op):
     """plan_<op>(input_shapes, input_dtypes, attrs, arch[, formats=]) and an output shape; an op read channels-last
     (HWC8 in TensorRT) must take ``formats`` so that its plan sees the layout TensorRT chose."""
     import inspect
 
-    params = list(inspect.signature(binding.plan).parameters)
+    params = list(inspect.signature(op.plan).parameters)
     assert params[:4] == ["input_shapes", "input_dtypes", "attrs", "arch"]
-    shapes = [(2, 5, 4, 64), (2, 5, 4, 64), (2, 5, 4, 64), None, None] if binding.op == "attention" else \
+    shapes = [(2, 5, 4, 64), (2, 5, 4, 64), (2, 5, 4, 64), None, None] if op.name == "attention" else \
         [(2, 8, 10, 12), (16, 3, 3, 8), (16,), None, None]
-    attrs = binding.contract.resolve({"pads": [1, 1, 1, 1]} if binding.op == "conv" else {})
-    expected = (2, 5, 4, 64) if binding.op == "attention" else (2, 16, 10, 12)
-    assert tuple(binding.output_shape(shapes, attrs)) == expected
-    if binding.channels_last:
-        assert "formats" in params, f"plan_{binding.op} must take formats= (TensorRT gives {binding.channels_last} " \
+    attrs = op.contract.resolve({"pads": [1, 1, 1, 1]} if op.name == "conv" else {})
+    expected = (2, 5, 4, 64) if op.name == "attention" else (2, 16, 10, 12)
+    assert tuple(op.output_shape(shapes, attrs)) == expected
+    if op.channels_last:
+        assert "formats" in params, f"plan_{op.name} must take formats= (TensorRT gives {op.channels_last} " \
                                     "as HWC8: channels padded to 8)"

@@ -1,8 +1,10 @@
 """The TensorRT layer: our ops registered as AOT plugins, engines built from fused ONNX models, and run.
 
     available() -> (bool, reason)          # can TensorRT's builder be used here? if not, why and how to fix it
-    register_plugins()                     # trt_fusedattn::FusedAttention / FusedConv as AOT plugins (plugins.py)
-    build_engine(onnx_path, engine_path, precision="fp16", shapes=..., dims=...)        (build.py)
+    register_plugins()                     # every op record (plugins.OPS) as an AOT plugin (plugins.py)
+    prepare_model(model, precision)        # the ONNX the parser sees: present inputs, 1-D convs, casts (prepare.py)
+    build_engine(onnx_path, engine_path, precision="fp16", shapes=..., timing_cache=...)   (build.py)
+    parse_shapes(["ids:1x8/4x128/8x512"])  # the CLI's --shapes form -> build_engine's shapes   (build.py)
     Engine(engine_path)(inputs) -> {name: array}   # torch / CuPy arrays, or numpy (copied)  (runtime.py)
 """
 from __future__ import annotations
@@ -11,7 +13,9 @@ import functools
 
 from trt_fusedattn.errors import TensorRTUnavailable
 
-INSTALL_HINT = "pip install 'tensorrt>=10.8' (NVIDIA's full wheel, with the builder libraries)"
+MIN_VERSION = (10, 9)  # AOT Python plugins and the ONNX parser's AOT plugin support (TensorRT 10.9 release notes)
+INSTALL_HINT = ("pip install 'tensorrt>=10.9' (NVIDIA's full wheel, with the builder libraries; its AOT plugins "
+                "also need nvcc and cuda-python: pip install 'trt_fusedattn[tensorrt]')")
 
 
 def _first_line(exc: Exception) -> str:
@@ -27,8 +31,9 @@ def available() -> tuple[bool, str]:
     except Exception as exc:  # ImportError, or a missing libnvinfer behind the bindings
         return False, f"TensorRT is not installed ({_first_line(exc)}); {INSTALL_HINT}"
     version = getattr(trt, "__version__", "?")
-    if not hasattr(trt, "IPluginV3QuickAOTBuild"):
-        return False, (f"TensorRT {version} has no AOT Python plugins (IPluginV3QuickAOTBuild, TensorRT >= 10.8); "
+    numbers = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
+    if not hasattr(trt, "IPluginV3QuickAOTBuild") or numbers < MIN_VERSION:
+        return False, (f"TensorRT {version} cannot build engines with AOT Python plugins (TensorRT >= 10.9); "
                        f"{INSTALL_HINT}")
     try:
         builder = trt.Builder(trt.Logger(trt.Logger.ERROR))
@@ -48,8 +53,8 @@ def require_tensorrt() -> None:
 
 
 def __getattr__(name):
-    lazy = {"build_engine": "build", "EngineBuildError": "build", "register_plugins": "plugins",
-            "prepare_model": "plugins", "Engine": "runtime"}
+    lazy = {"build_engine": "build", "EngineBuildError": "build", "parse_shapes": "build",
+            "register_plugins": "plugins", "prepare_model": "prepare", "Engine": "runtime"}
     if name in lazy:
         import importlib
         return getattr(importlib.import_module(f"trt_fusedattn.tensorrt.{lazy[name]}"), name)

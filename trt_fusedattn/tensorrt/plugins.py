@@ -1,147 +1,93 @@
-"""Our ops as TensorRT AOT Python plugins (``tensorrt.plugin``), generated from each op's contract and plan.
+"""Our ops as TensorRT AOT Python plugins (``tensorrt.plugin``), generated from each op record (``plugins.OPS``).
 
-``register_plugins()`` registers ``trt_fusedattn::FusedAttention`` and ``trt_fusedattn::FusedConv`` with
+``register_plugins()`` registers every op (``trt_fusedattn::FusedAttention``, ``trt_fusedattn::FusedConv``) with
 
-- ``@trtp.register``: output shape from ``output_shape_<op>(input_shapes, attrs)`` (FusedAttention: Q's shape, as its
-  contract says, unless its plan module defines one), output dtype = input 0's;
-- ``@trtp.autotune``: FP16 and BF16 for the op's main tensors (others keep the network's dtype), LINEAR formats,
-  except tensors the op reads channels-last (FusedConv's X, residual, Y: ``HWC8``, rank 4 only);
-- ``@trtp.aot_impl``: ``plan_<op>(input_shapes, input_dtypes, attrs, arch[, formats=])`` evaluated on TensorRT's
-  symbolic shapes (``symbolic.py``), the plan's source compiled to PTX for the building GPU (launcher's cache),
-  returned as (kernel name, PTX, KernelLaunchParams(grid, block, shared memory), int32 extra args).
+- ``@trtp.register``: the output's shape and dtype from the record's ``output_shape`` / ``output_dtype``
+  (FusedConv with float8_e4m3fn X writes float16);
+- ``@trtp.autotune``: one type combination per main element type (FP16, BF16: the record's ``main_inputs`` take
+  it when they are floating point, the others keep the network's dtype), LINEAR formats except the tensors the
+  op reads channels-last (the record's ``channels_last``, rank 4): ``HWC8`` for float16/bfloat16, ``HWC16`` for
+  float8 (TensorRT's I/O format table binds HWC8 to FP16/BF16, HWC16 to FP16/INT8/FP8);
+- ``@trtp.aot_impl``: the record's ``plan`` evaluated on TensorRT's symbolic shapes (``symbolic.py``), its
+  source compiled to PTX for the building GPU (the launcher's cache), returned as (kernel name, PTX,
+  KernelLaunchParams(grid, block, shared memory), int32 extra args).
 
-The plan function's contract is in ``trt_fusedattn/launcher/plan.py``. Each plan function is called as::
-
-    plan_<op>(input_shapes: list[tuple | None], input_dtypes: list[str | None], attrs: dict, arch: str
-              [, formats=(format name per contract input or None, ..., output format name)]) -> LaunchPlan
-
-with one entry per contract input (None for a missing optional input), dims that are ints when TensorRT knows them
-at build time (static in the model) and ``SymbolicDim`` otherwise, attrs resolved by the contract (defaults
-filled), arch like ``"sm_90a"``. ``formats`` is passed only to a plan function that declares that keyword.
-
-The ONNX parser gives a plugin only the node's attributes that are present, and for a missing optional input in
-the middle a null tensor; ``prepare_model`` (called by ``build_engine``) therefore drops empty inputs and records
-which contract inputs are present in the int attribute ``present_inputs`` (bit i = contract input i), and adds
-``plugin_namespace`` for parsers that do not look the plugin up by the node's domain.
+Attributes: the ONNX parser passes an ONNX INT as a one-element int32 array, FLOAT as float32, INTS as int32,
+STRING as NUL-terminated chars (onnx-tensorrt ``loadFields``). ``tensorrt.plugin`` before 11.0 turns a field
+annotated ``int``/``float`` into a number with ``int(array)``, which NumPy >= 2.4 refuses for a one-element
+array, so every int and float attribute (and ``present_inputs``) is declared an int32/float32 array and read
+back as a number here. Only the attributes present on the node reach the plugin (defaults are filled by the
+contract). ``prepare.py`` shapes the ONNX model the parser sees (present inputs, namespace, 1-D convs, casts).
 """
 from __future__ import annotations
 
-import functools
 import inspect
-from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
-import onnx
 from numpy import typing as npt
 
-from trt_fusedattn.contract import DOMAIN, OpContract
 from trt_fusedattn.launcher.compile import compile_ptx
+from trt_fusedattn.plugins.op_record import OpRecord
+from trt_fusedattn.tensorrt.prepare import PRESENT_INPUTS
 from trt_fusedattn.tensorrt.symbolic import plan_shape, trt_value
 
-PRESENT_INPUTS = "present_inputs"
 _ATTR_KEY = "_trt_fusedattn_attrs"  # resolved attributes carried on the output TensorDesc to autotune and aot_impl
 _DTYPE_NAMES = {"HALF": "float16", "BF16": "bfloat16", "FLOAT": "float32", "INT32": "int32", "INT64": "int64",
                 "INT8": "int8", "BOOL": "bool", "FP8": "float8_e4m3fn", "UINT8": "uint8"}
 _AUTOTUNE_TYPE = {"HALF": "FP16", "FLOAT": "FP32"}  # AutoTuneCombination's spelling of a trt.DataType name
 MAIN_TYPES = ("FP16", "BF16")
+_CHANNELS_LAST_FORMAT = {"FP8": "HWC16"}  # by the tensor's type; HWC8 otherwise
 
 
-@dataclass(frozen=True)
-class PluginBinding:
-    """What TensorRT needs of one op beyond its contract: where its plan lives and how its tensors are typed/laid out."""
+def ops() -> tuple[OpRecord, ...]:
+    """The op records registered as plugins (``plugins.OPS``)."""
+    from trt_fusedattn.plugins import OPS
+    return OPS
 
-    contract: OpContract
-    plan_module: str                     # module holding plan_<op> and output_shape_<op>
-    op: str                              # the <op> of those names
-    main_inputs: tuple                   # inputs that take the kernel's element type (FP16/BF16) with the output
-    channels_last: tuple = ()            # tensors (inputs and output names) read/written as HWC8 when rank 4
-    output_like_input0: bool = False     # the contract gives the output input 0's shape (no output_shape_<op>)
-
-    @functools.cached_property
-    def plan(self) -> Callable:
-        import importlib
-        return getattr(importlib.import_module(self.plan_module), f"plan_{self.op}")
-
-    @functools.cached_property
-    def output_shape(self) -> Callable:
-        import importlib
-        module = importlib.import_module(self.plan_module)
-        if self.output_like_input0 and not hasattr(module, f"output_shape_{self.op}"):
-            return lambda input_shapes, attrs: input_shapes[0]
-        if not hasattr(module, f"output_shape_{self.op}"):
-            raise NotImplementedError(f"{self.plan_module} has no output_shape_{self.op}(input_shapes, attrs); "
-                                      "TensorRT needs it to infer the output shape")
-        return getattr(module, f"output_shape_{self.op}")
-
-
-def bindings() -> tuple[PluginBinding, ...]:
-    from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION
-    from trt_fusedattn.plugins.conv.contract import FUSED_CONV
-    return (
-        PluginBinding(FUSED_ATTENTION, "trt_fusedattn.plugins.attention.plan", "attention",
-                      main_inputs=("Q", "K", "V", "mask"), output_like_input0=True),
-        PluginBinding(FUSED_CONV, "trt_fusedattn.plugins.conv.plan", "conv",
-                      main_inputs=("X", "W", "residual"), channels_last=("X", "residual", "Y")),
-    )
-
-
-# ---------------------------------------------------------------- the ONNX handed to TensorRT
-
-def prepare_model(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy of ``model`` whose custom nodes the ONNX parser can map to our plugins (see the module docstring)."""
-    model = onnx.ModelProto.FromString(model.SerializeToString())
-    for node in model.graph.node:
-        if node.domain != DOMAIN:
-            continue
-        present = [i for i, name in enumerate(node.input) if name]
-        names = [node.input[i] for i in present]
-        del node.input[:]
-        node.input.extend(names)
-        for attr in [a for a in node.attribute if a.name in (PRESENT_INPUTS, "plugin_namespace")]:
-            node.attribute.remove(attr)
-        node.attribute.extend([onnx.helper.make_attribute(PRESENT_INPUTS, sum(1 << i for i in present)),
-                               onnx.helper.make_attribute("plugin_namespace", DOMAIN)])
-    return model
-
-
-# ---------------------------------------------------------------- plugin functions
 
 def _attr_annotation(kind: str):
-    return {"int": int, "float": float, "string": str, "ints": npt.NDArray[np.int32]}[kind]
+    return {"int": npt.NDArray[np.int32], "float": npt.NDArray[np.float32], "string": str,
+            "ints": npt.NDArray[np.int32]}[kind]
 
 
-def _canonical_attr(value):
-    """A plugin field as the contract takes it (strings lose the parser's trailing NUL, arrays become tuples)."""
+def _canonical_attr(value, kind: str):
+    """A plugin field as the contract takes it: strings lose the parser's trailing NUL, one-element arrays of an
+    int/float attribute become the number, int arrays a tuple."""
     if isinstance(value, str):
         return value.rstrip("\0")
     if isinstance(value, np.ndarray):
-        return tuple(int(v) for v in value)
+        flat = value.reshape(-1)
+        if kind in ("int", "float"):
+            if flat.size != 1:
+                raise ValueError(f"a {kind} attribute arrived as {flat.size} values")
+            return int(flat[0]) if kind == "int" else float(flat[0])
+        return tuple(int(v) for v in flat)
     return value
 
 
-def _input_names(binding: PluginBinding, n_given: int, present_mask: int | None) -> list[str]:
+def _input_names(op: OpRecord, n_given: int, present_mask: int | None) -> list[str]:
     """The contract names of the tensors TensorRT passes, in order."""
-    names = [t.name for t in binding.contract.inputs]
+    names = [t.name for t in op.contract.inputs]
     if present_mask is None:
         present_mask = (1 << n_given) - 1
     chosen = [names[i] for i in range(len(names)) if present_mask >> i & 1]
     if len(chosen) != n_given:
-        raise ValueError(f"{binding.contract.qualified_name}: {n_given} inputs given but present_inputs="
+        raise ValueError(f"{op.contract.qualified_name}: {n_given} inputs given but present_inputs="
                          f"{present_mask:#b} names {chosen}")
     return chosen
 
 
-def _signature(binding: PluginBinding, *, attrs: bool, tail: tuple, returns) -> inspect.Signature:
+def _signature(op: OpRecord, *, attrs: bool, tail: tuple, returns) -> inspect.Signature:
     """The signature tensorrt.plugin validates: every contract input as a TensorDesc, then (optionally) every
     attribute, then ``tail`` (``outputs``, ``tactic``)."""
     import tensorrt.plugin as trtp
     P = inspect.Parameter
-    params = [P(t.name, P.POSITIONAL_OR_KEYWORD, annotation=trtp.TensorDesc) for t in binding.contract.inputs]
+    params = [P(t.name, P.POSITIONAL_OR_KEYWORD, annotation=trtp.TensorDesc) for t in op.contract.inputs]
     if attrs:
         params += [P(a.name, P.POSITIONAL_OR_KEYWORD, annotation=_attr_annotation(a.kind))
-                   for a in binding.contract.attributes]
-        params.append(P(PRESENT_INPUTS, P.POSITIONAL_OR_KEYWORD, annotation=int))
+                   for a in op.contract.attributes]
+        params.append(P(PRESENT_INPUTS, P.POSITIONAL_OR_KEYWORD, annotation=npt.NDArray[np.int32]))
     params += [P(name, P.POSITIONAL_OR_KEYWORD, annotation=annotation) for name, annotation in tail]
     return inspect.Signature(params, return_annotation=returns)
 
@@ -157,34 +103,49 @@ def _split_call(args: tuple):
     return inputs, args[-2], args[-1]
 
 
-def _io_by_name(binding: PluginBinding, descs: list, outputs) -> tuple[dict, list[str]]:
+def _io_by_name(op: OpRecord, descs: list, outputs) -> tuple[dict, list[str]]:
     attrs = getattr(outputs[0], _ATTR_KEY)
-    names = _input_names(binding, len(descs), attrs[PRESENT_INPUTS])
+    names = _input_names(op, len(descs), attrs[PRESENT_INPUTS])
     return dict(zip(names, descs)), names
 
 
-def make_register(binding: PluginBinding):
+def _dtype_name(dtype) -> str:
+    return _DTYPE_NAMES.get(dtype.name, dtype.name)
+
+
+def _trt_dtype(name: str):
+    import tensorrt as trt
+    return getattr(trt.DataType, next(k for k, v in _DTYPE_NAMES.items() if v == name))
+
+
+def _contract_dtypes(op: OpRecord, by_name: dict) -> list:
+    """One dtype name per contract input (None when absent)."""
+    return [_dtype_name(by_name[t.name].dtype) if t.name in by_name else None for t in op.contract.inputs]
+
+
+def make_register(op: OpRecord):
     """The ``@trtp.register`` function: resolves the attributes (defaults for absent ones), infers the output."""
     import tensorrt.plugin as trtp
+    kinds = {a.name: a.kind for a in op.contract.attributes}
 
     def register(*descs, **fields):
         present = fields.pop(PRESENT_INPUTS, None)
-        attrs = binding.contract.resolve({k: _canonical_attr(v) for k, v in fields.items()})
-        names = _input_names(binding, len(descs), present)
-        q = descs[0]
-        if any(getattr(e, "is_fake", False) for e in q.shape_expr):  # the data-type pass: shapes are placeholders
-            out = q.like()
+        present = None if present is None else _canonical_attr(present, "int")
+        attrs = op.contract.resolve({k: _canonical_attr(v, kinds.get(k, "")) for k, v in fields.items()})
+        by_name = dict(zip(_input_names(op, len(descs), present), descs))
+        dtype = _trt_dtype(op.output_dtype(_contract_dtypes(op, by_name), attrs))
+        first = descs[0]
+        if any(getattr(e, "is_fake", False) for e in first.shape_expr):  # the data-type pass: no shapes yet
+            out = trtp.from_shape_expr(first.shape_expr, dtype=dtype)
         else:
-            by_name = dict(zip(names, descs))
             shapes = [plan_shape(by_name[t.name].shape_expr) if t.name in by_name else None
-                      for t in binding.contract.inputs]
-            shape = binding.output_shape(shapes, attrs)
-            out = trtp.from_shape_expr(tuple(trt_value(d) for d in shape), dtype=q.dtype)
+                      for t in op.contract.inputs]
+            out = trtp.from_shape_expr(tuple(trt_value(d) for d in op.output_shape(shapes, attrs)), dtype=dtype)
         object.__setattr__(out, _ATTR_KEY, {**attrs, PRESENT_INPUTS: present})
         return out
 
-    register.__signature__ = _signature(binding, attrs=True, tail=(), returns=trtp.TensorDesc)
-    register.__name__ = f"register_{binding.op}"
+    register.__signature__ = _signature(op, attrs=True, tail=(), returns=trtp.TensorDesc)
+    register.__name__ = f"register_{op.name}"
     return register
 
 
@@ -192,26 +153,32 @@ def _type_name(dtype) -> str:
     return _AUTOTUNE_TYPE.get(dtype.name, dtype.name)
 
 
-def make_autotune(binding: PluginBinding):
+def make_autotune(op: OpRecord):
     """The ``@trtp.autotune`` function: one type/format combination per main element type (FP16, BF16)."""
     import tensorrt.plugin as trtp
 
     def autotune(*args):
         descs, outputs = list(args[:-1]), args[-1]
-        by_name, names = _io_by_name(binding, descs, outputs)
-        output_name = binding.contract.outputs[0].name
+        by_name, names = _io_by_name(op, descs, outputs)
+        attrs = getattr(outputs[0], _ATTR_KEY)
+        output_name = op.contract.outputs[0].name
         combos = []
         for main in MAIN_TYPES:
+            follows = {n for n in names if n in op.main_inputs and by_name[n].dtype.name in ("HALF", "BF16", "FLOAT")}
+            element = {"FP16": "float16", "BF16": "bfloat16"}[main]
+            dtypes = [None if t.name not in by_name else element if t.name in follows else _dtype_name(
+                by_name[t.name].dtype) for t in op.contract.inputs]
+            out_type = _type_name(_trt_dtype(op.output_dtype(dtypes, attrs)))
             types, formats = [], []
             for name, desc in [(n, by_name[n]) for n in names] + [(output_name, outputs[0])]:
-                follows = name == output_name or (name in binding.main_inputs
-                                                  and desc.dtype.name in ("HALF", "BF16", "FLOAT"))
-                types.append(main if follows else _type_name(desc.dtype))
-                formats.append("HWC8" if name in binding.channels_last and len(desc.shape_expr) == 4 else "LINEAR")
+                kind = out_type if name == output_name else main if name in follows else _type_name(desc.dtype)
+                types.append(kind)
+                channels_last = name in op.channels_last and len(desc.shape_expr) == 4
+                formats.append(_CHANNELS_LAST_FORMAT.get(kind, "HWC8") if channels_last else "LINEAR")
             combos.append(trtp.AutoTuneCombination(", ".join(types), ", ".join(formats)))
         return combos
 
-    sig = _signature(binding, attrs=False, tail=(("outputs", tuple[trtp.TensorDesc]),), returns=None)
+    sig = _signature(op, attrs=False, tail=(("outputs", tuple[trtp.TensorDesc]),), returns=None)
     autotune.__signature__ = sig.replace(return_annotation=list[trtp.AutoTuneCombination])
     return autotune
 
@@ -228,26 +195,24 @@ def _takes_formats(plan: Callable) -> bool:
     return "formats" in inspect.signature(plan).parameters
 
 
-def make_aot_impl(binding: PluginBinding):
+def make_aot_impl(op: OpRecord):
     """The ``@trtp.aot_impl`` function: the op's plan on TensorRT's shapes, compiled to PTX for this GPU."""
     import tensorrt.plugin as trtp
 
     def aot_impl(*args):
         descs, outputs, _tactic = _split_call(args)
-        by_name, _ = _io_by_name(binding, descs, outputs)
+        by_name, _ = _io_by_name(op, descs, outputs)
         attrs = {k: v for k, v in getattr(outputs[0], _ATTR_KEY).items() if k != PRESENT_INPUTS}
-        specs = binding.contract.inputs
+        specs = op.contract.inputs
         shapes = [plan_shape(by_name[t.name].shape_expr) if t.name in by_name else None for t in specs]
-        dtypes = [_DTYPE_NAMES.get(by_name[t.name].dtype.name, by_name[t.name].dtype.name) if t.name in by_name
-                  else None for t in specs]
         formats = tuple(by_name[t.name].format.name if t.name in by_name else None for t in specs)
         formats += (outputs[0].format.name,)
-        extra = {"formats": formats} if _takes_formats(binding.plan) else {}
+        extra = {"formats": formats} if _takes_formats(op.plan) else {}
         if not extra and any(f not in (None, "LINEAR") for f in formats):
-            raise ValueError(f"{binding.contract.qualified_name}: TensorRT chose formats {formats} but "
-                             f"plan_{binding.op} takes no formats= keyword to adapt to them")
+            raise ValueError(f"{op.contract.qualified_name}: TensorRT chose formats {formats} but "
+                             f"plan_{op.name} takes no formats= keyword to adapt to them")
         arch = _building_arch()
-        plan = binding.plan(shapes, dtypes, attrs, arch, **extra)
+        plan = op.plan(shapes, _contract_dtypes(op, by_name), attrs, arch, **extra)
         ptx = compile_ptx(plan.source, arch, plan.defines)
         grid = (tuple(plan.grid) + (1, 1))[:3]
         block = (tuple(plan.block) + (1, 1))[:3]
@@ -261,12 +226,24 @@ def make_aot_impl(binding: PluginBinding):
         return plan.kernel, ptx, params, extra_args
 
     aot_impl.__signature__ = _signature(
-        binding, attrs=False, tail=(("outputs", tuple[trtp.TensorDesc]), ("tactic", int)),
+        op, attrs=False, tail=(("outputs", tuple[trtp.TensorDesc]), ("tactic", int)),
         returns=tuple[str | bytes, str | bytes, trtp.KernelLaunchParams, trtp.SymIntExprs])
     return aot_impl
 
 
-_REGISTERED: set = set()
+def register_ops(trtp) -> list[str]:
+    """Register every op record with the ``tensorrt.plugin`` module ``trtp`` (once per module); returns the
+    qualified names. ``register_plugins`` is the public entry (it checks for the builder first)."""
+    registered = trtp.__dict__.setdefault("_trt_fusedattn_registered", set())
+    for op in ops():
+        name = op.contract.qualified_name
+        if name in registered:
+            continue
+        trtp.register(name)(make_register(op))
+        trtp.autotune(name)(make_autotune(op))
+        trtp.aot_impl(name)(make_aot_impl(op))
+        registered.add(name)
+    return sorted(registered)
 
 
 def register_plugins() -> list[str]:
@@ -274,12 +251,4 @@ def register_plugins() -> list[str]:
     from trt_fusedattn.tensorrt import require_tensorrt
     require_tensorrt()
     import tensorrt.plugin as trtp
-    for binding in bindings():
-        name = binding.contract.qualified_name
-        if name in _REGISTERED:
-            continue
-        trtp.register(name)(make_register(binding))
-        trtp.autotune(name)(make_autotune(binding))
-        trtp.aot_impl(name)(make_aot_impl(binding))
-        _REGISTERED.add(name)
-    return sorted(_REGISTERED)
+    return register_ops(trtp)

@@ -1,0 +1,192 @@
+"""The ONNX model handed to TensorRT's parser: our custom nodes in the form the parser and our plugins expect.
+
+``prepare_model(model, precision)`` returns a copy in which every custom node
+
+- has no empty inputs: the parser passes an empty input name as a null tensor, which ``addPluginV3`` rejects;
+  the int attribute ``present_inputs`` (bit i = contract input i) says which contract inputs remain;
+- carries ``plugin_namespace`` (the parser looks the creator up by op type, ``plugin_version`` (default "1") and
+  this attribute, default "");
+- is 2-D when it is a 1-D FusedConv: TensorRT's channels-last formats vectorize the third dimension from the
+  end, which for [N, C, W] would be N, so X and residual get an Unsqueeze to [N, C, 1, W], W (OHWI) to
+  [K, 1, kW, C/G], the attributes a leading 1 / 0, and the output a Squeeze back to [N, K, W];
+- computes in 16-bit: networks are strongly typed (TensorRT 11 has no other kind; 10.x builds them so here),
+  and our kernels take float16/bfloat16. A float32 node gets Cast(precision) on its main float inputs and a
+  Cast back to float32 on its output when ``precision`` is fp16/bf16/fp8; otherwise the model is refused with
+  one line saying how to convert it. A 16-bit node whose dtype differs from the asked precision is refused.
+
+Each change is described in the returned notes (what the report prints).
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from trt_fusedattn.contract import DOMAIN
+from trt_fusedattn.errors import FuseError
+
+PRESENT_INPUTS = "present_inputs"
+PLUGIN_NAMESPACE = "plugin_namespace"
+PRECISIONS = ("fp16", "bf16", "fp8", "fp32")
+_ELEMENT = {TensorProto.FLOAT16: "float16", TensorProto.BFLOAT16: "bfloat16", TensorProto.FLOAT: "float32",
+            TensorProto.FLOAT8E4M3FN: "float8_e4m3fn", TensorProto.INT32: "int32", TensorProto.BOOL: "bool",
+            TensorProto.INT64: "int64"}
+_PRECISION_TYPE = {"fp16": TensorProto.FLOAT16, "bf16": TensorProto.BFLOAT16, "fp8": TensorProto.FLOAT16}
+_FLOATS = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16)
+
+
+class ModelPrecisionError(FuseError):
+    """The model's custom nodes are not in a dtype our kernels run, and no precision was asked to cast them."""
+
+    exit_code = 1
+
+
+def record_of(node: onnx.NodeProto):
+    """The op record of one of our custom nodes, or None for any other node."""
+    from trt_fusedattn.plugins import OPS
+    if node.domain != DOMAIN:
+        return None
+    return next((op for op in OPS if op.contract.name == node.op_type), None)
+
+
+def element_types(model: onnx.ModelProto) -> dict:
+    """Tensor name -> ONNX element type for every tensor whose type is known: ONNX shape inference, with the
+    outputs of our custom nodes typed by their op records (inference cannot see through them), repeated until
+    nothing new is learnt (as many rounds as custom nodes lie in a chain)."""
+    from trt_fusedattn.io import skeleton
+    work = skeleton(model)[0]
+    del work.graph.value_info[:]
+    types: dict = {}
+    while True:
+        try:
+            inferred = onnx.shape_inference.infer_shapes(work, strict_mode=False, data_prop=True)
+        except (onnx.shape_inference.InferenceError, RuntimeError, ValueError):
+            inferred = work
+        graph = inferred.graph
+        for value in (*graph.input, *graph.value_info, *graph.output):
+            if value.type.tensor_type.elem_type:
+                types[value.name] = value.type.tensor_type.elem_type
+        types.update({t.name: t.data_type for t in graph.initializer})
+        learnt = []
+        for node in work.graph.node:
+            op = record_of(node)
+            if op is None or node.output[0] in types or any(n and n not in types for n in node.input):
+                continue
+            dtypes = [_ELEMENT.get(types[n]) if n else None for n in node.input]
+            out = op.output_dtype(dtypes + [None] * (len(op.contract.inputs) - len(dtypes)), {})
+            out_type = next(k for k, v in _ELEMENT.items() if v == out)
+            learnt.append(helper.make_tensor_value_info(node.output[0], out_type, None))
+        if not learnt:
+            return types
+        work.graph.value_info.extend(learnt)
+
+
+def _cast(source: str, to: int, owner: str) -> onnx.NodeProto:
+    target = f"{source}_{_ELEMENT[to]}_{owner}"
+    return helper.make_node("Cast", [source], [target], name=target, to=to)
+
+
+def _to_16_bit(node, op, types: dict, precision: str | None, notes: list) -> list:
+    """Nodes to put before ``node`` (Casts of float32 main inputs) and after it (the Cast back)."""
+    specs = op.contract.inputs
+    main = [i for i, n in enumerate(node.input) if n and specs[i].name in op.main_inputs
+            and types.get(n) in _FLOATS]
+    kinds = {types[node.input[i]] for i in main}
+    where = f"{op.contract.name} node '{node.name or node.output[0]}'"
+    if TensorProto.FLOAT not in kinds:
+        wanted = _PRECISION_TYPE.get(precision)
+        if wanted and kinds and kinds != {wanted}:
+            have = "/".join(sorted(_ELEMENT[k] for k in kinds))
+            raise ModelPrecisionError(f"{where} computes in {have} but precision {precision} was asked; "
+                                      f"build with the model's own precision ({'bf16' if 'bfloat16' in have else 'fp16'})")
+        return [], []
+    if precision not in _PRECISION_TYPE:
+        raise ModelPrecisionError(f"{where} takes float32 inputs and our kernels run float16/bfloat16: build with "
+                                  "precision fp16 or bf16 (fuse-onnx --fp16/--bf16) to cast around each custom "
+                                  "node, or export the model in float16")
+    to = _PRECISION_TYPE[precision]
+    before = [_cast(node.input[i], to, node.name or node.output[0]) for i in main]
+    for i, cast in zip(main, before):
+        node.input[i] = cast.output[0]
+    out = node.output[0]
+    node.output[0] = f"{out}_{precision}"
+    after = [helper.make_node("Cast", [node.output[0]], [out], name=f"{out}_cast_float32", to=TensorProto.FLOAT)]
+    notes.append(f"{where}: float32 inputs cast to {_ELEMENT[to]} and its output back to float32 (precision "
+                 f"{precision})")
+    return before, after
+
+
+def _lift_1d_conv(graph, node, initializers: dict, types: dict, notes: list) -> tuple[list, list]:
+    """Nodes before/after a 1-D FusedConv that make it 2-D (see the module docstring); the node is changed."""
+    from trt_fusedattn.plugins.conv.contract import FUSED_CONV
+    attrs = FUSED_CONV.node_attributes(node)
+    w = initializers.get(node.input[1])
+    if w is None or len(w.dims) != 3:
+        return [], []
+    array = numpy_helper.to_array(w)
+    lifted = numpy_helper.from_array(array.reshape(array.shape[0], 1, *array.shape[1:]), f"{w.name}_2d")
+    graph.initializer.append(lifted)
+    types[lifted.name] = w.data_type
+    node.input[1] = lifted.name
+    axes = f"{node.name or node.output[0]}_axes_2d"
+    graph.initializer.append(numpy_helper.from_array(np.array([2], np.int64), axes))
+    before = []
+    for i in (0, 4):
+        if i < len(node.input) and node.input[i]:
+            target = f"{node.input[i]}_2d_{node.name or node.output[0]}"
+            before.append(helper.make_node("Unsqueeze", [node.input[i], axes], [target], name=target))
+            types[target] = types.get(node.input[i])
+            node.input[i] = target
+    out = node.output[0]
+    node.output[0] = f"{out}_2d"
+    after = [helper.make_node("Squeeze", [node.output[0], axes], [out], name=f"{out}_squeeze_1d")]
+    new = {"strides": [1, *(attrs["strides"] or (1,))], "dilations": [1, *(attrs["dilations"] or (1,))],
+           "pads": [0, (attrs["pads"] or (0, 0))[0], 0, (attrs["pads"] or (0, 0))[1]]}
+    for attr in [a for a in node.attribute if a.name in new]:
+        node.attribute.remove(attr)
+    node.attribute.extend(helper.make_attribute(k, v) for k, v in new.items())
+    notes.append(f"FusedConv node '{node.name or out}': 1-D convolution run as 2-D (H = 1) for TensorRT's "
+                 "channels-last formats")
+    return before, after
+
+
+def _mark_present(node: onnx.NodeProto) -> None:
+    present = [i for i, name in enumerate(node.input) if name]
+    names = [node.input[i] for i in present]
+    del node.input[:]
+    node.input.extend(names)
+    for attr in [a for a in node.attribute if a.name in (PRESENT_INPUTS, PLUGIN_NAMESPACE)]:
+        node.attribute.remove(attr)
+    node.attribute.extend([helper.make_attribute(PRESENT_INPUTS, sum(1 << i for i in present)),
+                           helper.make_attribute(PLUGIN_NAMESPACE, DOMAIN)])
+
+
+def prepare_model(model: onnx.ModelProto, precision: str | None = None,
+                  notes: list | None = None) -> onnx.ModelProto:
+    """A copy of ``model`` whose custom nodes TensorRT's parser maps to our plugins (see the module docstring).
+    ``precision``: None (the model's own dtypes), fp16, bf16, fp8 (FP8 FusedConv nodes as they are, float32
+    nodes cast to float16) or fp32 (no casts). What was changed is appended to ``notes``."""
+    if precision is not None and precision not in PRECISIONS:
+        raise ValueError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}")
+    notes = [] if notes is None else notes
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    graph = model.graph
+    if not any(record_of(n) for n in graph.node):
+        return model
+    types = element_types(model)
+    initializers = {t.name: t for t in graph.initializer}
+    nodes = list(graph.node)
+    del graph.node[:]
+    for node in nodes:
+        op = record_of(node)
+        if op is None:
+            graph.node.append(node)
+            continue
+        before, after = [], []
+        if op.contract.name == "FusedConv":  # lifted first: the lift reshapes W while it is an initializer
+            before, after = _lift_1d_conv(graph, node, initializers, types, notes)
+        cast_before, cast_after = _to_16_bit(node, op, types, precision, notes)
+        before, after = before + cast_before, cast_after + after
+        _mark_present(node)
+        graph.node.extend([*before, node, *after])
+    return model

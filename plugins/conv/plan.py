@@ -256,18 +256,28 @@ def output_shape_conv(input_shapes, attrs) -> tuple:
     return (geo["N"], geo["K"], geo["P"], geo["Q"]) if len(input_shapes[0]) == 4 else (geo["N"], geo["K"], geo["Q"])
 
 
-def check_formats(formats, geo: dict) -> None:
-    """TensorRT's formats (X, W, shift, scale, residual, Y): the kernels read NHWC, which ``HWC8`` is exactly
-    when the channel count is a multiple of 8 (HWC8 pads channels up to 8)."""
-    for name, fmt, channels in (("X", formats[0], geo["C"]), ("residual", formats[4], geo["K"]),
-                                ("Y", formats[5], geo["K"])):
+# TensorRT's channels-last format for a tensor of each dtype, and the channel multiple it pads to (TensorRT's
+# I/O format table: HWC8 is bound to FP16/BF16, HWC16 to FP16/INT8/FP8).
+CHANNELS_LAST_FORMATS = {"float16": ("HWC8", 8), "bfloat16": ("HWC8", 8), "float8_e4m3fn": ("HWC16", 16)}
+
+
+def check_formats(formats, dtypes, geo: dict) -> None:
+    """TensorRT's formats (X, W, shift, scale, residual, Y; with X's and Y's dtypes): the kernels read NHWC, which
+    ``HWC8`` (16-bit) and ``HWC16`` (e4m3) are exactly when the channel count is a multiple of 8 / 16 (the formats
+    pad channels up to it)."""
+    x_dtype, y_dtype = dtypes
+    for name, fmt, channels, dtype in (("X", formats[0], geo["C"], x_dtype),
+                                       ("residual", formats[4], geo["K"], y_dtype), ("Y", formats[5], geo["K"], y_dtype)):
         if fmt is None:
             continue
-        if fmt != "HWC8":
-            raise ValueError(f"FusedConv reads {name} channels-last; TensorRT offered {fmt} (ask for HWC8)")
-        if channels % 8:
-            raise ValueError(f"FusedConv {name} has {channels} channels: HWC8 pads them to a multiple of 8, "
-                             "which the kernels' NHWC indexing does not skip (give the layer 8k channels)")
+        wanted, multiple = CHANNELS_LAST_FORMATS.get(dtype, ("HWC8", 8))
+        if fmt != wanted:
+            raise ValueError(f"FusedConv reads {name} ({dtype}) channels-last; TensorRT offered {fmt} "
+                             f"(ask for {wanted})")
+        if channels % multiple:
+            raise ValueError(f"FusedConv {name} has {channels} channels: {wanted} pads them to a multiple of "
+                             f"{multiple}, which the kernels' NHWC indexing does not skip (give the layer "
+                             f"{multiple}k channels)")
 
 
 def check_fp8(x_dtype, w_dtype, input_scale: float, arch: str) -> None:
@@ -316,7 +326,7 @@ def plan_conv(input_shapes, input_dtypes, attrs, arch: str, *, formats=None, til
         raise ValueError(f"residual must have the output's dtype {y_dtype}; got {input_dtypes[4]}")
     geo = conv_geometry(x_shape, w_shape, attrs)
     if formats is not None:
-        check_formats(formats, geo)
+        check_formats(formats, (x_dtype, y_dtype), geo)
     for name, shape in (("shift", shift_shape), ("scale", scale_shape)):
         if shape is not None and isinstance(shape[0], int) and shape[0] != geo["K"]:
             raise ValueError(f"{name} has {shape[0]} entries; W has K={geo['K']} output channels")

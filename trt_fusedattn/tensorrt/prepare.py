@@ -97,8 +97,9 @@ def _to_16_bit(node, op, types: dict, precision: str | None, notes: list) -> lis
         wanted = _PRECISION_TYPE.get(precision)
         if wanted and kinds and kinds != {wanted}:
             have = "/".join(sorted(_ELEMENT[k] for k in kinds))
+            own = "bf16" if "bfloat16" in have else "fp16"
             raise ModelPrecisionError(f"{where} computes in {have} but precision {precision} was asked; "
-                                      f"build with the model's own precision ({'bf16' if 'bfloat16' in have else 'fp16'})")
+                                      f"build with the model's own precision ({own})")
         return [], []
     if precision not in _PRECISION_TYPE:
         raise ModelPrecisionError(f"{where} takes float32 inputs and our kernels run float16/bfloat16: build with "

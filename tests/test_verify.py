@@ -77,7 +77,8 @@ def test_custom_node_gets_its_own_dtypes_and_none_for_missing_inputs(mask_dtype,
     assert dtypes[:3] == [np.float16] * 3
     assert dtypes[3] == (None if mask_dtype is None else onnx.helper.tensor_dtype_to_np_dtype(mask_dtype))
     assert dtypes[4] == (np.int32 if key_lengths else None)
-    assert attrs == {"layout": "BHSD", "scale": 0.25, "causal": 0, "causal_alignment": "top_left"}
+    assert attrs == FUSED_ATTENTION.resolve({"layout": "BHSD", "scale": 0.25})  # the node's, defaults filled in
+    assert attrs["layout"] == "BHSD" and attrs["scale"] == 0.25 and attrs["causal"] == 0
     expected = fused_attention_reference(*(feeds.get(n) for n in ("q", "k", "v", "mask", "key_lengths")), **attrs)
     assert out.dtype == np.float16
     np.testing.assert_array_equal(out, expected)  # carried through float32 and back: bit for bit

@@ -2,38 +2,73 @@
 and (with TensorRT's builder) build an engine.
 
 Exit status: 0 done; 1 the fused model failed verification; 2 bad usage or input; 3 an engine was asked for
-and TensorRT's builder is missing; 70 an internal error (a bug: rerun with --debug for the traceback).
-Progress goes to stderr, the report table to stdout.
+and TensorRT's builder is missing; 70 an internal error (a bug: rerun with --debug for the traceback);
+128 + the signal's number when stopped by SIGINT, SIGTERM or SIGHUP (nothing half-written is left).
+Progress goes to stderr, the report table to stdout. Models are untrusted input: nothing outside the paths
+the user named (the model, its data files in its folder, the outputs) is read or written, and the
+telemetry of dependencies is off unless FUSE_ONNX_ALLOW_TELEMETRY=1.
 """
 from __future__ import annotations
 
 import argparse
+import math
+import os
+import re
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
 from trt_fusedattn.errors import FuseError, InputError, TensorRTUnavailable
 
 PRECISIONS = ("fp32", "fp16", "bf16", "fp8")
+ALLOW_TELEMETRY = "FUSE_ONNX_ALLOW_TELEMETRY"
 _LARGE = 256 * 2**20  # bytes of model file from which loading is announced before it starts
+_MAX_DIM = 2**31 - 1  # largest size a --dim may give (ONNX runtimes index dims with int32 in places)
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with usage errors on one line, as every other error."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
+
+
+def _tolerance(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite tolerance >= 0 (e.g. 1e-3)")
+    return value
+
+
+def _seed(text: str) -> int:
+    if not re.fullmatch(r"[0-9]{1,18}", text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a seed (an integer from 0 to 10^18)")
+    return int(text)
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="fuse-onnx",
         description="Fuse attention and convolution subgraphs of an ONNX model into trt_fusedattn custom ops "
                     "(FusedAttention, FusedConv), verify against the original, and optionally build a TensorRT engine.",
         epilog="exit status: 0 done (also with nothing to fuse), 1 verification failed, 2 bad usage or input, "
-               "3 --engine without TensorRT's builder, 70 internal error")
+               "3 --engine without TensorRT's builder, 70 internal error, 128+N stopped by signal N. "
+               f"Telemetry of dependencies (onnxruntime) is off; {ALLOW_TELEMETRY}=1 allows it.")
     p.add_argument("model", help="the .onnx model (external data files beside it)")
     p.add_argument("-o", "--output", help="fused model path (default: MODEL.fused.onnx beside the input)")
     p.add_argument("--only", metavar="FAMILIES", help="comma-separated rewrite families to run: attention,conv")
     p.add_argument("--verify", action="store_true",
                    help="run original and fused model under onnxruntime on random inputs and compare outputs")
-    p.add_argument("--rtol", type=float, help="relative tolerance, max|fused-original| / max|original| "
+    p.add_argument("--rtol", type=_tolerance, help="relative tolerance, max|fused-original| / max|original| "
                                               "(default by dtype: 1e-4 fp32, 1e-2 fp16, 2e-2 bf16)")
-    p.add_argument("--atol", type=float, default=0.0, help="absolute tolerance; an output passes within either")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random verification inputs")
+    p.add_argument("--atol", type=_tolerance, default=0.0, help="absolute tolerance; an output passes within either")
+    p.add_argument("--seed", type=_seed, default=0, help="seed of the random verification inputs")
     p.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE",
                    help="size of a named dynamic input dimension for verification (repeatable)")
     p.add_argument("--report", metavar="JSON", help="write the report (sites, verification) as JSON")
@@ -68,29 +103,70 @@ def _dims(items: list[str]) -> dict[str, int]:
     dims = {}
     for item in items:
         name, _, size = item.partition("=")
-        if not name or not size.isdigit() or int(size) < 1:
-            raise InputError(f"--dim {item!r}: expected NAME=SIZE with a positive size, e.g. --dim sequence_length=64")
+        if not name or not re.fullmatch(r"[0-9]{1,10}", size) or int(size) > _MAX_DIM:
+            raise InputError(f"--dim {item[:80]!r}: expected NAME=SIZE with a size from 0 to {_MAX_DIM}, "
+                             f"e.g. --dim sequence_length=64")
+        if dims.get(name, int(size)) != int(size):
+            raise InputError(f"--dim {name} is given twice with different sizes; give it once")
         dims[name] = int(size)
     return dims
+
+
+def _families(only: str | None) -> list[str] | None:
+    if only is None:
+        return None
+    families = [f.strip() for f in only.split(",") if f.strip()]
+    if not families:
+        from trt_fusedattn.rewrites import FAMILIES
+
+        raise InputError(f"--only {only!r} names no rewrite family; choose from {', '.join(FAMILIES)}")
+    return families
+
+
+def _check_targets(targets: dict[str, Path], inputs) -> None:
+    """No output names an input file (the model, its data files), nor the same file as another output."""
+    from trt_fusedattn.io import same_file
+
+    for flag, target in targets.items():
+        for source in inputs:
+            if same_file(target, source):
+                raise InputError(f"{flag} {target}: is a file the input model reads ({Path(source).name}); "
+                                 f"writing it would change the input, choose another path")
+    names = list(targets.items())
+    for i, (flag, target) in enumerate(names):
+        for other_flag, other in names[i + 1:]:
+            if same_file(target, other):
+                raise InputError(f"{flag} and {other_flag} name the same file ({target}); give each its own path")
 
 
 def run(args: argparse.Namespace) -> int:
     from trt_fusedattn import io, pipeline
     from trt_fusedattn import tensorrt as trt_layer
+    from trt_fusedattn.random_inputs import check_dim_names
 
     progress = _Progress(args.quiet)
-    only = [f.strip() for f in args.only.split(",") if f.strip()] if args.only else None
+    only = _families(args.only)
     pipeline.check_families(only)
     dims = _dims(args.dim)
+    if args.precision and not args.engine:
+        raise InputError(f"--{args.precision} chooses the engine's precision; add --engine PATH or leave it out")
     output = Path(args.output) if args.output else pipeline.default_output(args.model)
-    for path in (output, args.report, args.engine):
-        if path:
-            io.check_writable(path)
+    targets = {"-o": output, "--report": args.report, "--engine": args.engine}
+    targets = {flag: Path(path) for flag, path in targets.items() if path}
+    for path in targets.values():
+        io.check_writable(path, probe=True)
+    targets["-o (its data file)"] = output.with_name(output.name + ".data")
+    _check_targets(targets, [args.model])
 
-    size = Path(args.model).stat().st_size if Path(args.model).is_file() else 0
+    try:
+        size = Path(args.model).stat().st_size
+    except OSError:
+        size = 0  # load_model says what is wrong
     progress.begin(f"loading {args.model} ({size / 2**20:.0f} MB)" if size > _LARGE else None)
     model, external = io.load_model(args.model)
+    _check_targets(targets, io.data_files(model))
     pipeline.check_opset(model, args.model)
+    check_dim_names(model, dims)
     progress.end(f"loaded {args.model} ({len(model.graph.node)} nodes)")
     progress.begin()
     fused, report = pipeline.fuse(model, only, consume=not args.verify)  # verify needs the original intact
@@ -110,33 +186,45 @@ def run(args: argparse.Namespace) -> int:
             failure = err
             report.notes.append(f"fused model not saved: {err}")
 
-    if failure is None:
-        progress.begin()
-        written = io.save_model(fused, output, external_data=True if external else None)
-        report.output = str(output)
-        report.notes.extend(f"external data: {p}" for p in written[1:])
-        progress.end(f"saved {output}")
+    staged = None
+    try:
+        if failure is None:  # written beside the output now, put in place after the report
+            progress.begin()
+            staged = io.stage_model(fused, output, external_data=True if external else None)
+            report.output = str(output)
+            report.notes.extend(f"external data: {final}" for _, final in staged.moves if final != output)
 
-    ok, reason = trt_layer.available()
-    if args.engine and not ok:
-        failure = failure or TensorRTUnavailable(f"--engine needs TensorRT's builder: {reason}")
-    elif args.engine and failure is None:
-        from trt_fusedattn.tensorrt import build_engine
+        ok, reason = trt_layer.available()
+        if args.engine and not ok:
+            failure = failure or TensorRTUnavailable(f"--engine needs TensorRT's builder: {reason}")
+        elif args.engine and failure is None:
+            from trt_fusedattn.tensorrt import build_engine
 
-        progress.begin(f"building TensorRT engine {args.engine}")
-        try:
-            build_engine(output, args.engine, precision=args.precision or "fp32", dims=dims)
-        except FuseError as err:  # the report is still written
-            failure = err
-            report.notes.append(f"engine not built: {err}")
-        else:
-            report.notes.append(f"engine: {args.engine}")
-            progress.end(f"built {args.engine}")
-    elif not ok:
-        report.notes.append(f"building an engine (--engine) needs TensorRT's builder: {reason}")
+            progress.begin(f"building TensorRT engine {args.engine}")
+            try:
+                build_engine(staged.path, args.engine, precision=args.precision or "fp32", dims=dims)
+            except FuseError as err:  # the report is still written
+                failure = err
+                report.notes.append(f"engine not built: {err}")
+            else:
+                report.notes.append(f"engine: {args.engine}")
+                progress.end(f"built {args.engine}")
+        elif not ok:
+            report.notes.append(f"building an engine (--engine) needs TensorRT's builder: {reason}")
 
-    if args.report:
-        io.write_text(args.report, report.to_json())
+        if args.report:  # the report first, then the model: both are written, or neither
+            io.stage_text(args.report, report.to_json()).publish()
+        if staged is not None:
+            try:
+                staged.publish()
+            except BaseException:
+                if args.report:
+                    Path(args.report).unlink(missing_ok=True)
+                raise
+            progress.end(f"saved {output}")
+    finally:
+        if staged is not None:
+            staged.discard()
     if not args.quiet:
         print(report.table())
     if failure is not None:
@@ -144,22 +232,59 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+class Stopped(KeyboardInterrupt):
+    """SIGINT, SIGTERM or SIGHUP arrived: unwinds like Ctrl-C, so every temporary file is removed."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _stop(signum, frame):
+    for sig in _STOP_SIGNALS:  # the cleanup that follows runs undisturbed by a second signal
+        signal.signal(sig, signal.SIG_IGN)
+    raise Stopped(signum)
+
+
+def _telemetry_off() -> None:
+    """Dependencies' telemetry off unless allowed: onnxruntime (>= 1.29 on Linux) otherwise writes a
+    device id under ~/.cache and uploads events; it reads ORT_DISABLE_TELEMETRY once, at first import."""
+    if os.environ.get(ALLOW_TELEMETRY) != "1":
+        os.environ["ORT_DISABLE_TELEMETRY"] = "1"
+
+
 def main(argv=None) -> int:
+    _telemetry_off()
     args = parser().parse_args(argv)
+    in_main_thread = threading.current_thread() is threading.main_thread()  # signals are set there only
+    previous = {sig: signal.signal(sig, _stop) for sig in _STOP_SIGNALS} if in_main_thread else {}
     try:
         return run(args)
     except FuseError as err:
         print(f"fuse-onnx: error: {err}", file=sys.stderr)
         return err.exit_code
-    except KeyboardInterrupt:
-        print("fuse-onnx: error: interrupted", file=sys.stderr)
-        return 130
-    except Exception as err:  # a bug: one line unless --debug
+    except KeyboardInterrupt as err:
+        signum = getattr(err, "signum", signal.SIGINT)
+        print(f"fuse-onnx: error: stopped by {signal.Signals(signum).name}; no partial output was left",
+              file=sys.stderr)
+        return 128 + signum
+    except MemoryError:
+        print("fuse-onnx: error: out of memory; verify with smaller --dim sizes or on a machine with more memory",
+              file=sys.stderr)
+        return 2
+    except Exception as err:
         if args.debug:
             raise
+        if isinstance(err, OSError) and err.filename is not None:  # a named file the checks did not foresee
+            print(f"fuse-onnx: error: {err.filename}: {err.strerror or err}; check the path and its permissions",
+                  file=sys.stderr)
+            return 2
         print(f"fuse-onnx: error: internal error ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); "
-              f"rerun with --debug and report the traceback", file=sys.stderr)
+              f"rerun with --debug and report the traceback", file=sys.stderr)  # a bug
         return 70
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 if __name__ == "__main__":

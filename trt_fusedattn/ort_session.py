@@ -11,7 +11,11 @@ onnxruntime-extensions' Python custom ops, whose limits are worked around on a c
   nodes around the custom node (exact both ways) and handed to the callable in their own dtype;
 - onnxruntime's Python API takes and gives no bfloat16/float8 arrays: such graph inputs and outputs are
   float32 at the copy's boundary (Cast inside), converted exactly on our side;
-- onnxruntime reads models of IR version <= 13: the copy is labelled 13 when newer.
+- onnxruntime reads models of IR version <= 13: the copy is labelled 13 when newer;
+- an exception raised inside a Python custom op aborts the whole process (a C++ ``terminate``): nodes of
+  our domain are checked against their contract before the run (opset version, inputs, outputs,
+  attributes), and the callable's own exceptions are caught, kept, and raised after the run as a
+  one-line ``FuseError``.
 """
 from __future__ import annotations
 
@@ -52,6 +56,7 @@ class _Signature:
 
 _REGISTERED: dict[_Signature, str] = {}   # signature -> op type registered (registration is process-wide)
 _ACTIVE: dict[str, Callable] = {}         # qualified name -> implementation of the run in progress
+_FAILURES: list[str] = []                 # what the custom nodes of the run in progress raised
 _LOCK = threading.Lock()
 
 
@@ -85,6 +90,14 @@ def _evaluator(contract: OpContract, sig: _Signature) -> Callable:
     out_np = [helper.tensor_dtype_to_np_dtype(t) for t in sig.output_types]
 
     def evaluate(*arrays, attributes):
+        try:
+            return run(*arrays, attributes=attributes)
+        except BaseException as err:  # raised through onnxruntime it would abort the process: kept instead
+            _FAILURES.append(f"{contract.qualified_name} ({type(err).__name__}: {_first_line(err)})")
+            empty = tuple(np.zeros(0, helper.tensor_dtype_to_np_dtype(_carrier(t))) for t in sig.output_types)
+            return empty if len(empty) > 1 else empty[0]
+
+    def run(*arrays, attributes):
         given = iter(a.astype(t, copy=False) for a, t in zip(arrays, in_np))
         args = [next(given) if present else None for present in sig.present]
         implementation = _ACTIVE.get(contract.qualified_name, contract.reference)
@@ -131,7 +144,11 @@ def element_types(model: onnx.ModelProto) -> dict[str, int]:
     Custom nodes are opaque to ONNX inference: an untyped output of one takes its first input's type
     (true of every contract), and inference runs again from there."""
     while True:
-        inferred = onnx.shape_inference.infer_shapes(io.skeleton(model)[0], strict_mode=False)
+        try:
+            inferred = onnx.shape_inference.infer_shapes(io.skeleton(model)[0], strict_mode=False)
+        except (onnx.shape_inference.InferenceError, RuntimeError, ValueError) as err:
+            raise FuseError(f"ONNX shape inference fails on the model ({_first_line(err)}): its declared shapes "
+                            f"or types conflict; export it again") from None
         graph = inferred.graph
         types = {v.name: v.type.tensor_type.elem_type
                  for v in [*graph.input, *graph.value_info, *graph.output] if v.type.tensor_type.elem_type}
@@ -150,9 +167,34 @@ def _copied(model: onnx.ModelProto) -> onnx.ModelProto:
     return copy
 
 
+def check_custom_node(node: onnx.NodeProto, contract: OpContract, version: int | None) -> None:
+    """Refuse a node of our domain that its contract does not describe (it may come from the input model)."""
+    where = f"node '{node.name[:80]}' ({contract.qualified_name})"
+    if version != contract.version:
+        raise FuseError(f"{where}: the model imports {contract.domain} opset {version}, this trt_fusedattn "
+                        f"implements version {contract.version}; fuse the original model again with this version")
+    required = sum(not spec.optional for spec in contract.inputs)
+    inputs = list(node.input)
+    if len(inputs) > len(contract.inputs) or len(inputs) < required or not all(inputs[:required]):
+        raise FuseError(f"{where} has inputs {inputs}; it takes {required} to {len(contract.inputs)} "
+                        f"({', '.join(spec.name for spec in contract.inputs)}); the model is corrupt, fuse the "
+                        f"original again")
+    if len(node.output) != len(contract.outputs) or not all(node.output):
+        raise FuseError(f"{where} has {len(node.output)} outputs, the op has {len(contract.outputs)}; "
+                        f"the model is corrupt, fuse the original again")
+    try:
+        contract.node_attributes(node)
+    except (ValueError, TypeError, KeyError, UnicodeDecodeError) as err:
+        raise FuseError(f"{where}: {_first_line(err)}; the model is corrupt, fuse the original again") from None
+
+
 def bridged_model(model: onnx.ModelProto) -> onnx.ModelProto:
     """A copy of ``model`` onnxruntime can run with the custom nodes bridged to Python (see module doc)."""
     copy = io.load_weights(_copied(model))  # onnxruntime reads no external data by absolute path
+    versions = {o.domain: o.version for o in copy.opset_import}
+    for node in copy.graph.node:
+        if (node.domain, node.op_type) in _BY_OP:
+            check_custom_node(node, _BY_OP[node.domain, node.op_type], versions.get(node.domain))
     types = element_types(copy)
     nodes = []
     for node in copy.graph.node:
@@ -251,10 +293,14 @@ def run_model(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
     with _LOCK:
         _ACTIVE.clear()
         _ACTIVE.update(active)
+        _FAILURES.clear()
         try:
             outputs = runner.run(names, dict(feeds))
         except Exception as err:
-            raise FuseError(f"onnxruntime failed to run the model: {_first_line(err)}") from err
+            if not _FAILURES:
+                raise FuseError(f"onnxruntime failed to run the model: {_first_line(err)}") from err
         finally:
             _ACTIVE.clear()
+        if _FAILURES:
+            raise FuseError(f"a custom node failed: {_FAILURES[0]}; check the node's inputs and attributes")
     return {n: out.astype(carried[n]) if n in carried else out for n, out in zip(names, outputs)}

@@ -3,15 +3,25 @@
 Dynamic dimensions: batch 2, image height/width 32, sequences (and any other) 17, an odd size so kernels'
 tails are exercised; a name shared by several inputs gets one size. Floats are standard normal; integer inputs
 read by a Gather (token ids) are valid row indices of its table, others small values; inputs whose name
-says mask are padding masks: ones, with trailing zeros on some rows, never a row of zeros only.
+says mask are padding masks: ones, with trailing zeros on some rows, never a row of zeros only. Static
+dimensions are kept as the model declares them, 0 included.
+
+Sizes come from the model (static dims) and the user (``dims``), so they are checked before anything is
+allocated: every name in ``dims`` must be a named dimension of an input, and the inputs together may take
+at most ``MAX_INPUT_BYTES``.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import onnx
 from onnx import helper
 
+from trt_fusedattn.errors import InputError
+
 BATCH, IMAGE_SIDE, SEQUENCE, SMALL_INT = 2, 32, 17, 4
+MAX_INPUT_BYTES = 2**30  # verification inputs of a model together; more is refused before allocating
 
 
 def graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
@@ -34,7 +44,7 @@ def concrete_shape(value: onnx.ValueInfoProto, dims: dict) -> list[int]:
     image = tensor.elem_type in _FLOATS and channels in (1, 3, 4)
     shape = []
     for axis, dim in enumerate(tensor.shape.dim):
-        if dim.HasField("dim_value") and dim.dim_value > 0:
+        if dim.HasField("dim_value") and dim.dim_value >= 0:
             shape.append(dim.dim_value)
             continue
         name = dim.dim_param.lower()
@@ -84,23 +94,60 @@ def padding_mask(shape: list[int]) -> np.ndarray:
 _FLOATS = {onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
 
 
+def named_dims(model: onnx.ModelProto) -> set[str]:
+    """The names of the inputs' dynamic dimensions."""
+    return {d.dim_param for v in graph_inputs(model) for d in v.type.tensor_type.shape.dim if d.dim_param}
+
+
+def check_dim_names(model: onnx.ModelProto, dims: dict | None) -> None:
+    """Refuse sizes given for names no input dimension has (a typo would otherwise be ignored silently)."""
+    unknown = sorted(set(dims or ()) - named_dims(model))
+    if unknown:
+        names = ", ".join(sorted(named_dims(model))) or "none: every input dimension is static"
+        raise InputError(f"--dim {unknown[0][:80]}: the model's inputs have no dimension of that name "
+                         f"(named dimensions: {names}); give one of those")
+
+
+def _input_specs(model: onnx.ModelProto, dims: dict) -> list[tuple[onnx.ValueInfoProto, list[int], np.dtype]]:
+    """(input, shape, numpy dtype) of every input, checked to fit ``MAX_INPUT_BYTES`` together."""
+    specs = []
+    for value in graph_inputs(model):
+        if not value.type.HasField("tensor_type"):
+            raise InputError(f"input '{value.name[:80]}' is not a tensor, which verification cannot make up; "
+                             f"leave out --verify, or pass inputs= to verify() in Python")
+        try:
+            dtype = helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)
+        except KeyError:
+            raise InputError(f"input '{value.name[:80]}' has no known element type "
+                             f"({value.type.tensor_type.elem_type}); export the model again") from None
+        specs.append((value, concrete_shape(value, dims), dtype))
+    sizes = [math.prod(shape) * max(dtype.itemsize, 8 if dtype == object else 1) for _, shape, dtype in specs]
+    if sum(sizes) > MAX_INPUT_BYTES:
+        (value, shape, _), _ = max(zip(specs, sizes), key=lambda item: item[1])
+        dynamic = any(not d.HasField("dim_value") or d.dim_value < 0 for d in value.type.tensor_type.shape.dim)
+        hint = ("give smaller sizes with --dim NAME=SIZE" if dynamic else
+                "its dims are static in the model, so verify it with inputs= in Python on a larger machine")
+        raise InputError(f"verification inputs would take {sum(sizes) / 2**30:.3g} GiB (input '{value.name[:80]}' "
+                         f"{shape}), over the {MAX_INPUT_BYTES / 2**30:g} GiB limit; {hint}")
+    return specs
+
+
 def random_inputs(model: onnx.ModelProto, seed: int = 0, dims: dict | None = None) -> dict[str, np.ndarray]:
     """One array per graph input. ``dims`` (name -> size) overrides the size of named dynamic dimensions."""
+    check_dim_names(model, dims)
     rng = np.random.default_rng(seed)
     dims = dict(dims or {})
     feeds = {}
-    for value in graph_inputs(model):
-        if not value.type.HasField("tensor_type"):
-            raise ValueError(f"input '{value.name}' is not a tensor; pass inputs= explicitly")
+    for value, shape, dtype in _input_specs(model, dims):
         elem = value.type.tensor_type.elem_type
-        shape = concrete_shape(value, dims)
-        dtype = helper.tensor_dtype_to_np_dtype(elem)
-        if "mask" in value.name.lower():
+        if "mask" in value.name.lower() and elem != onnx.TensorProto.STRING:
             array = padding_mask(shape)
         elif elem in _FLOATS:
             array = rng.standard_normal(shape)
         elif elem == onnx.TensorProto.BOOL:
             array = rng.integers(0, 2, shape)
+        elif elem == onnx.TensorProto.STRING:
+            array = np.array([chr(97 + i) for i in rng.integers(0, 26, math.prod(shape))], object).reshape(shape)
         else:
             rows = table_rows(model, value.name)
             array = rng.integers(0, rows if rows else SMALL_INT, shape)

@@ -5,7 +5,8 @@ Per output: ``max_abs = max |fused - original|`` and ``max_rel = max_abs / max |
 the output's largest magnitude, not elementwise, so values near zero do not dominate). An output passes
 when ``max_rel <= rtol`` or ``max_abs <= atol``. Default rtol by the output's dtype: float32/float64 1e-4,
 float16 1e-2, bfloat16 2e-2 (their rounding alone is 5e-4 and 4e-3 per element, and the original computes
-in that precision too); integer and bool outputs must match exactly.
+in that precision too); integer and bool outputs must match exactly, as must string and other
+non-numeric outputs (compared element by element).
 """
 from __future__ import annotations
 
@@ -74,8 +75,12 @@ def compare(name: str, got: np.ndarray, want: np.ndarray, rtol: float | None = N
     want = np.asarray(want)
     dtype = str(want.dtype)
     rtol = DEFAULT_RTOL.get(dtype, 0.0) if rtol is None else rtol
-    if np.shape(got) != want.shape:
+    if got is None or np.shape(got) != want.shape:
         return OutputCheck(name, dtype, list(want.shape), float("inf"), float("inf"), rtol, atol, False)
+    if want.dtype.kind not in "biuf" or np.asarray(got).dtype.kind not in "biuf":  # strings, objects
+        same = bool(np.array_equal(np.asarray(got), want))
+        error = 0.0 if same else float("inf")
+        return OutputCheck(name, dtype, list(want.shape), error, error, rtol, atol, same)
     a, b = np.asarray(got, np.float64), want.astype(np.float64)
     same_nan = np.isnan(a) & np.isnan(b)
     diff = np.where(same_nan, 0.0, np.abs(a - b))

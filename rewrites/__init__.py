@@ -2,7 +2,9 @@
 
 A family module exposes ``rewrite(graph: onnx_graphsurgeon.Graph) -> list[Site]``: it edits the graph in
 place (the driver cleans up and sorts afterwards) and returns one Site per candidate it found, fused or
-left alone with one reason.
+left alone with one reason. The toolkit the families share: ``CannotFuse`` (the one reason), ``_graph`` (op,
+attribute, constant and consumer questions), ``_shapes.TensorShapes`` (one shapes object per pass, passed to
+each check that needs dims).
 """
 from __future__ import annotations
 
@@ -24,6 +26,10 @@ class Site:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+class CannotFuse(Exception):
+    """A site check failed: the message is the one reason the site is reported as left alone."""
 
 
 FAMILIES = ("attention", "conv")  # the order the driver runs them in

@@ -1,5 +1,5 @@
-"""Generic onnx-graphsurgeon helpers the pattern rewrites share: constant values, consumers, names (shapes:
-``_shapes.py``).
+"""Generic onnx-graphsurgeon helpers the pattern rewrites share: op and attribute checks, constant values,
+consumers, names (shapes: ``_shapes.py``).
 
 Nothing here knows a pattern; each function answers one question about the graph as exported."""
 from __future__ import annotations
@@ -10,6 +10,36 @@ import onnx_graphsurgeon as gs
 from onnx.reference import ReferenceEvaluator
 
 _CONSTANT_ATTRS = ("value", "value_float", "value_floats", "value_int", "value_ints")
+STANDARD_DOMAINS = (None, "", "ai.onnx")  # the default ONNX domain, by each name a model may write it
+
+
+def is_standard(node: gs.Node | None) -> bool:
+    """Whether ``node`` is an op of the default ONNX domain (written as "" or "ai.onnx")."""
+    return node is not None and node.domain in STANDARD_DOMAINS
+
+
+def is_op(node: gs.Node | None, op: str) -> bool:
+    """Whether ``node`` is the default-domain ONNX op ``op``."""
+    return is_standard(node) and node.op == op
+
+
+def attribute_text(node: gs.Node, name: str, default: str) -> str:
+    """A string attribute of ``node`` as str (onnx-graphsurgeon gives bytes for some models), or ``default``."""
+    value = node.attrs.get(name, default)
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def permutation(node: gs.Node | None) -> tuple | None:
+    """The permutation of a Transpose node, else None."""
+    return tuple(node.attrs.get("perm", ())) if is_op(node, "Transpose") else None
+
+
+def numpy_dtype(tensor: gs.Tensor) -> np.dtype | None:
+    """A tensor's element type as a numpy dtype (ml_dtypes' for bfloat16), None when unknown."""
+    if tensor.dtype is None:
+        return None
+    return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.dtype)) if isinstance(tensor.dtype, int) \
+        else np.dtype(tensor.dtype)
 
 
 def constant_value(tensor: gs.Tensor | None) -> np.ndarray | None:
@@ -18,9 +48,9 @@ def constant_value(tensor: gs.Tensor | None) -> np.ndarray | None:
         if len(tensor.inputs) != 1:
             return None
         node = tensor.inputs[0]
-        if node.op == "Identity" and not node.domain:
+        if is_op(node, "Identity"):
             tensor = node.inputs[0]
-        elif node.op == "Constant" and not node.domain:
+        elif is_op(node, "Constant"):
             return _constant_node_value(node)
         else:
             return None
@@ -53,7 +83,7 @@ def folded_value(tensor: gs.Tensor | None, graph: gs.Graph, max_nodes: int = 64)
         if id(node) in seen:
             continue
         seen.add(id(node))
-        if node.domain not in (None, "", "ai.onnx") or node.op in _NONDETERMINISTIC or len(nodes) == max_nodes:
+        if not is_standard(node) or node.op in _NONDETERMINISTIC or len(nodes) == max_nodes:
             return None
         nodes.append(node)
         for source in node.inputs:
@@ -107,6 +137,14 @@ def sole_consumer(tensor: gs.Tensor, graph: gs.Graph) -> gs.Node | None:
     return readers[0]
 
 
+def other_operand(node: gs.Node, tensor: gs.Tensor) -> gs.Tensor | None:
+    """The input of a two-input node that is not ``tensor`` (None when both are)."""
+    if len(node.inputs) != 2:
+        return None
+    a, b = node.inputs
+    return b if a is tensor and b is not tensor else a if b is tensor and a is not tensor else None
+
+
 def is_graph_output(tensor: gs.Tensor, graph: gs.Graph) -> bool:
     return any(out is tensor for out in graph.outputs)
 
@@ -149,7 +187,7 @@ def _static(tensor: gs.Tensor, depth: int, dim_of=None) -> np.ndarray | None:
     """The recursion of ``static_value``; a Shape gives an object array with None for dims that are not static."""
     value = constant_value(tensor)
     node = producer(tensor)
-    if value is not None or node is None or depth == 0 or node.domain not in (None, "", "ai.onnx"):
+    if value is not None or node is None or depth == 0 or not is_standard(node):
         return value
     if node.op == "Shape":
         shape = node.inputs[0].shape

@@ -1,6 +1,7 @@
-"""Tensor shapes a rewrite can rely on: recorded or inferred by ONNX, and derived symbolically through
-convolutions, pools and elementwise ops so that two dynamic shapes can be proved equal (a residual Add of a
-model exported with dynamic height and width)."""
+"""Tensor shapes a rewrite can rely on, in one object each family pass makes and passes to its checks: static
+dims (recorded, else onnxruntime's symbolic inference, else Reshape targets), and shapes derived symbolically
+through convolutions, pools and elementwise ops so that two dynamic shapes can be proved equal (a residual Add
+of a model exported with dynamic height and width)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,7 +9,8 @@ from dataclasses import dataclass
 import onnx
 import onnx_graphsurgeon as gs
 
-from trt_fusedattn.rewrites._graph import constant_value, producer
+from trt_fusedattn.rewrites._graph import (attribute_text, constant_value, is_op, is_standard, producer, static_value,
+                                           symbolic_dims, weightless_copy)
 
 # Ops whose first output has the shape of their first input.
 _SHAPE_PRESERVING = {
@@ -51,19 +53,28 @@ def _window(dim, add: int, stride: int):
 
 
 class TensorShapes:
-    """Shapes of one graph's tensors: ``of`` for proofs (dims int, FloorDim or None), ``report`` for Sites."""
+    """Shapes of one graph's tensors, made at the start of a family's pass.
 
-    def __init__(self, graph: gs.Graph, wanted: list[gs.Tensor]):
-        self.recorded = tensor_shapes(graph, wanted)
-        self._derived: dict[str, list] = {}
-        for node in graph.nodes:  # topological order: inputs are derived before the nodes that read them
-            dims = self._derive(node)
-            if dims is not None and node.outputs:
-                self._derived[node.outputs[0].name] = dims
+    Proofs: ``of`` (dims int, FloorDim or None; onnx inference completes the shapes of ``wanted`` tensors),
+    ``same``, ``report``. Static dims: ``dim``, ``rank``, ``report_recorded`` read the shapes as the graph records
+    them now, completed (``symbolic=True``) by onnxruntime's symbolic inference of the graph as it was when this
+    object was made (inferred on first use) and by Reshape targets."""
+
+    def __init__(self, graph: gs.Graph, wanted: list[gs.Tensor] = (), symbolic: bool = False):
+        self.recorded = tensor_shapes(graph, list(wanted))
+        self._graph, self._derived = graph, None
+        self._symbolic_model = weightless_copy(graph) if symbolic else None
+        self._symbolic: dict | None = None
 
     def of(self, tensor: gs.Tensor) -> list | None:
         """The tensor's dims: derived where derivable in full (exporters' own annotations can be wrong), else as
         recorded or inferred, with symbolic names as FloorDims."""
+        if self._derived is None:
+            self._derived = {}
+            for node in self._graph.nodes:  # topological order: inputs are derived before the nodes reading them
+                dims = self._derive(node)
+                if dims is not None and node.outputs:
+                    self._derived[node.outputs[0].name] = dims
         derived = self._derived.get(tensor.name)
         if derived is not None and None not in derived:
             return derived
@@ -80,8 +91,68 @@ class TensorShapes:
         """Whether the two tensors provably have one shape."""
         return same_shape(self.of(a), self.of(b))
 
+    def symbolic(self, tensor: gs.Tensor) -> list | None:
+        """The tensor's dims by onnxruntime's symbolic inference (run on first use), None without it."""
+        if self._symbolic_model is None:
+            return None
+        if self._symbolic is None:
+            self._symbolic = symbolic_dims(self._symbolic_model)
+        return self._symbolic.get(tensor.name)
+
+    def dim(self, tensor: gs.Tensor, axis: int, infer: bool = True) -> int | None:
+        """A static dim of a tensor (int): recorded or (``infer``) found by symbolic inference or a Reshape
+        target; None when unknown or symbolic."""
+        for shape in (_recorded(tensor), self.symbolic(tensor) if infer else None):
+            if shape is not None and -len(shape) <= axis < len(shape):
+                value = shape[axis]
+                if isinstance(value, int) and value >= 0:
+                    return value
+            if not infer:
+                return None
+        return self._reshape_target_dim(tensor, axis)
+
+    def rank(self, tensor: gs.Tensor) -> int | None:
+        """The tensor's rank, recorded or by symbolic inference."""
+        if tensor.shape is not None:
+            return len(tensor.shape)
+        inferred = self.symbolic(tensor)
+        return None if inferred is None else len(inferred)
+
+    def report_recorded(self, tensor: gs.Tensor) -> list | None:
+        """The dims a Site shows: recorded, with unknown ones named by symbolic inference when it has run already."""
+        recorded, inferred = _recorded(tensor), (self._symbolic or {}).get(tensor.name)
+        if recorded is None or inferred is None or len(inferred) != len(recorded):
+            return _listed(recorded if recorded is not None else inferred)
+        return _listed([r if isinstance(r, int) or i is None else i for r, i in zip(recorded, inferred)])
+
+    def _reshape_target_dim(self, tensor: gs.Tensor, axis: int) -> int | None:
+        """The dim a Reshape sets from a static element of its target, e.g. embed_dim // heads that torch's
+        MultiheadAttention export computes from a static input dim (where shape inference gives up)."""
+        node = producer(tensor)
+        while node is not None and node.op in ("Mul", "Div", "Add", "Sub", "Cast") and is_standard(node):
+            # elementwise with one-element operands keeps the shape of the other operand
+            larger = [t for t in node.inputs if _recorded(t) is None or any(d != 1 for d in _recorded(t))]
+            if len(larger) != 1:
+                return None
+            node = producer(larger[0])
+        if not is_op(node, "Reshape"):
+            return None
+        concat = producer(node.inputs[1])
+        parts = concat.inputs if is_op(concat, "Concat") else [node.inputs[1]]
+        lengths = [self.dim(part, 0, infer=False) for part in parts]
+        if None in lengths:
+            return None
+        position = axis % sum(lengths)
+        for part, length in zip(parts, lengths):
+            if position < length:
+                value = static_value(part)
+                dim = int(value.reshape(-1)[position]) if value is not None else None
+                return dim if dim is not None and dim > 0 else None
+            position -= length
+        return None
+
     def _derive(self, node: gs.Node) -> list | None:
-        if node.domain or not node.inputs:
+        if not is_standard(node) or not node.inputs:
             return None
         if node.op in _SHAPE_PRESERVING:
             return self.of(node.inputs[0])
@@ -93,7 +164,7 @@ class TensorShapes:
 
     def _windowed(self, node: gs.Node) -> list | None:
         x = self.of(node.inputs[0])
-        if node.op == "Conv":
+        if is_op(node, "Conv"):
             weight = constant_value(node.inputs[1])
             if weight is None:
                 return None
@@ -107,8 +178,7 @@ class TensorShapes:
             return None
         strides = node.attrs.get("strides", (1,) * spatial)
         dilations = node.attrs.get("dilations", (1,) * spatial)
-        auto_pad = node.attrs.get("auto_pad", "NOTSET")
-        auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+        auto_pad = attribute_text(node, "auto_pad", "NOTSET")
         pads = node.attrs.get("pads", (0,) * 2 * spatial) if auto_pad == "NOTSET" else (0,) * 2 * spatial
         out = []
         for i, (dim, k, s, d) in enumerate(zip(x[2:], kernel, strides, dilations)):
@@ -167,3 +237,12 @@ def same_shape(a: list | None, b: list | None) -> bool:
     """Whether two shapes are provably equal: same rank, each dim the same int or the same symbolic dim."""
     return a is not None and b is not None and len(a) == len(b) and all(
         x is not None and x == y for x, y in zip(a, b))
+
+
+def _recorded(tensor: gs.Tensor) -> list | None:
+    """The shape the graph records for ``tensor`` now."""
+    return None if tensor.shape is None else list(tensor.shape)
+
+
+def _listed(shape) -> list | None:
+    return None if shape is None else [d if isinstance(d, int) else str(d) for d in shape]

@@ -231,6 +231,22 @@ def test_shared_intermediate_ends_chain(where, activation, remaining, ending):
     assert op_types(fused) == remaining
 
 
+def test_ops_written_with_the_ai_onnx_domain_fuse_as_the_default_domain():
+    """"ai.onnx" names the default domain as "" does: a Conv, BatchNormalization, activation and residual Add
+    written with it form the same chain (they were once skipped)."""
+    model = graphs.residual_case(bn=True, pre="relu", post="relu")
+    for node in model.graph.node:
+        node.domain = "ai.onnx"
+    model.opset_import.append(onnx.helper.make_opsetid("ai.onnx", model.opset_import[0].version))
+    fused, sites = fuse_and_verify(model)
+    site = only(sites)
+    assert site.fused and site.details["bn_folded"] == 1, site
+    assert (site.details["activation"], site.details["residual"], site.details["post_activation"]) == \
+        ("relu", "x", "relu"), site
+    assert op_types(fused) == ["FusedConv"]
+
+
+
 @pytest.mark.parametrize("kind, ending", [
     ("broadcast", "is not provably of the output's shape [2, 6, 6, 6]"),
     ("constant_after_activation", "adds a constant that cannot fold into shift (after the activation, or not "

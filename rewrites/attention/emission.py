@@ -1,0 +1,174 @@
+"""Replacement: the FusedAttention node in the layout needing the fewest new Transposes (BSHD on a tie: it
+absorbs the head split/merge), its one mask input (several combined, shared by all layers), and the output
+routed back to the original readers."""
+from __future__ import annotations
+
+import numpy as np
+import onnx_graphsurgeon as gs
+from onnx import TensorProto, helper
+
+from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION
+from trt_fusedattn.rewrites._graph import numpy_dtype, unique_name
+from trt_fusedattn.rewrites.attention.match import HEAD_SPLIT, KEY_TRANSPOSE, Match, Operand, Output, Shared
+
+class _Emitter:
+    """Adds the new nodes of one site, with names derived from the anchor's."""
+
+    def __init__(self, graph: gs.Graph, base: str, shared: Shared):
+        self.graph, self.base, self.shared, self.taken = graph, base, shared, shared.taken
+
+    def shared_node(self, op: str, inputs: list, what: str, dtype=None, attrs=None) -> gs.Tensor:
+        """A node every site with the same inputs reuses (the mask conversions of each layer)."""
+        key = (op, tuple(id(t) for t in inputs), tuple(sorted((attrs or {}).items())))
+        if key not in self.shared.nodes:
+            self.shared.nodes[key] = self.node(op, inputs, what, dtype, attrs)
+        return self.shared.nodes[key]
+
+    def tensor(self, what: str, dtype=None) -> gs.Variable:
+        return gs.Variable(unique_name(f"{self.base}/{what}", self.taken), dtype=dtype)
+
+    def node(self, op: str, inputs: list, what: str, dtype=None, attrs=None, outputs=None) -> gs.Tensor:
+        outputs = outputs or [self.tensor(what, dtype)]
+        self.graph.nodes.append(gs.Node(op=op, name=unique_name(f"{self.base}/{what}", self.taken),
+                                        attrs=attrs or {}, inputs=inputs, outputs=outputs))
+        return outputs[0]
+
+    def transpose(self, tensor: gs.Tensor, perm: tuple, what: str) -> gs.Tensor:
+        return self.node("Transpose", [tensor], what, numpy_dtype(tensor), {"perm": list(perm)})
+
+    def operand(self, op: Operand, layout: str, what: str) -> gs.Tensor:
+        if getattr(op, layout.lower()) is not None:
+            return getattr(op, layout.lower())
+        if op.flat is not None:
+            shape = gs.Constant(unique_name(f"{self.base}/{what}_heads", self.taken),
+                                np.array([0, 0, op.heads, -1], np.int64))
+            return self.node("Reshape", [op.flat, shape], f"{what}_bshd", numpy_dtype(op.flat))
+        if op.kt is not None:
+            perm = KEY_TRANSPOSE if layout == "BHSD" else (0, 3, 1, 2)
+            return self.transpose(op.kt, perm, f"{what}_{layout.lower()}")
+        return self.transpose(op.any(), HEAD_SPLIT, f"{what}_{layout.lower()}")
+
+
+def _layout(match: Match) -> str:
+    """The layout needing the fewest new Transposes (BSHD on a tie: it absorbs the head split/merge)."""
+    if match.out.flat is not None:
+        return "BSHD"
+    costs = {layout: sum(op.cost(layout) for op in (match.q, match.k, match.v)) + match.out.cost(layout)
+             for layout in ("BSHD", "BHSD")}
+    return min(("BSHD", "BHSD"), key=lambda layout: costs[layout])
+
+
+def _mask_input(match: Match, emit: _Emitter, qtype) -> tuple[gs.Tensor | None, str]:
+    """The one mask tensor to pass (combining several), and its kind for the report."""
+    keep = None
+    if match.keep_masks:
+        parts = [emit.shared_node("Not", [t], "keep", np.dtype(bool)) if negate else t for t, negate in match.keep_masks]
+        keep = parts[0]
+        for part in parts[1:]:
+            keep = emit.shared_node("And", [keep, part], "keep", np.dtype(bool))
+        if not match.float_masks:
+            return keep, "bool"
+    if not match.float_masks:
+        return None, "none"
+    masks = [mask if qtype is None or numpy_dtype(mask) in (None, qtype) else
+             emit.shared_node("Cast", [mask], "mask_cast", qtype, {"to": helper.np_dtype_to_tensor_dtype(qtype)})
+             for mask in match.float_masks]
+    if keep is not None:  # both kinds: the boolean one in additive form (-inf where masked), once for all layers
+        key = ("keep_additive", id(keep), qtype.str)
+        if key not in emit.shared.nodes:
+            zero, neg_inf = (gs.Constant(unique_name(f"{emit.base}/{what}", emit.taken), np.array(value, qtype))
+                             for what, value in (("zero", 0.0), ("neg_inf", -np.inf)))
+            emit.shared.nodes[key] = emit.node("Where", [keep, zero, neg_inf], "keep_additive", qtype)
+        masks.append(emit.shared.nodes[key])
+    mask = masks[0]
+    for part in masks[1:]:
+        mask = emit.shared_node("Add", [mask, part], "mask", qtype or numpy_dtype(mask))
+    return mask, "float"
+
+
+def _route_output(out: Output, layout: str, emit: _Emitter, qtype) -> gs.Tensor:
+    """The tensor the fused node writes (in ``layout`` and Q's dtype), wired to the original output's readers
+    through the head merge, a Transpose or a Cast as needed."""
+    out.producer.outputs.clear()
+    readers_see = out.flat if out.flat is not None else out.bhsd
+    if qtype is not None and numpy_dtype(readers_see) not in (None, qtype):  # fp16 exports that compute P·V in fp32
+        fused_out = emit.tensor("O", qtype)
+        emit.node("Cast", [fused_out], "O_cast", outputs=[readers_see],
+                  attrs={"to": helper.np_dtype_to_tensor_dtype(numpy_dtype(readers_see))})
+        readers_see = fused_out
+    if out.flat is not None:
+        result = emit.tensor("O_bshd", qtype)
+        shape = gs.Constant(unique_name(f"{emit.base}/merge_heads", emit.taken), np.array([0, 0, -1], np.int64))
+        emit.node("Reshape", [result, shape], "O_merge", outputs=[readers_see])
+        return result
+    if layout == "BHSD":
+        return readers_see
+    if out.bshd is not None and readers_see is out.bhsd:
+        result = out.bshd
+        for merge in out.merges:
+            merged = merge.outputs[0]
+            _detach(merge)
+            if merged is not result:
+                emit.node("Identity", [result], "O_alias", outputs=[merged])
+        for reshape in out.bypassed:
+            _detach(reshape)
+        if out.shape_readers:  # Shape of the BHSD output: the BSHD output's, permuted
+            bhsd_shape = emit.node("Gather", [emit.node("Shape", [result], "O_shape", np.dtype(np.int64)),
+                                              gs.Constant(unique_name(f"{emit.base}/bhsd_axes", emit.taken),
+                                                          np.array(HEAD_SPLIT, np.int64))],
+                                   "O_bhsd_shape", np.dtype(np.int64), {"axis": 0})
+            for reader in out.shape_readers:
+                _reroute_shape(reader, bhsd_shape, emit)
+        return result
+    result = emit.tensor("O_bshd", qtype)
+    emit.node("Transpose", [result], "O_bhsd", attrs={"perm": list(HEAD_SPLIT)}, outputs=[readers_see])
+    return result
+
+
+def _detach(node: gs.Node) -> None:
+    """Cut a node the fused node replaces out of the graph (the driver's cleanup then drops it)."""
+    node.inputs.clear()
+    node.outputs.clear()
+
+
+def _reroute_shape(reader: gs.Node, shape: gs.Tensor, emit: _Emitter) -> None:
+    """Make ``reader``'s output (Shape of the old BHSD output, maybe sliced by start/end) come from ``shape``."""
+    out = reader.outputs[0]
+    start, end = reader.attrs.get("start"), reader.attrs.get("end")
+    _detach(reader)
+    if start is None and end is None:
+        emit.node("Identity", [shape], "O_shape_alias", outputs=[out])
+        return
+    bounds = [gs.Constant(unique_name(f"{emit.base}/shape_{what}", emit.taken), np.array([value], np.int64))
+              for what, value in (("start", start or 0), ("end", 4 if end is None else end))]
+    emit.node("Slice", [shape, *bounds], "O_shape_slice", outputs=[out])
+
+
+def replace(match: Match, graph: gs.Graph, shared: Shared) -> gs.Node:
+    """Emit the FusedAttention node and route the output to the original readers."""
+    base = match.anchor.name or "attention"
+    emit, taken = _Emitter(graph, f"{base}/fused", shared), shared.taken
+    layout = _layout(match)
+    qtype = numpy_dtype(match.q.any())
+    mask, kind = _mask_input(match, emit, qtype)
+    inputs = [emit.operand(match.q, layout, "Q"), emit.operand(match.k, layout, "K"),
+              emit.operand(match.v, layout, "V")] + ([mask] if mask is not None else [])
+    if match.key_lengths is not None:  # int32 [B], after the mask slot (left empty when there is no mask)
+        lengths = match.key_lengths
+        if numpy_dtype(lengths) != np.dtype(np.int32):
+            lengths = emit.shared_node("Cast", [lengths], "key_lengths", np.dtype(np.int32), {"to": TensorProto.INT32})
+        inputs += ([] if mask is not None else [gs.Variable.empty()]) + [lengths]
+    result = _route_output(match.out, layout, emit, qtype)
+    attrs = {"layout": layout, "scale": match.scale, "causal": match.causal}
+    if match.causal:
+        attrs["causal_alignment"] = match.causal_alignment
+    node = gs.Node(op=FUSED_ATTENTION.name, domain=FUSED_ATTENTION.domain,
+                   name=unique_name(f"{base}/FusedAttention", taken),
+                   attrs=FUSED_ATTENTION.explicit_attributes(**attrs), inputs=inputs, outputs=[result])
+    graph.nodes.append(node)
+    if match.key_lengths is not None:
+        match.details["key_lengths"] = True
+    match.details.update(layout=layout, mask=kind, scale=match.scale, causal=match.causal,
+                         **({"causal_alignment": match.causal_alignment} if match.causal else {}),
+                         **({"gqa_group": match.k.repeats or "from shapes"} if match.k.repeats != 1 else {}))
+    return node

@@ -1,0 +1,180 @@
+"""The Softmax rule: a Softmax over the last axis whose input comes, through scalar scales, additive or boolean
+masks and Casts, from a rank-4 MatMul (Q·Kᵀ), and whose output reaches, through Casts, Dropout and the sdpa NaN
+guard, the left operand of a second MatMul (P·V)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx_graphsurgeon as gs
+from onnx import TensorProto, helper
+
+from trt_fusedattn.rewrites import CannotFuse
+from trt_fusedattn.rewrites._graph import (consumers, is_graph_output, is_op, is_present, is_standard, producer,
+                                           scalar_value)
+from trt_fusedattn.rewrites._shapes import TensorShapes
+from trt_fusedattn.rewrites.attention.masks import MASKED_FILL_LIMIT
+from trt_fusedattn.rewrites.attention.match import Match, Operand, Output
+from trt_fusedattn.rewrites.attention.operands import (FLOAT_DTYPES, peel_float_cast, scalar_factor, trace_bhsd,
+                                                       trace_keys, trace_output)
+
+_SCORE_STEPS = {"Cast", "Mul", "Div", "Add", "Where"}
+
+
+def _reaches_scores(tensor: gs.Tensor, depth: int = 8) -> bool:
+    """Whether ``tensor`` is computed, through score steps (Cast, scale, mask), from a MatMul."""
+    node = producer(tensor)
+    if node is None or depth == 0:
+        return False
+    if is_op(node, "MatMul"):
+        return True
+    if node.op in _SCORE_STEPS and is_standard(node):
+        inputs = node.inputs[1:] if node.op == "Where" else node.inputs
+        return any(_reaches_scores(t, depth - 1) for t in inputs if not isinstance(t, gs.Constant))
+    return False
+
+
+def _blocking_step(tensor: gs.Tensor, depth: int = 8) -> gs.Node | None:
+    """The first node above ``tensor``, past score steps, that is no score step yet is computed from a MatMul
+    (e.g. the Tanh of logit softcapping): what keeps a Softmax from being matched. None if there is none."""
+    node = producer(tensor)
+    if node is None or depth == 0 or is_op(node, "MatMul"):
+        return None
+    if node.op in _SCORE_STEPS and is_standard(node):
+        found = (_blocking_step(t, depth - 1) for t in node.inputs if not isinstance(t, gs.Constant))
+        return next((n for n in found if n is not None), None)
+    return node if _from_matmul(tensor, 4) else None
+
+
+def _from_matmul(tensor: gs.Tensor, depth: int) -> bool:
+    node = producer(tensor)
+    return node is not None and depth > 0 and (is_op(node, "MatMul") or any(
+        _from_matmul(t, depth - 1) for t in node.inputs if not isinstance(t, gs.Constant)))
+
+
+def _not_attention_step(node: gs.Node) -> CannotFuse:
+    hint = {"Tanh": " (logit softcapping)", "Reshape": " (scores reshaped: heads folded into the batch?)"}.get(node.op, "")
+    return CannotFuse(f"{node.op} '{node.name}' between the Q·Kᵀ MatMul and the Softmax is not an attention step{hint}")
+
+
+def _is_masked_fill(value: float | None) -> bool:
+    return value is not None and (value == -math.inf or value <= MASKED_FILL_LIMIT)
+
+
+def _walk_scores(softmax: gs.Node, graph: gs.Graph, match: Match, shapes: TensorShapes) -> gs.Node:
+    """From the Softmax input up to the Q·Kᵀ MatMul, recording scales, masks and Casts; returns the MatMul."""
+    tensor, scale = softmax.inputs[0], 1.0
+    while True:
+        node = producer(tensor)
+        if node is None:
+            raise CannotFuse("the Softmax input is not computed from a MatMul (not attention)")
+        readers = consumers(tensor)
+        if len(readers) != 1 or is_graph_output(tensor, graph):
+            others = sorted({n.op for n in readers if n is not softmax} | ({"graph output"} if
+                            is_graph_output(tensor, graph) else set()))
+            raise CannotFuse(f"the attention scores '{tensor.name}' are also read by {', '.join(others)}")
+        if is_op(node, "MatMul"):
+            match.scale = scale
+            return node
+        if is_op(node, "Cast"):
+            if np.dtype(helper.tensor_dtype_to_np_dtype(node.attrs["to"])) not in FLOAT_DTYPES \
+                    and node.attrs["to"] != TensorProto.BFLOAT16:
+                raise CannotFuse(f"Cast '{node.name}' on the scores is not to a float type")
+            match.details["casts"] = match.details.get("casts", 0) + 1
+            tensor = node.inputs[0]
+        elif is_op(node, "Mul") or is_op(node, "Div"):
+            sides = [s for s in (0, 1) if scalar_factor(node, s, shapes) is not None]
+            if not sides:
+                raise CannotFuse(f"{node.op} '{node.name}' scales the scores by a non-constant or non-scalar")
+            scale *= scalar_factor(node, sides[0], shapes)
+            if scale <= 0:
+                raise CannotFuse(f"{node.op} '{node.name}' scales the scores by a non-positive factor")
+            tensor = node.inputs[sides[0]]
+        elif is_op(node, "Add"):
+            sides = [s for s in (0, 1) if _reaches_scores(node.inputs[s])]
+            blocker = next((b for b in map(_blocking_step, node.inputs) if b is not None), None)
+            if not sides and blocker is not None:
+                raise _not_attention_step(blocker)
+            if len(sides) != 1:
+                raise CannotFuse(f"cannot tell the scores from the mask in Add '{node.name}'")
+            if scale != 1.0:
+                raise CannotFuse(f"the mask of Add '{node.name}' is added before the scores are scaled")
+            match.float_masks.append(node.inputs[1 - sides[0]])
+            tensor = node.inputs[sides[0]]
+        elif is_op(node, "Where"):
+            cond, a, b = node.inputs
+            if _reaches_scores(a) and _is_masked_fill(scalar_value(b)):
+                match.keep_masks.append((cond, False))
+                tensor = a
+            elif _reaches_scores(b) and _is_masked_fill(scalar_value(a)):
+                match.keep_masks.append((cond, True))
+                tensor = b
+            else:
+                raise CannotFuse(f"Where '{node.name}' does not fill masked scores with -inf or a large negative")
+        else:
+            raise _not_attention_step(node)
+
+
+def _walk_probabilities(softmax: gs.Node, graph: gs.Graph) -> gs.Node:
+    """From the Softmax output down to the MatMul with V, through Casts, Dropout and the NaN guard."""
+    tensor = softmax.outputs[0]
+    while True:
+        if is_graph_output(tensor, graph):
+            raise CannotFuse(f"the attention probabilities '{tensor.name}' are a graph output")
+        readers = consumers(tensor)
+        if len(readers) == 1 and (is_op(readers[0], "Cast") or is_op(readers[0], "Dropout")):
+            node = readers[0]
+            if is_op(node, "Dropout") and (len(node.outputs) > 1 and node.outputs[1].outputs
+                                            or len(node.inputs) > 2 and is_present(node.inputs[2])
+                                            and scalar_value(node.inputs[2]) != 0):
+                raise CannotFuse(f"Dropout '{node.name}' on the probabilities runs in training mode")
+            tensor = node.outputs[0]
+            continue
+        guard = _nan_guard(tensor, readers)
+        if guard is not None:
+            tensor = guard.outputs[0]
+            continue
+        if len(readers) == 1 and is_op(readers[0], "MatMul") and readers[0].inputs[0] is tensor \
+                and readers[0].inputs[1] is not tensor:
+            return readers[0]
+        names = ", ".join(sorted({f"{n.op}" for n in readers})) or "nothing"
+        raise CannotFuse(f"the attention probabilities '{tensor.name}' are read by {names}, not only by the MatMul with V")
+
+
+def _nan_guard(tensor: gs.Tensor, readers: list) -> gs.Node | None:
+    """The Where(IsNaN(p), 0, p) the sdpa export puts after Softmax (fully masked rows -> 0), else None."""
+    if len(readers) != 2:
+        return None
+    isnan = next((n for n in readers if is_op(n, "IsNaN")), None)
+    where = next((n for n in readers if is_op(n, "Where")), None)
+    if isnan is None or where is None or consumers(isnan.outputs[0]) != [where]:
+        return None
+    if where.inputs[0] is isnan.outputs[0] and where.inputs[2] is tensor and scalar_value(where.inputs[1]) == 0:
+        return where
+    return None
+
+
+def match_softmax(softmax: gs.Node, graph: gs.Graph, shapes: TensorShapes) -> Match:
+    """The attention site a Softmax anchors, traced through the scores to Q·Kᵀ and through P to P·V."""
+    match = Match(anchor=softmax, q=Operand(), k=Operand(), v=Operand(), out=Output())
+    scores_mm = _walk_scores(softmax, graph, match, shapes)
+    qb, kt = scores_mm.inputs
+    rank = shapes.rank(qb) or shapes.rank(kt) or shapes.rank(scores_mm.outputs[0])
+    if rank != 4:
+        raise CannotFuse(f"the Softmax input comes from MatMul '{scores_mm.name}' of rank {rank or 'unknown'}, not a "
+                    f"rank-4 Q·Kᵀ (not attention, or heads folded into the batch)")
+    axis = softmax.attrs.get("axis", -1 if graph.opset >= 13 else 1)  # before opset 13: 2-D coercion at axis
+    if axis not in (-1, rank - 1):
+        raise CannotFuse(f"Softmax '{softmax.name}' normalizes axis {axis}, not the last (keys) axis")
+    pv_mm = _walk_probabilities(softmax, graph)
+    match.q, q_factor = trace_bhsd(qb, False, shapes)
+    match.k, k_factor = trace_keys(kt, shapes)
+    values = peel_float_cast(pv_mm.inputs[1])
+    match.v, v_factor = trace_bhsd(values, True, shapes)
+    if v_factor != 1.0:
+        match.v = Operand(bhsd=values)  # scaled values: keep the scaled tensor
+    match.scale *= q_factor * k_factor
+    match.out = trace_output(pv_mm.outputs[0], graph, match, shapes)
+    if shapes.rank(pv_mm.outputs[0]) not in (None, 4):
+        raise CannotFuse(f"the MatMul with V '{pv_mm.name}' is not rank 4")
+    return match

@@ -1,9 +1,7 @@
-// Compile-time specialization of the fused attention kernel (every -D the launch plan sets), element types,
-// and the tile geometry that follows from them.
+// Compile-time specialization of the fused attention kernel (every -D the launch plan sets), the mask type, and the
+// tile geometry that follows from them (the element type, DTYPE_BF16, is common/element.cuh's).
 #pragma once
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
-#include <stdint.h>
+#include "common/element.cuh"
 
 #if !defined(HEAD_DIM) || !defined(DTYPE_BF16) || !defined(CAUSAL) || !defined(CAUSAL_BOTTOM_RIGHT) || \
     !defined(MASK_KIND) || !defined(HAS_KEY_LENGTHS) || !defined(SCALE_LOG2) || !defined(BLOCK_M) ||  \
@@ -17,11 +15,6 @@
 #define MASK_ADDITIVE 1
 #define MASK_BOOL 2
 
-#if DTYPE_BF16
-typedef __nv_bfloat16 elem_t;
-#else
-typedef __half elem_t;
-#endif
 #if MASK_KIND == MASK_BOOL
 typedef unsigned char mask_t;  // numpy/torch bool: one byte, nonzero = attend
 #else

@@ -1,7 +1,11 @@
 // The two matrix products of one K/V tile, S = Q K^T and O += P V, with operands staged in shared memory by
 // cp.async (Q once, K and V one tile each, row pitch padded by 16 bytes so ldmatrix hits 32 distinct banks).
 #pragma once
-#include "attention_mma.cuh"
+#include "attention_config.cuh"
+#include "common/cp_async.cuh"
+#include "common/ldmatrix.cuh"
+#include "common/mma_sync.cuh"
+#include "common/smem.cuh"
 
 constexpr int kQTileElems = kBlockM * kRowPitch;   // the Q tile in smem
 constexpr int kKVTileElems = kBlockN * kRowPitch;  // one K or V tile in smem

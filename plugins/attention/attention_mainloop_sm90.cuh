@@ -15,7 +15,10 @@
 // - P (A of P V) comes from registers: the m64nN accumulator fragment of S is, per warp, the m16n8 layout of
 //   mma.sync, and two adjacent n8 blocks of it rounded to 16 bits are the m64k16 A fragment (as in the mma.sync path).
 #pragma once
-#include "wgmma.cuh"
+#include "attention_config.cuh"
+#include "common/cp_async.cuh"
+#include "common/smem.cuh"
+#include "common/wgmma.cuh"
 
 static_assert(kHeadDim == 64 || kHeadDim == 128, "the wgmma mainloop serves head dims 64 and 128");
 static_assert(kBlockN == 64 || kBlockN == 128, "the wgmma mainloop takes BLOCK_N 64 or 128");
@@ -65,13 +68,13 @@ __device__ __forceinline__ void load_tile_async(elem_t* smem, const elem_t* base
 struct QFromSmem {
   uint64_t desc;
   __device__ __forceinline__ QFromSmem(const elem_t* sQ, int warp, int /*lane*/)
-      : desc(smem_desc_sw128(smem_addr(sQ) + (warp / 4) * 64 * kSwizzleRowBytes, 16, kSwizzleAtomBytes)) {}
+      : desc(smem_desc<128>(smem_addr(sQ) + (warp / 4) * 64 * kSwizzleRowBytes, 16, kSwizzleAtomBytes)) {}
 };
 
 // Issue S (this warpgroup's 64 x kBlockN raw scores; this thread's part in the mma.sync fragment layout) = Q K^T
 // as one wgmma group; the caller waits for it.
 __device__ __forceinline__ void gemm_qk_issue(float (&s)[1][kNTiles][4], const QFromSmem& q, const elem_t* sK) {
-  const uint64_t k_desc = smem_desc_sw128(smem_addr(sK), 16, kSwizzleAtomBytes);
+  const uint64_t k_desc = smem_desc<128>(smem_addr(sK), 16, kSwizzleAtomBytes);
   fence_operands(s[0]);
   wgmma_fence();  // S's registers were last read by the previous tile's softmax
 #pragma unroll
@@ -104,7 +107,7 @@ __device__ __forceinline__ void pack_p(uint32_t (&a)[kBlockN / 16][4], const flo
 // Issue O += P V as one wgmma group; O and P stay owned by it until the caller's wait.
 __device__ __forceinline__ void gemm_pv_issue(float (&o)[1][kDTiles][4], uint32_t (&a)[kBlockN / 16][4],
                                               const elem_t* sV) {
-  const uint64_t v_desc = smem_desc_sw128(smem_addr(sV), kBlockN * kSwizzleRowBytes, kSwizzleAtomBytes);
+  const uint64_t v_desc = smem_desc<128>(smem_addr(sV), kBlockN * kSwizzleRowBytes, kSwizzleAtomBytes);
   fence_operands(a);
   fence_operands(o[0]);
   wgmma_fence();  // P was written and O possibly rescaled by ordinary instructions

@@ -1,7 +1,8 @@
 // Score masking and the online softmax. Each thread holds, per m16 tile, two rows (lane/4 and lane/4 + 8) and
 // two adjacent columns per n8 tile; a row is spread over the 4 lanes of a quad, reduced with shuffles.
 #pragma once
-#include "attention_mma.cuh"
+#include "attention_config.cuh"
+#include "common/math.cuh"
 
 // Where this thread's scores sit: row = row0 + mt*16 + half*8, column = col0 + nt*8 + e.
 struct FragmentCoords {

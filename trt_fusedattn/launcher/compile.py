@@ -1,8 +1,8 @@
 """Compile a CUDA source to PTX (what TensorRT's AOT plugins and the direct launcher load) or cubin (for inspection).
 
 Results are cached on disk under ``$TRT_FUSEDATTN_CACHE`` (default ``~/.cache/trt_fusedattn``), keyed by the
-sha256 of the source, every local header it includes, the nvcc flags, the defines, the nvcc version and the
-CUTLASS version (when its headers are on the include path).
+sha256 of the source, every local header it includes (plugins/common's too), the nvcc flags, the defines and the
+nvcc version.
 
     ptx = compile_ptx("plugins/attention/attention.cu", "sm_90a", {"HEAD_DIM": 128})   # str, cached
     cubin_path, report = compile_cubin(source, "sm_90a", defines)                       # -Xptxas -v report
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.util
 import os
 import re
 import shutil
@@ -54,22 +53,6 @@ def nvcc_version() -> str:
     return subprocess.run([nvcc_path(), "--version"], capture_output=True, text=True, check=True).stdout
 
 
-@functools.lru_cache(maxsize=None)
-def cutlass_include_dirs() -> tuple[str, ...]:
-    """CUTLASS/CuTe header folders: ``$CUTLASS_PATH/include`` or the ``nvidia-cutlass`` wheel's; empty if neither."""
-    roots = []
-    if os.environ.get("CUTLASS_PATH"):
-        roots.append(Path(os.environ["CUTLASS_PATH"]))
-    spec = importlib.util.find_spec("cutlass_library")
-    if spec and spec.origin:
-        roots.append(Path(spec.origin).parent / "source")
-    for root in roots:
-        if (root / "include" / "cute").is_dir():
-            util = root / "tools" / "util" / "include"
-            return (str(root / "include"),) + ((str(util),) if util.is_dir() else ())
-    return ()
-
-
 def arch_flag(arch: str, target: str) -> str:
     """``-arch`` for PTX (virtual ``compute_XX[a]``) or cubin (real ``sm_XX[a]``) output."""
     if not re.fullmatch(r"sm_\d{2,3}[af]?", arch):
@@ -79,7 +62,7 @@ def arch_flag(arch: str, target: str) -> str:
 
 def local_headers(source: Path, include_dirs=()) -> list[Path]:
     """Every header reached through ``#include "..."`` from ``source`` (found beside the includer or in
-    ``include_dirs``), recursively, in a stable order. Angle-bracket includes (system, CUTLASS) are not followed."""
+    ``include_dirs``), recursively, in a stable order. Angle-bracket (system) includes are not followed."""
     seen: dict[Path, None] = {}
     pending = [source]
     while pending:
@@ -100,8 +83,7 @@ def nvcc_command(source: Path, arch: str, defines: Mapping, target: str, output:
     """The full nvcc command line (``target`` is ``ptx`` or ``cubin``)."""
     cmd = [nvcc_path(), f"-{target}", arch_flag(arch, target), *BASE_FLAGS, *extra_flags]
     cmd += [f"-D{name}={_define_value(value)}" for name, value in sorted(defines.items())]
-    cmd += [f"-I{d}" for d in (str(source.parent), *map(str, include_dirs), *cutlass_include_dirs())]
-    cmd += ["--expt-relaxed-constexpr"] if cutlass_include_dirs() else []  # CuTe's constexpr helpers need it
+    cmd += [f"-I{d}" for d in (str(source.parent), *map(str, include_dirs))]
     return cmd + [str(source), "-o", str(output)]
 
 
@@ -118,17 +100,7 @@ def _cache_key(source: Path, cmd: list[str], include_dirs) -> str:
     # the command without paths that do not change the output (source location, output file)
     digest.update("\0".join(cmd[:-3]).encode())
     digest.update(nvcc_version().encode())
-    digest.update(_cutlass_version().encode())  # its headers are not hashed one by one
     return digest.hexdigest()
-
-
-@functools.lru_cache(maxsize=None)
-def _cutlass_version() -> str:
-    from importlib import metadata
-    try:
-        return metadata.version("nvidia-cutlass")
-    except metadata.PackageNotFoundError:
-        return os.environ.get("CUTLASS_PATH", "")
 
 
 def _run_nvcc(cmd: list[str], source: Path) -> str:
@@ -140,11 +112,20 @@ def _run_nvcc(cmd: list[str], source: Path) -> str:
     return result.stderr
 
 
+@functools.lru_cache(maxsize=None)
+def kernel_include_dirs() -> tuple[str, ...]:
+    """The folder whose ``common/*.cuh`` (plugins/common: the shared PTX wrappers and element type) every kernel
+    includes; imported lazily, when the first kernel compiles."""
+    from trt_fusedattn.plugins.common import INCLUDE_ROOT
+    return (str(INCLUDE_ROOT),)
+
+
 def _compile(source, arch: str, defines: Mapping | None, target: str, include_dirs, extra_flags) -> tuple[Path, str]:
     """Compile (or find in the cache) and return (output file, nvcc's stderr text)."""
     source = Path(source).resolve()
     if not source.is_file():
         raise CompileError(f"CUDA source {source} does not exist")
+    include_dirs = (*kernel_include_dirs(), *map(str, include_dirs))
     defines = dict(defines or {})
     out_dir = cache_dir()
     cmd = nvcc_command(source, arch, defines, target, out_dir / "placeholder", include_dirs, extra_flags)

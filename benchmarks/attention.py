@@ -17,13 +17,11 @@ import datetime
 import platform
 import statistics
 import subprocess
-from concurrent.futures import ThreadPoolExecutor
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from trt_fusedattn.launcher import device_arch, launch
-from trt_fusedattn.launcher.launch import _load_function  # the launcher's cached compile + module load
+from trt_fusedattn.launcher import device_arch, launch, precompile
 from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION
 from trt_fusedattn.plugins.attention.plan import WGMMA_ARCHES, plan_attention
 
@@ -62,9 +60,8 @@ def plan_for(shape, dtype: str, causal: bool, arch: str, tuning=None):
     return plan_attention([tuple(shape)] * 3 + [None, None], [dtype] * 3 + [None, None], attrs, arch, tuning=tuning)
 
 
-def precompile(dtypes, tunings, arch: str) -> None:
-    """Compile and load (driver JIT) every specialization the run times, in parallel (nvcc and the JIT are
-    single-threaded)."""
+def timed_plans(dtypes, tunings, arch: str) -> list:
+    """Every specialization the run times (``precompile`` compiles and loads them before the first timing)."""
     plans = {}
     for dtype in dtypes:
         for dim in (64, 128):
@@ -72,8 +69,7 @@ def precompile(dtypes, tunings, arch: str) -> None:
                 for tuning in tunings.get(dim, []):
                     p = plan_for((1, 2048, HIDDEN // dim, dim), str(dtype).removeprefix("torch."), causal, arch, tuning)
                     plans[tuple(sorted(p.defines.items()))] = p
-    with ThreadPoolExecutor(max_workers=12) as pool:
-        list(pool.map(lambda kv: _load_function(str(kv[1].source), arch, kv[0], kv[1].kernel, 0), plans.items()))
+    return list(plans.values())
 
 
 def ours(q, k, v, out, causal: bool, tuning=None):
@@ -136,7 +132,8 @@ def main():
     arch = device_arch(0)
     hopper = arch in WGMMA_ARCHES
     mma_sync, wgmma = {"WGMMA": 0}, {"WGMMA": 1}
-    precompile(dtypes, {d: [mma_sync, *extra.get(d, [])] + ([wgmma] if hopper else []) for d in (64, 128)}, arch)
+    precompile(timed_plans(dtypes, {d: [mma_sync, *extra.get(d, [])] + ([wgmma] if hopper else []) for d in (64, 128)},
+                           arch), arch)
     header = ["dtype", "hd", "causal", "seq", "mma.sync", "flash (FA2)", "cuDNN", "mma.sync/FA2", "mma.sync/cuDNN",
               "err vs FA2"]
     header += ["wgmma", "wgmma/FA2", "wgmma/cuDNN", "wgmma err vs FA2"] if hopper else []

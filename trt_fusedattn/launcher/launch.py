@@ -14,7 +14,8 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
-from typing import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Iterable, Sequence
 
 from trt_fusedattn.launcher.compile import compile_ptx
 from trt_fusedattn.launcher.plan import LaunchPlan
@@ -148,6 +149,16 @@ def _load_function(source: str, arch: str, defines: tuple, kernel: str, ordinal:
         function = check(drv.cuModuleGetFunction(module, kernel.encode()),
                          f"cuModuleGetFunction({kernel!r}): is it declared extern \"C\" __global__?")
     return module, function, [DEFAULT_SHARED_LIMIT]
+
+
+def precompile(plans: Iterable[LaunchPlan], arch: str | None = None, *, device: int = 0, workers: int = 12) -> None:
+    """Compile (cached) and load every plan's kernel on ``device`` now, in parallel threads (nvcc and the driver's
+    PTX JIT are single-threaded), so that tests and benchmarks time no compile and dozens of specializations load
+    in seconds rather than one by one at their first launch. ``arch`` None means the device's."""
+    arch = arch or device_arch(device)
+    kernels = {(str(p.source), tuple(sorted(p.defines.items())), p.kernel) for p in plans}
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        list(pool.map(lambda k: _load_function(k[0], arch, k[1], k[2], device), kernels))
 
 
 def _as_int(value, what: str) -> int:

@@ -2,7 +2,7 @@
 GPU tests launch. A case is shapes + dtypes + attributes; inputs are drawn fresh per run."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION
 from trt_fusedattn.plugins.attention.plan import plan_attention
@@ -164,3 +164,17 @@ def _wgmma_cases():
 
 
 WGMMA_CASES = _wgmma_cases()
+
+
+def _warp_specialized_cases():
+    """The warp-specialized Hopper kernel (tuning WARP_SPECIALIZED=1: load warpgroup, two MMA warpgroups in ping-pong)
+    over the wgmma mainloop's feature cases (every feature, lengths 1..16534 so the K/V pipeline wraps its stages
+    many times), the short ones also under compute-sanitizer."""
+    ws = (("WARP_SPECIALIZED", 1),)
+    small = {"ws-hd64-float16", "ws-hd128-bfloat16", "ws-len1x1-hd64", "ws-causal-bottom_right-100x300-hd64",
+             "ws-key-lengths-hd64", "ws-additive-full-hd64", "ws-bool-keylen-bhsd-hd128"}
+    cases = [replace(c, name="ws-" + c.name[3:], tuning=ws) for c in WGMMA_CASES if c.tuning == (("WGMMA", 1),)]
+    return [replace(c, small=c.name in small) for c in cases]
+
+
+WARP_SPECIALIZED_CASES = _warp_specialized_cases()

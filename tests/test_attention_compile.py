@@ -1,5 +1,5 @@
 """Every FusedAttention specialization the GPU tests launch compiles with the local nvcc for sm_80 and sm_90a (and
-the wgmma mainloop's cases for sm_90a), without register spills (CPU: catches compile errors and spills in CI, no
+the wgmma mainloop's and the warp-specialized kernel's cases for sm_90a), without register spills (CPU: catches compile errors and spills in CI, no
 GPU needed).
 
 One accepted exception: head dim 128 with 128x64 tiles spills a few registers (ptxas: 4-64 bytes, reloaded once
@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from _attention_cases import CASES, WGMMA_CASES
+from _attention_cases import CASES, WARP_SPECIALIZED_CASES, WGMMA_CASES
 from trt_fusedattn.launcher import CompileError, compile_cubin
 from trt_fusedattn.launcher.compile import nvcc_path
 
@@ -30,7 +30,7 @@ def _nvcc_missing() -> bool:
 @pytest.mark.skipif(_nvcc_missing(), reason="nvcc not found (CUDA toolkit)")
 def test_every_tested_specialization_compiles_without_spills():
     plans = {}
-    for case, arch in [(c, a) for c in CASES for a in ARCHES] + [(c, "sm_90a") for c in WGMMA_CASES]:
+    for case, arch in [(c, a) for c in CASES for a in ARCHES] + [(c, "sm_90a") for c in WGMMA_CASES + WARP_SPECIALIZED_CASES]:
         plan = case.plan(arch)
         plans[(arch, tuple(sorted(plan.defines.items())))] = plan
     with ThreadPoolExecutor(max_workers=4) as pool:  # nvcc is single-threaded; the cache makes reruns instant

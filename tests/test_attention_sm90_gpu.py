@@ -1,14 +1,12 @@
-"""FusedAttention's Hopper wgmma mainloop (plan tuning WGMMA=1, sm_90a) on the GPU: every feature case of
-``WGMMA_CASES`` against the float64 numpy reference on fresh random inputs (outputs poisoned with NaN first),
+"""FusedAttention's Hopper wgmma mainloop (plan tuning WGMMA=1, sm_90a) and warp-specialized kernel
+(WARP_SPECIALIZED=1) on the GPU: every feature case of ``WGMMA_CASES`` and ``WARP_SPECIALIZED_CASES`` against the float64 numpy reference on fresh random inputs (outputs poisoned with NaN first),
 launched through the plan exactly as a TensorRT engine would, plus the API on the plan's default path."""
 from __future__ import annotations
-
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
-from _attention_cases import WGMMA_CASES
+from _attention_cases import WARP_SPECIALIZED_CASES, WGMMA_CASES
 from test_attention_gpu import TOLERANCE, host, make_inputs, relative_error
 from trt_fusedattn.plugins.attention.contract import fused_attention_reference
 
@@ -16,18 +14,19 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
 
 
+HOPPER_CASES = WGMMA_CASES + WARP_SPECIALIZED_CASES
+
+
 @pytest.fixture(scope="module", autouse=True)
 def hopper_with_kernels_loaded():
     """Skip off sm_90a; compile and load (driver JIT) every case's kernel up front, in parallel: one by one, at
-    first launch, the ~40 specializations would take a minute."""
+    first launch, the ~80 specializations would take minutes."""
     from trt_fusedattn.launcher import device_arch
-    from trt_fusedattn.launcher.launch import _load_function  # the launcher's cached compile + cuModuleLoadData
+    from trt_fusedattn.launcher.launch import precompile
     arch = device_arch(0)
     if arch != "sm_90a":
         pytest.skip(f"the wgmma mainloop needs an sm_90a GPU (Hopper); this one is {arch}")
-    plans = {tuple(sorted(p.defines.items())): p for p in (c.plan(arch) for c in WGMMA_CASES)}
-    with ThreadPoolExecutor(max_workers=12) as pool:
-        list(pool.map(lambda kv: _load_function(str(kv[1].source), arch, kv[0], kv[1].kernel, 0), plans.items()))
+    precompile([c.plan(arch) for c in HOPPER_CASES], arch)
 
 
 def error_pattern(got: np.ndarray, ref: np.ndarray, layout: str) -> str:
@@ -46,7 +45,7 @@ def error_pattern(got: np.ndarray, ref: np.ndarray, layout: str) -> str:
             f"bad head-dim chunks {chunks}; first bad query blocks {blocks}")
 
 
-@pytest.mark.parametrize("case", WGMMA_CASES, ids=[c.name for c in WGMMA_CASES])
+@pytest.mark.parametrize("case", HOPPER_CASES, ids=[c.name + ("-small" if c.small else "") for c in HOPPER_CASES])
 def test_wgmma_matches_float64_reference(case):
     from trt_fusedattn.launcher import launch
     plan = case.plan("sm_90a")

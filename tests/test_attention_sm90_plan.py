@@ -50,3 +50,29 @@ def test_overlap_takes_a_third_v_tile_and_needs_wgmma():
     assert over.defines["WGMMA_OVERLAP"] == 1 and over.shared_mem - base.shared_mem == block_n * 128 * 2
     with pytest.raises(ValueError, match="WGMMA_OVERLAP is an option of the wgmma mainloop"):
         plan(128, tuning={"WGMMA": 0, "WGMMA_OVERLAP": 1})
+
+
+@pytest.mark.parametrize("dim", [64, 128])
+def test_warp_specialized_geometry(dim):
+    """WARP_SPECIALIZED=1: attention_sm90.cu, a load warpgroup beside two MMA warpgroups, the pipeline's mbarriers
+    after the swizzled tiles."""
+    from trt_fusedattn.plugins.attention.plan import WARP_SPECIALIZED_TILES, pipeline_barrier_bytes
+    p = plan(dim, tuning={"WARP_SPECIALIZED": 1})
+    block_m, block_n, warps, _, stages = WARP_SPECIALIZED_TILES[dim]
+    assert p.source.name == "attention_sm90.cu" and p.defines["WGMMA"] == 1 and p.defines["WGMMA_OVERLAP"] == 0
+    assert p.block == (128 + warps * 32, 1, 1) and p.grid == ((1000 + block_m - 1) // block_m, 8, 2)
+    assert p.shared_mem == shared_mem_bytes(dim, block_m, block_n, stages, True) + pipeline_barrier_bytes(stages)
+    assert p.shared_mem <= 227 * 1024
+    assert plan(dim).source.name == ("attention_sm90.cu" if plan_module.WARP_SPECIALIZED_BY_DEFAULT else "attention.cu")
+
+
+@pytest.mark.parametrize("tuning, message", [
+    ({"WARP_SPECIALIZED": 1, "WGMMA": 0}, "needs WGMMA=1"),
+    ({"WARP_SPECIALIZED": 1, "WGMMA_OVERLAP": 1}, "own overlap"),
+    ({"WARP_SPECIALIZED": 1, "NUM_WARPS": 4, "BLOCK_M": 64}, "two MMA warpgroups"),
+])
+def test_warp_specialized_rejections(tuning, message):
+    with pytest.raises(ValueError, match=message):
+        plan(128, tuning=tuning)
+    with pytest.raises(ValueError, match="WGMMA=1"):
+        plan(96, tuning={"WARP_SPECIALIZED": 1})

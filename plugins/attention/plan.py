@@ -14,6 +14,7 @@ from trt_fusedattn.launcher.plan import LaunchPlan
 from trt_fusedattn.plugins.attention.contract import HEAD_DIMS
 
 SOURCE = Path(__file__).with_name("attention.cu")
+SOURCE_WARP_SPECIALIZED = Path(__file__).with_name("attention_sm90.cu")
 KERNEL = "fused_attention"
 ELEMENT_TYPES = ("float16", "bfloat16")
 MASK_KINDS = {None: 0, "additive": 1, "bool": 2}
@@ -40,6 +41,22 @@ WGMMA_SMEM_ALIGN = 1024  # its swizzled tiles start 1024-byte aligned: the kerne
 # The wgmma mainloop is the default on sm_90a for head dims 64/128: tests/test_attention_sm90_gpu.py passed on the
 # H100 (70/70, 2026-11-22) and it ran 1.19-1.50x FA2 (benchmarks/results/attention_h100_wgmma.md).
 WGMMA_BY_DEFAULT = True
+# The warp-specialized Hopper kernel (attention_sm90.cu: a load warpgroup + two MMA warpgroups with ping-pong and
+# intra-warpgroup overlap, FlashAttention-3's design): its tiles, and its K/V pipeline's mbarriers (full Q, full and
+# empty K and V per stage, 8 bytes each) after the tiles. Off by default until it has passed the GPU tests and
+# timed faster than the wgmma mainloop (NOTES.md).
+WARP_SPECIALIZED_TILES = {64: (128, 128, 8, 0, 2), 128: (128, 128, 8, 0, 2)}
+# an additive mask's loads at head dim 128 spill (40 B) with 128-key tiles at the MMA warpgroups' 240 registers
+WARP_SPECIALIZED_TILES_MASKED = {**WARP_SPECIALIZED_TILES, 128: (128, 64, 8, 0, 2)}
+WARP_SPECIALIZED_BY_DEFAULT = False
+LOAD_WARPGROUP_THREADS = 128
+
+
+def pipeline_barrier_bytes(stages: int) -> int:
+    """The warp-specialized kernel's mbarriers (attention_pipeline_sm90.cuh: kPipelineBarriers)."""
+    return (1 + 4 * stages) * 8
+
+
 # The online softmax moves a row's reference max only when a tile exceeds it by more than this (log2 units).
 RESCALE_THRESHOLD = "8.0f"
 
@@ -90,9 +107,10 @@ def _mask_strides(mask_shape, batch, heads_q, len_q, len_kv) -> tuple:
 def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning: dict | None = None) -> LaunchPlan:
     """Launch plan of FusedAttention for these inputs (Q, K, V, mask, key_lengths; None when absent).
     ``tuning`` overrides tuning defines (WGMMA, BLOCK_M, BLOCK_N, NUM_WARPS, Q_IN_REGISTERS, KV_STAGES,
-    RESCALE_THRESHOLD, MIN_BLOCKS_PER_SM, WGMMA_OVERLAP) of the per-head-dim choice: for tests and benchmarks.
+    RESCALE_THRESHOLD, MIN_BLOCKS_PER_SM, WGMMA_OVERLAP, WARP_SPECIALIZED) of the per-head-dim choice: for tests and benchmarks.
     WGMMA=1 forces the Hopper wgmma mainloop (sm_90a, head dims 64/128), WGMMA=0 the mma.sync one; without it
-    ``WGMMA_BY_DEFAULT`` decides."""
+    ``WGMMA_BY_DEFAULT`` decides. WARP_SPECIALIZED=1 (on top of the wgmma mainloop) takes the warp-specialized kernel
+    (attention_sm90.cu); without it ``WARP_SPECIALIZED_BY_DEFAULT`` decides."""
     q_shape, k_shape, v_shape, mask_shape, lengths_shape = (list(input_shapes) + [None] * 5)[:5]
     q_dtype, k_dtype, v_dtype, mask_dtype, lengths_dtype = (list(input_dtypes) + [None] * 5)[:5]
     layout = attrs.get("layout", "BSHD")
@@ -140,11 +158,17 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
     if wgmma and (arch not in WGMMA_ARCHES or dim not in WGMMA_TILES):
         raise ValueError(f"FusedAttention: the wgmma mainloop runs on {', '.join(WGMMA_ARCHES)} for head dims "
                          f"{sorted(WGMMA_TILES)}, not {arch} head dim {dim}; use WGMMA=0")
-    block_m, block_n, warps, q_in_registers, stages = WGMMA_TILES[dim] if wgmma else table[dim]
-    tune = {"WGMMA": wgmma, "BLOCK_M": block_m, "BLOCK_N": block_n, "NUM_WARPS": warps, "Q_IN_REGISTERS": q_in_registers,
+    ws = int((tuning or {}).get("WARP_SPECIALIZED", WARP_SPECIALIZED_BY_DEFAULT and wgmma))
+    if ws and not wgmma:
+        raise ValueError("FusedAttention: the warp-specialized kernel is built on the wgmma mainloop; WARP_SPECIALIZED=1 "
+                         f"needs WGMMA=1 ({', '.join(WGMMA_ARCHES)}, head dims {sorted(WGMMA_TILES)})")
+    ws_table = WARP_SPECIALIZED_TILES_MASKED if mask_kind is not None else WARP_SPECIALIZED_TILES
+    block_m, block_n, warps, q_in_registers, stages = (ws_table[dim] if ws else WGMMA_TILES[dim] if wgmma
+                                                       else table[dim])
+    tune = {"WARP_SPECIALIZED": ws, "WGMMA": wgmma, "BLOCK_M": block_m, "BLOCK_N": block_n, "NUM_WARPS": warps, "Q_IN_REGISTERS": q_in_registers,
             "KV_STAGES": stages, "RESCALE_THRESHOLD": RESCALE_THRESHOLD,
-            "MIN_BLOCKS_PER_SM": WGMMA_MIN_BLOCKS_PER_SM[dim] if wgmma and mask_kind is None else 1,
-            "WGMMA_OVERLAP": WGMMA_OVERLAP[dim] if wgmma else 0}
+            "MIN_BLOCKS_PER_SM": WGMMA_MIN_BLOCKS_PER_SM[dim] if wgmma and not ws and mask_kind is None else 1,
+            "WGMMA_OVERLAP": WGMMA_OVERLAP[dim] if wgmma and not ws else 0}
     unknown = set(tuning or ()) - set(tune)
     if unknown:
         raise ValueError(f"FusedAttention: unknown tuning defines {sorted(unknown)}; known: {sorted(tune)}")
@@ -152,7 +176,12 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
     block_m, block_n, warps, stages = tune["BLOCK_M"], tune["BLOCK_N"], tune["NUM_WARPS"], tune["KV_STAGES"]
     if tune["WGMMA_OVERLAP"] and not tune["WGMMA"]:
         raise ValueError("FusedAttention: WGMMA_OVERLAP is an option of the wgmma mainloop; set WGMMA=1 too")
+    if tune["WARP_SPECIALIZED"] and (tune["WGMMA_OVERLAP"] or (block_m, warps) != (128, 8)):
+        raise ValueError("FusedAttention: the warp-specialized kernel has its own overlap (WGMMA_OVERLAP=0) and two MMA "
+                         "warpgroups (BLOCK_M=128, NUM_WARPS=8)")
     smem = shared_mem_bytes(dim, block_m, block_n, stages, bool(wgmma), bool(tune["WGMMA_OVERLAP"]))
+    if tune["WARP_SPECIALIZED"]:
+        smem += pipeline_barrier_bytes(stages)
     if smem > shared_limit(arch):
         raise ValueError(f"FusedAttention: tile {block_m}x{block_n} at head dim {dim} needs {smem} B of shared memory, "
                          f"more than {arch} has")
@@ -175,6 +204,7 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
                *_strides(len_q, heads_q, dim, layout), *_strides(len_kv, heads_kv, dim, layout))
     if mask_kind is not None:
         scalars += _mask_strides(mask_shape, batch, heads_q, len_q, len_kv)
-    return LaunchPlan(source=SOURCE, kernel=KERNEL, defines=defines,
+    ws = tune["WARP_SPECIALIZED"]
+    return LaunchPlan(source=SOURCE_WARP_SPECIALIZED if ws else SOURCE, kernel=KERNEL, defines=defines,
                       grid=((len_q + block_m - 1) // block_m, heads_q, batch),
-                      block=(warps * 32, 1, 1), shared_mem=smem, scalars=scalars)
+                      block=(warps * 32 + (LOAD_WARPGROUP_THREADS if ws else 0), 1, 1), shared_mem=smem, scalars=scalars)

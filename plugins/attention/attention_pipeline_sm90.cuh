@@ -1,0 +1,47 @@
+// The shared-memory pipeline between the load warpgroup and the two MMA warpgroups of the warp-specialized Hopper
+// kernel (attention_sm90.cu): one "full" mbarrier per Q tile and per K/V stage (the loader's arrivals: its copies
+// have landed and are visible to wgmma) and one "empty" mbarrier per K/V stage (the MMA threads' arrivals: their
+// wgmmas no longer read it). Stage s of tile step i is i % kStages, its round i / kStages; a waiter names the
+// round's phase by its parity.
+#pragma once
+#include "common/mbarrier.cuh"
+#include "attention_config.cuh"
+
+constexpr int kLoadThreads = 128;          // the load warpgroup (warps 0-3)
+constexpr int kMmaThreads = kThreads;      // the MMA warpgroups (NUM_WARPS warps from warp 4 on)
+constexpr int kPipelineBarriers = 1 + 4 * kStages;
+constexpr int kPipelineBytes = kPipelineBarriers * 8;
+
+struct KVPipeline {
+  uint32_t base;  // shared address of kPipelineBarriers 8-byte mbarriers: full Q, full K[s], full V[s], empty K[s],
+                  // empty V[s]
+
+  __device__ __forceinline__ uint32_t full_q() const { return base; }
+  __device__ __forceinline__ uint32_t full_k(int s) const { return base + 8 * (1 + s); }
+  __device__ __forceinline__ uint32_t full_v(int s) const { return base + 8 * (1 + kStages + s); }
+  __device__ __forceinline__ uint32_t empty_k(int s) const { return base + 8 * (1 + 2 * kStages + s); }
+  __device__ __forceinline__ uint32_t empty_v(int s) const { return base + 8 * (1 + 3 * kStages + s); }
+
+  // One thread initializes; the block syncs before anyone uses the barriers.
+  __device__ __forceinline__ void init() const {
+    mbarrier_init(full_q(), kLoadThreads);
+    for (int s = 0; s < kStages; ++s) {
+      mbarrier_init(full_k(s), kLoadThreads);
+      mbarrier_init(full_v(s), kLoadThreads);
+      mbarrier_init(empty_k(s), kMmaThreads);
+      mbarrier_init(empty_v(s), kMmaThreads);
+    }
+  }
+  static __device__ __forceinline__ int stage(int step) { return step % kStages; }
+  static __device__ __forceinline__ uint32_t parity(int step) { return (step / kStages) & 1; }
+
+  // Loader: wait until the stage tile `step` goes into is free (the first round passes at once).
+  __device__ __forceinline__ void acquire_k(int step) const { mbarrier_wait(empty_k(stage(step)), parity(step) ^ 1); }
+  __device__ __forceinline__ void acquire_v(int step) const { mbarrier_wait(empty_v(stage(step)), parity(step) ^ 1); }
+  // MMA threads: wait until tile `step` has landed.
+  __device__ __forceinline__ void wait_k(int step) const { mbarrier_wait(full_k(stage(step)), parity(step)); }
+  __device__ __forceinline__ void wait_v(int step) const { mbarrier_wait(full_v(stage(step)), parity(step)); }
+  // MMA threads: done reading tile `step`'s stage.
+  __device__ __forceinline__ void release_k(int step) const { mbarrier_arrive(empty_k(stage(step))); }
+  __device__ __forceinline__ void release_v(int step) const { mbarrier_arrive(empty_v(stage(step))); }
+};

@@ -1,0 +1,85 @@
+// trt_fusedattn::FusedAttention forward, warp-specialized for Hopper (sm_90a; FlashAttention-3's design within the
+// AOT plugin ABI). One thread block computes kBlockM = 128 query rows of one (batch, head) with three warpgroups:
+// - warpgroup 0 loads (attention_load_sm90.cuh): Q once, then K/V tiles into kStages swizzled stages, handing each
+//   over through mbarriers (attention_pipeline_sm90.cuh); it gives most of its registers away (setmaxnreg);
+// - warpgroups 1 and 2 compute (attention_mma_warpgroups_sm90.cuh), 64 query rows each, with wgmma, intra-warpgroup
+//   overlap of the softmax with P V, and ping-pong turns between them;
+// then both normalize and store O (attention_epilogue_sm90.cuh). Masking, online softmax, tile scheduling and the
+// argument list are those of attention.cu, so the plan only switches the source.
+#include "attention_tile_scheduler.cuh"
+#include "attention_load_sm90.cuh"
+#include "attention_mma_warpgroups_sm90.cuh"
+#include "attention_epilogue_sm90.cuh"
+#include "common/warpgroup.cuh"
+
+static_assert(kWarps == 8 && kBlockM == 128, "the warp-specialized kernel has two MMA warpgroups of 64 rows");
+constexpr int kBlockThreads = kLoadThreads + kMmaThreads;
+// 40 * 128 + 232 * 256 = 64512 of the SM's 65536 registers.
+constexpr int kLoadRegisters = 24;
+constexpr int kMmaRegisters = 240;
+constexpr int kMmaDoneBarrier = 3;  // both MMA warpgroups are done with shared memory (ids 1-2: their turns)
+
+extern "C" __global__ void __launch_bounds__(kBlockThreads, 1) fused_attention(
+    const elem_t* __restrict__ Q, const elem_t* __restrict__ K, const elem_t* __restrict__ V,
+#if MASK_KIND != MASK_NONE
+    const mask_t* __restrict__ mask,
+#endif
+#if HAS_KEY_LENGTHS
+    const int* __restrict__ key_lengths,
+#endif
+    int batch, int heads_q, int heads_kv, int len_q, int len_kv,
+    int q_stride_b, int q_stride_h, int q_stride_s, int kv_stride_b, int kv_stride_h, int kv_stride_s,
+#if MASK_KIND != MASK_NONE
+    int mask_stride_b, int mask_stride_h, int mask_stride_q, int mask_stride_k,
+#endif
+    elem_t* __restrict__ O) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  // the plan adds kSmemAlign - 16 bytes of slack for this round-up
+  elem_t* sQ = reinterpret_cast<elem_t*>(smem + ((kSmemAlign - smem_addr(smem) % kSmemAlign) % kSmemAlign));
+  elem_t* sK = sQ + kQTileElems;
+  elem_t* sV = sK + kStages * kKVTileElems;
+  const KVPipeline pipe{smem_addr(sV + kStages * kKVTileElems)};
+
+  const AttentionTile tile = schedule_tile();
+  const int head_kv = tile.head / (heads_q / heads_kv);
+  const int m0 = tile.m_block * kBlockM;
+  const int64_t q_off = static_cast<int64_t>(tile.batch) * q_stride_b + static_cast<int64_t>(tile.head) * q_stride_h;
+  const int64_t kv_off = static_cast<int64_t>(tile.batch) * kv_stride_b + static_cast<int64_t>(head_kv) * kv_stride_h;
+
+  // Keys [0, kv_end) can be attended by some row of this block; later keys are never loaded.
+  int kv_end = len_kv;
+#if HAS_KEY_LENGTHS
+  kv_end = min(kv_end, max(key_lengths[tile.batch], 0));
+#endif
+  const int causal_offset = CAUSAL_BOTTOM_RIGHT ? len_kv - len_q : 0;
+#if CAUSAL
+  kv_end = min(kv_end, min(m0 + kBlockM, len_q) + causal_offset);
+#endif
+  const int n_tiles = kv_end > 0 ? (kv_end + kBlockN - 1) / kBlockN : 0;
+
+  if (threadIdx.x == 0) pipe.init();
+  __syncthreads();
+
+  if (threadIdx.x < kLoadThreads) {
+    warpgroup_registers_decrease<kLoadRegisters>();
+    load_q_and_kv(pipe, sQ, sK, sV, Q + q_off, q_stride_s, m0, len_q, K + kv_off, V + kv_off, kv_stride_s, len_kv,
+                  n_tiles);
+  } else {
+    warpgroup_registers_increase<kMmaRegisters>();
+    const int warp = threadIdx.x / 32 - kLoadThreads / 32, lane = threadIdx.x % 32;
+#if MASK_KIND != MASK_NONE
+    const ScoreLimits lim{kv_end, causal_offset, len_q, m0,
+                          mask + static_cast<int64_t>(tile.batch) * mask_stride_b +
+                              static_cast<int64_t>(tile.head) * mask_stride_h,
+                          mask_stride_q, mask_stride_k};
+#else
+    const ScoreLimits lim{kv_end, causal_offset, len_q, m0, nullptr, 0, 0};
+#endif
+    float o[1][kDTiles][4], row_sum[1][2];
+    mma_warpgroup_mainloop(pipe, sQ, sK, sV, n_tiles, lim, warp, lane, o, row_sum);
+    named_barrier_sync(kMmaDoneBarrier, kMmaThreads);  // sQ becomes the output staging buffer
+    stage_output(sQ, o, row_sum, warp, lane);
+    named_barrier_sync(kMmaDoneBarrier, kMmaThreads);
+    store_output_by_mma_threads(O + q_off, sQ, q_stride_s, m0, len_q, threadIdx.x - kLoadThreads);
+  }
+}

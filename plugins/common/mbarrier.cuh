@@ -1,0 +1,29 @@
+// mbarrier (shared-memory transaction barrier, sm_80+; parity waits sm_90) wrappers: init, arrive, parity wait.
+// A phase completes when `count` arrivals have been made; waiters name the phase by its parity (0, 1, 0, ...).
+#pragma once
+#include <stdint.h>
+
+// Initialize the mbarrier at shared address `bar` to expect `count` arrivals per phase. The block must sync
+// (__syncthreads) before any other thread uses it.
+__device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+// One arrival (release semantics at CTA scope: this thread's earlier writes are visible to a waiter that sees the
+// phase complete).
+__device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+// Block until the phase of parity `parity` has completed (acquire semantics). A fresh barrier is in phase 0, so
+// waiting for parity 1 returns at once: producers wait for "empty" with (round & 1) ^ 1.
+__device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}

@@ -5,7 +5,8 @@ import math
 
 import pytest
 
-from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION
+from trt_fusedattn.launcher.arch import SHARED_LIMIT
+from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION, HEAD_DIMS
 from trt_fusedattn.plugins.attention.plan import TILES, plan_attention, shared_mem_bytes
 
 
@@ -49,6 +50,20 @@ def test_mask_broadcast_strides(mask_shape, strides):
     assert p.defines["MASK_KIND"] == 1 and p.defines["HAS_KEY_LENGTHS"] == 1
     assert p.scalars[11:] == strides
     assert plan(mask=mask_shape, mask_dtype="bool").defines["MASK_KIND"] == 2
+
+
+@pytest.mark.parametrize("arch", sorted(SHARED_LIMIT))
+@pytest.mark.parametrize("mask", [None, "bool"])
+def test_every_head_dim_fits_every_gpu(arch, mask):
+    """Issue 8: head dim 128 needed 104,448 B on the 99 KB GPUs (sm_86/sm_89/sm_120); the plan now shrinks the K/V
+    tile until the stages fit."""
+    for dim in HEAD_DIMS:
+        p = plan(q=(2, 300, 4, dim), kv=(2, 300, 4, dim), mask=None if mask is None else (300, 300),
+                 mask_dtype=mask, arch=arch)
+        assert p.shared_mem <= SHARED_LIMIT[arch]
+    if SHARED_LIMIT[arch] < 128 * 1024:
+        p = plan(q=(2, 300, 4, 128), kv=(2, 300, 4, 128), arch=arch)
+        assert (p.defines["BLOCK_M"], p.defines["BLOCK_N"]) == (128, 32) and p.shared_mem == 69632
 
 
 def test_small_shared_memory_gpus_get_smaller_tiles():

@@ -63,7 +63,10 @@ def test_warp_specialized_geometry(dim):
     assert p.block == (128 + warps * 32, 1, 1) and p.grid == ((1000 + block_m - 1) // block_m, 8, 2)
     assert p.shared_mem == shared_mem_bytes(dim, block_m, block_n, stages, True) + pipeline_barrier_bytes(stages)
     assert p.shared_mem <= 227 * 1024
-    assert plan(dim).source.name == ("attention_sm90.cu" if plan_module.WARP_SPECIALIZED_BY_DEFAULT else "attention.cu")
+    default = plan_module.WGMMA_BY_DEFAULT and dim in plan_module.WARP_SPECIALIZED_DEFAULT_HEAD_DIMS
+    assert plan(dim).source.name == ("attention_sm90.cu" if default else "attention.cu")
+    assert plan(dim, mask=(2, 1, 1000, 700)).source.name == "attention.cu"  # masked tiles: untimed, not the default
+    assert plan(dim, tuning={"WGMMA": 1}).source.name == "attention.cu"  # forcing WGMMA means the wgmma mainloop
 
 
 @pytest.mark.parametrize("tuning, message", [

@@ -43,12 +43,14 @@ WGMMA_SMEM_ALIGN = 1024  # its swizzled tiles start 1024-byte aligned: the kerne
 WGMMA_BY_DEFAULT = True
 # The warp-specialized Hopper kernel (attention_sm90.cu: a load warpgroup + two MMA warpgroups with ping-pong and
 # intra-warpgroup overlap, FlashAttention-3's design): its tiles, and its K/V pipeline's mbarriers (full Q, full and
-# empty K and V per stage, 8 bytes each) after the tiles. Off by default until it has passed the GPU tests and
-# timed faster than the wgmma mainloop (NOTES.md).
+# empty K and V per stage, 8 bytes each) after the tiles.
+# It is the default (when the tuning does not force WGMMA) where it passed the GPU tests and timed faster than the wgmma
+# mainloop at every point: head dim 128 without a mask (H100, 2026-11-24: 1.08-1.31x; NOTES.md). Head dim 64 timed
+# the same as the wgmma mainloop (0.93-1.03x) and masked tiles are untimed: those stay on the wgmma mainloop.
 WARP_SPECIALIZED_TILES = {64: (128, 128, 8, 0, 2), 128: (128, 128, 8, 0, 2)}
 # an additive mask's loads at head dim 128 spill (40 B) with 128-key tiles at the MMA warpgroups' 240 registers
 WARP_SPECIALIZED_TILES_MASKED = {**WARP_SPECIALIZED_TILES, 128: (128, 64, 8, 0, 2)}
-WARP_SPECIALIZED_BY_DEFAULT = False
+WARP_SPECIALIZED_DEFAULT_HEAD_DIMS = (128,)
 LOAD_WARPGROUP_THREADS = 128
 
 
@@ -110,7 +112,7 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
     RESCALE_THRESHOLD, MIN_BLOCKS_PER_SM, WGMMA_OVERLAP, WARP_SPECIALIZED) of the per-head-dim choice: for tests and benchmarks.
     WGMMA=1 forces the Hopper wgmma mainloop (sm_90a, head dims 64/128), WGMMA=0 the mma.sync one; without it
     ``WGMMA_BY_DEFAULT`` decides. WARP_SPECIALIZED=1 (on top of the wgmma mainloop) takes the warp-specialized kernel
-    (attention_sm90.cu); without it ``WARP_SPECIALIZED_BY_DEFAULT`` decides."""
+    (attention_sm90.cu); without it (and without WGMMA) ``WARP_SPECIALIZED_DEFAULT_HEAD_DIMS`` decides."""
     q_shape, k_shape, v_shape, mask_shape, lengths_shape = (list(input_shapes) + [None] * 5)[:5]
     q_dtype, k_dtype, v_dtype, mask_dtype, lengths_dtype = (list(input_dtypes) + [None] * 5)[:5]
     layout = attrs.get("layout", "BSHD")
@@ -158,7 +160,8 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
     if wgmma and (arch not in WGMMA_ARCHES or dim not in WGMMA_TILES):
         raise ValueError(f"FusedAttention: the wgmma mainloop runs on {', '.join(WGMMA_ARCHES)} for head dims "
                          f"{sorted(WGMMA_TILES)}, not {arch} head dim {dim}; use WGMMA=0")
-    ws = int((tuning or {}).get("WARP_SPECIALIZED", WARP_SPECIALIZED_BY_DEFAULT and wgmma))
+    ws = int((tuning or {}).get("WARP_SPECIALIZED", wgmma and "WGMMA" not in (tuning or {}) and mask_kind is None
+                                and dim in WARP_SPECIALIZED_DEFAULT_HEAD_DIMS))
     if ws and not wgmma:
         raise ValueError("FusedAttention: the warp-specialized kernel is built on the wgmma mainloop; WARP_SPECIALIZED=1 "
                          f"needs WGMMA=1 ({', '.join(WGMMA_ARCHES)}, head dims {sorted(WGMMA_TILES)})")
@@ -180,6 +183,12 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
         raise ValueError("FusedAttention: the warp-specialized kernel has its own overlap (WGMMA_OVERLAP=0) and two MMA "
                          "warpgroups (BLOCK_M=128, NUM_WARPS=8)")
     smem = shared_mem_bytes(dim, block_m, block_n, stages, bool(wgmma), bool(tune["WGMMA_OVERLAP"]))
+    while not wgmma and smem > shared_limit(arch) and block_n > 16 and "BLOCK_N" not in (tuning or {}):
+        # GPUs with 99 KB per block (sm_86, sm_89, sm_120): halve the K/V tile until the stages fit (hd128: 128x32,
+        # 68 KB instead of 128x64's 104,448 B)
+        block_n //= 2
+        tune["BLOCK_N"] = block_n
+        smem = shared_mem_bytes(dim, block_m, block_n, stages)
     if tune["WARP_SPECIALIZED"]:
         smem += pipeline_barrier_bytes(stages)
     if smem > shared_limit(arch):

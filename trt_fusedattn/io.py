@@ -28,6 +28,7 @@ from typing import Iterator
 
 import onnx
 import numpy as np
+from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError, EncodeError
 from onnx import helper, numpy_helper
 
@@ -316,6 +317,26 @@ def _looks_like_onnx(path: Path, size: int) -> bool:
     return True
 
 
+def _check_text(message, path: Path) -> None:
+    """Refuse text fields (names, attributes, docs) that are not UTF-8: protobuf hands them out as bytes
+    (or raises when decoding them), so a corrupt byte would otherwise surface deep inside the rewrites."""
+    string, nested = FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_MESSAGE
+    pending = [message]
+    try:
+        while pending:
+            for fd, value in pending.pop().ListFields():
+                if fd.type == string:
+                    bad = next((v for v in (value if fd.is_repeated else [value]) if not isinstance(v, str)), None)
+                    if bad is not None:
+                        raise InputError(f"{path}: holds text that is not UTF-8 ({fd.name} {bytes(bad)[:60]!r}), "
+                                         f"so it is corrupt; export it again")
+                elif fd.type == nested:
+                    pending.extend(value if fd.is_repeated else [value])
+    except UnicodeDecodeError as err:
+        raise InputError(f"{path}: holds text that is not UTF-8 ({err.reason} at byte {err.start}), so it is "
+                         f"corrupt; export it again") from None
+
+
 def load_model(path) -> tuple[onnx.ModelProto, bool]:
     """Load and check an ONNX model with its external data; returns (model, whether it had external data).
 
@@ -341,6 +362,7 @@ def load_model(path) -> tuple[onnx.ModelProto, bool]:
     except (DecodeError, RuntimeError, ValueError) as err:
         raise InputError(f"{path}: is not an ONNX model or is truncated/corrupt ({_first_line(err)}); "
                          f"export it again") from None
+    _check_text(model, path)
     files = _check_tensors(model, path)
     checked, stubs = skeleton(model)  # the checker on the graph, its weights emptied: no second parse of the file
     for _, stub in stubs:

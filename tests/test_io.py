@@ -147,3 +147,78 @@ def test_fuse_leaves_the_callers_model_alone():
     assert report.model == "<in memory>" and report.fused
     assert sum(n.op_type == "FusedConv" for n in fused.graph.node) == len(report.fused)
     assert fused.ir_version == model.ir_version and fused.producer_name == model.producer_name
+
+
+@pytest.mark.parametrize("location", ["ABSOLUTE", "../outside/secret.bin", "link.bin", "/proc/self/environ"])
+def test_load_model_keeps_external_data_inside_the_models_folder(tmp_path, location):
+    """The API refuses what the CLI refuses (issue 15): nothing outside the model's folder is read."""
+    from _hostile_models import SECRET, external, mlp
+
+    folder, beside = tmp_path / "model", tmp_path / "outside"
+    folder.mkdir()
+    beside.mkdir()
+    (beside / "secret.bin").write_bytes(SECRET)
+    (folder / "link.bin").symlink_to(beside / "secret.bin")
+    path = external(mlp(), folder, location=str(beside / "secret.bin") if location == "ABSOLUTE" else location)
+    with pytest.raises(InputError, match="absolute path|outside the model's folder") as err:
+        io.load_model(path)
+    assert "\n" not in str(err.value)
+    with pytest.raises(InputError):
+        pipeline.fuse(path)
+
+
+def test_external_data_in_a_subfolder_loads_and_relative_locations_are_not_read(tmp_path):
+    from _hostile_models import external, mlp
+
+    (tmp_path / "data").mkdir()
+    path = external(mlp(), tmp_path, data="data/w.bin")
+    model, had_external = io.load_model(path)
+    assert had_external and io.data_files(model) == {(tmp_path / "data" / "w.bin").resolve()}
+    assert _same_weights(io.load_weights(model), mlp())
+    unchecked = onnx.load(path, load_external_data=False)  # locations as written: relative to some folder
+    weight = next(t for t in unchecked.graph.initializer if t.data_location == TensorProto.EXTERNAL)
+    with pytest.raises(InputError, match="relative path, which is not checked"):
+        io.read_external(weight)
+
+
+@pytest.mark.parametrize("dims,payload,message", [([64, 64], b"\0" * 100, "holds 100 bytes where it needs 16384"),
+                                                  ([2**58, 64], b"\0" * 256, "holds 256 bytes"),
+                                                  ([], None, "holds 3 values where it needs 1")])
+def test_tensors_whose_data_does_not_match_their_shape_are_refused(tmp_path, dims, payload, message):
+    model = nothing_to_fuse()
+    weight = onnx.TensorProto(name="w", data_type=TensorProto.FLOAT, dims=dims)
+    if payload is None:
+        weight.float_data.extend([1.0, 2.0, 3.0])
+    else:
+        weight.raw_data = payload
+    model.graph.initializer[0].CopyFrom(weight)
+    onnx.save(model, tmp_path / "m.onnx")
+    with pytest.raises(InputError, match=message):
+        io.load_model(tmp_path / "m.onnx")
+
+
+def test_save_refuses_the_files_the_model_reads_and_an_unrelated_data_file(tmp_path):
+    from _hostile_models import external, mlp
+
+    model, _ = io.load_model(external(mlp(), tmp_path, name="a.onnx", data="b.onnx.data"))
+    data_before = (tmp_path / "b.onnx.data").read_bytes()
+    with pytest.raises(InputError, match="is a data file the model reads"):
+        io.save_model(model, tmp_path / "b.onnx", external_data=True)
+    assert (tmp_path / "b.onnx.data").read_bytes() == data_before
+    (tmp_path / "c.onnx.data").write_bytes(b"not ours")
+    with pytest.raises(InputError, match="is not the data file of c.onnx"):
+        io.save_model(model, tmp_path / "c.onnx", external_data=True)
+    assert (tmp_path / "c.onnx.data").read_bytes() == b"not ours"
+    assert len(io.save_model(model, tmp_path / "d.onnx", external_data=True)) == 2
+    assert len(io.save_model(model, tmp_path / "d.onnx", external_data=True)) == 2  # its own data file: replaced
+    assert sorted(os.listdir(tmp_path)) == ["a.onnx", "b.onnx.data", "c.onnx.data", "d.onnx", "d.onnx.data"]
+
+
+def test_staged_files_appear_only_when_published(tmp_path):
+    staged = io.stage_model(onnx.load(SAMPLE), tmp_path / "m.onnx", external_data=True)
+    assert [p.name for p in tmp_path.iterdir()] == [staged.workdir.name] and staged.path.is_file()
+    assert staged.publish() == [tmp_path / "m.onnx", tmp_path / "m.onnx.data"]
+    assert sorted(os.listdir(tmp_path)) == ["m.onnx", "m.onnx.data"]
+    with io.stage_text(tmp_path / "r.json", "{}"):
+        pass  # left without publishing: discarded
+    assert sorted(os.listdir(tmp_path)) == ["m.onnx", "m.onnx.data"]

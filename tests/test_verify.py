@@ -112,3 +112,38 @@ def test_random_inputs_pad_masks_index_tables_and_share_dims():
     assert random_inputs(model, seed=0, dims={"seq": 40})["input_ids"].shape == (2, 40)
     assert not np.array_equal(random_inputs(model, seed=1)["input_ids"], ids)
     np.testing.assert_array_equal(random_inputs(model, seed=0)["input_ids"], ids)
+
+
+def test_an_exception_inside_a_custom_node_is_a_one_line_error_not_an_abort():
+    """onnxruntime-extensions aborts the process when a Python op raises: the bridge keeps the exception."""
+    from trt_fusedattn.errors import FuseError
+
+    model = fused_attention()
+    feeds = random_inputs(model, seed=3)
+
+    def broken(*args, **attrs):
+        raise RuntimeError("kernel launch failed\nsecond line")
+
+    with pytest.raises(FuseError, match="a custom node failed: .*RuntimeError: kernel launch failed") as err:
+        run_model(model, feeds, {"FusedAttention": broken})
+    assert "\n" not in str(err.value)
+    np.testing.assert_array_equal(run_model(model, feeds)["o"], run_model(model, feeds)["o"])  # still usable
+
+
+def test_random_inputs_check_sizes_before_allocating():
+    from trt_fusedattn.errors import InputError
+
+    model = standard_attention()
+    with pytest.raises(InputError, match="no dimension of that name .*batch, kv_seq, seq"):
+        random_inputs(model, dims={"sequence": 8})
+    with pytest.raises(InputError, match="over the 1 GiB limit; give smaller sizes with --dim"):
+        random_inputs(model, dims={"seq": 2**26})
+    model.graph.input[0].type.tensor_type.shape.dim[2].dim_value = 0  # a static 0 is kept, not taken as unknown
+    assert random_inputs(model, seed=0)["q"].shape == (2, 2, 0, 8)
+
+
+def test_strings_compare_exactly():
+    want = np.array(["a", "b"], object)
+    assert compare("s", np.array(["a", "b"], object), want).passed
+    assert not compare("s", np.array(["a", "c"], object), want).passed
+    assert not compare("s", None, want).passed

@@ -1,0 +1,223 @@
+"""Our TensorRT layer against NVIDIA's own ``tensorrt.plugin`` code of TensorRT 10.9, the newest 10.x and 11.x.
+
+NVIDIA's plugin package comes from each line's ``tensorrt-cu12-bindings`` wheel (fetched into a cache by
+``tensorrt_conformance/wheels.py``; skipped with the reason when PyPI cannot be reached) and runs over a
+stand-in for the compiled bindings (``tensorrt_conformance/standin.py``). ``tensorrt_conformance/builder.py``
+makes the ONNX parser's and the builder's calls into our plugins and checks the rules it lists there (P1-P4,
+N1, B1-B4, K1, each with its source). This is not TensorRT: it proves that our registration, attributes,
+inputs, output types and shapes, formats, launch parameters and kernels are what NVIDIA's code and TensorRT's
+documented rules accept; what only a real builder can answer is in ``trt_fusedattn/tensorrt/NOTES.md``.
+
+Asserted on every line: every committed sample's fused model builds (float32 models with precision fp16: Casts
+around the custom nodes; bf16 and FP8-conv variants too); the launch parameters TensorRT would evaluate equal the
+direct launcher's plan at the same shapes; the PTX entry takes exactly the AOT parameter list.
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from tensorrt_conformance.builder import BuildFailure, entry_parameters, simulate, tensorrt_line
+from tensorrt_conformance.wheels import VERSIONS, WheelsUnavailable, plugin_sources
+from trt_fusedattn.launcher.arch import shared_limit
+from trt_fusedattn.plugins.conv.contract import FUSED_CONV
+from trt_fusedattn.tensorrt import build, plugins, prepare
+
+# NVIDIA's sources have docstrings with "\s" (a DeprecationWarning, SyntaxWarning from Python 3.12, on import)
+pytestmark = [pytest.mark.filterwarnings("ignore:invalid escape sequence:DeprecationWarning"),
+              pytest.mark.filterwarnings("ignore:invalid escape sequence:SyntaxWarning")]
+ARCH = "sm_90a"  # the building GPU of the simulation (no GPU here: the plugins are told)
+SAMPLES = sorted(Path(__file__).resolve().parents[1].joinpath("models", "samples").glob("*.onnx"))
+
+
+@pytest.fixture(scope="module", params=VERSIONS)
+def line(request):
+    """(stand-in tensorrt, NVIDIA's tensorrt.plugin) of one TensorRT line, installed as ``tensorrt``."""
+    try:
+        plugin_dir = plugin_sources(request.param)
+    except WheelsUnavailable as err:
+        pytest.skip(str(err))
+    with tensorrt_line(request.param, plugin_dir) as modules:
+        yield modules
+
+
+@pytest.fixture(autouse=True)
+def building_arch(monkeypatch):
+    monkeypatch.setattr(plugins, "_building_arch", lambda: ARCH)
+
+
+@functools.lru_cache(maxsize=None)
+def fused(path: Path) -> onnx.ModelProto:
+    import trt_fusedattn
+    model, _ = trt_fusedattn.fuse(str(path))
+    return model
+
+
+def own_precision(model: onnx.ModelProto) -> str | None:
+    """None (the model's dtypes) when the custom nodes compute in float16, fp16 (Casts around them) when in
+    float32."""
+    types = prepare.element_types(model)
+    first = next(n for n in model.graph.node if n.domain == "trt_fusedattn")
+    return "fp16" if types.get(first.input[0]) == TensorProto.FLOAT else None
+
+
+def check_launches(build_result, expected_ops: set) -> None:
+    """Every plugin node got a kernel whose launch equals the direct launcher's plan at the same shapes (K1,
+    launch parameters) and fits the building GPU's shared memory."""
+    assert build_result.launches, "no plugin node was built"
+    assert {launch.op.contract.name for launch in build_result.launches} >= expected_ops
+    for launch in build_result.launches:
+        plan = launch.op.plan(launch.input_shapes, launch.input_dtypes, launch.attrs, ARCH)
+        grid = (tuple(plan.grid) + (1, 1))[:3]
+        block = (tuple(plan.block) + (1, 1))[:3]
+        got = {k: launch.value(e) for k, e in launch.launch.items()}
+        assert (got["grid_x"], got["grid_y"], got["grid_z"]) == grid, launch.node
+        assert (got["block_x"], got["block_y"], got["block_z"]) == block, launch.node
+        assert got["shared_mem"] == plan.shared_mem <= shared_limit(ARCH), launch.node
+        assert [launch.value(e) for e in launch.extra_args] == list(plan.scalars), launch.node
+        assert launch.kernel == plan.kernel
+        n_inputs = sum(shape is not None for shape in launch.input_shapes)
+        assert entry_parameters(launch.ptx, launch.kernel) == \
+            ["u64"] * n_inputs + ["u32"] * len(plan.scalars) + ["u64"], launch.node
+
+
+def test_registration_passes_nvidias_validators_and_declares_parser_typed_fields(line):
+    """register/autotune/aot_impl signatures pass tensorrt.plugin's checks; ints and floats are declared as the
+    int32/float32 the parser passes (P2), so no version turns a one-element array into a number with int()."""
+    trt, trtp = line
+    names = plugins.register_ops(trtp)
+    assert names == ["trt_fusedattn::FusedAttention", "trt_fusedattn::FusedConv"]
+    assert plugins.register_ops(trtp) == names  # once per module
+    creator = trt.get_plugin_registry().get_creator("FusedConv", "1", "trt_fusedattn")
+    types = {f.name: f.type.name for f in creator.field_names}
+    assert types["group"] == types["strides"] == types[prepare.PRESENT_INPUTS] == "INT32"
+    assert types["input_scale"] == "FLOAT32" and types["activation"] == "CHAR"
+
+
+def test_networks_are_strongly_typed_and_prefer_aot_plugins(line):
+    trt, _ = line
+    flags = build._network_flags(trt)
+    for name in ("STRONGLY_TYPED", "PREFER_AOT_PYTHON_PLUGINS"):
+        assert flags >> int(getattr(trt.NetworkDefinitionCreationFlag, name)) & 1
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=lambda p: p.stem)
+def test_every_sample_fused_model_builds(line, sample):
+    model = fused(sample)
+    ops = {n.op_type for n in model.graph.node if n.domain == "trt_fusedattn"}
+    if not ops:
+        pytest.skip(f"{sample.name}: nothing fused")
+    result = simulate(*line, model, own_precision(model))
+    check_launches(result, ops)
+
+
+@pytest.mark.parametrize("sample", ["bert_sdpa_dynamo", "resnet_torchscript", "mobilenetv2_dynamo"])
+def test_bfloat16_builds(line, sample):
+    model = fused(next(p for p in SAMPLES if p.stem == sample))
+    result = simulate(*line, model, "bf16")
+    check_launches(result, {n.op_type for n in model.graph.node if n.domain == "trt_fusedattn"})
+    assert all(launch.input_dtypes[0] == "bfloat16" for launch in result.launches)
+    assert any("cast to bfloat16" in note for note in result.notes)
+
+
+def to_fp8_conv(model: onnx.ModelProto, input_scale: float = 0.05) -> onnx.ModelProto:
+    """The model with every non-depthwise FusedConv in FP8: W quantized per output channel to float8_e4m3fn, its
+    scale a new ``scale`` input, X quantized in the kernel with ``input_scale`` (what an FP8 rewrite emits)."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    weights = {t.name: t for t in model.graph.initializer}
+    for node in model.graph.node:
+        if not FUSED_CONV.is_node(node) or node.input[1] not in weights:
+            continue
+        attrs = FUSED_CONV.node_attributes(node)
+        w = numpy_helper.to_array(weights[node.input[1]]).astype(np.float32)
+        if w.shape[-1] == 1 and attrs["group"] > 1:
+            continue  # depthwise: no FP8 kernel
+        w_scale = np.abs(w).reshape(w.shape[0], -1).max(axis=1) / 448 + 1e-12
+        w8 = (w / w_scale.reshape(-1, *[1] * (w.ndim - 1))).astype(ml_dtypes.float8_e4m3fn)
+        name = node.input[1]
+        model.graph.initializer.remove(weights[name])
+        model.graph.initializer.extend([numpy_helper.from_array(w8, name),
+                                        numpy_helper.from_array(w_scale.astype(np.float32), f"{name}_scale")])
+        inputs = list(node.input) + [""] * (5 - len(node.input))
+        inputs[3] = f"{name}_scale"
+        del node.input[:]
+        node.input.extend(inputs)
+        for attr in [a for a in node.attribute if a.name == "input_scale"]:
+            node.attribute.remove(attr)
+        node.attribute.append(helper.make_attribute("input_scale", input_scale))
+    return model
+
+
+def test_fp8_conv_builds_with_quantized_weights(line):
+    """FP8 FusedConv (e4m3 W, float16 X quantized in the kernel) writes float16 (B1) and gets its FP8 weights
+    from a QuantizeLinear (N1)."""
+    model = to_fp8_conv(fused(next(p for p in SAMPLES if p.stem == "resnet_dynamo")))
+    result = simulate(*line, model, "fp8")
+    fp8 = [launch for launch in result.launches if launch.input_dtypes[1] == "float8_e4m3fn"]
+    assert fp8 and all(launch.types[-1] == "HALF" for launch in fp8)
+    check_launches(result, {"FusedConv"})
+    assert any("QuantizeLinear" in note for note in result.notes)
+
+
+def test_fp8_activations_build_in_hwc16(line):
+    """X already e4m3 (a QuantizeLinear's output): TensorRT's HWC16 is the channels-last format FP8 may take (B3)."""
+    rng = np.random.default_rng(7)
+    w = (rng.standard_normal((32, 3, 3, 16)) * 0.1).astype(ml_dtypes.float8_e4m3fn)
+    nodes = [helper.make_node("QuantizeLinear", ["x", "x_scale", "x_zero"], ["x8"]),
+             FUSED_CONV.make_node(["x8", "w", "", "w_scale"], ["y"], pads=[1, 1, 1, 1], activation="relu",
+                                  input_scale=0.05)]
+    graph = helper.make_graph(
+        nodes, "fp8_activations", [helper.make_tensor_value_info("x", TensorProto.FLOAT16, ["n", 16, 9, 11])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, None)],
+        initializer=[numpy_helper.from_array(np.array(0.05, np.float16), "x_scale"),
+                     helper.make_tensor("x_zero", TensorProto.FLOAT8E4M3FN, [], [0]),
+                     numpy_helper.from_array(w, "w"),
+                     numpy_helper.from_array(rng.uniform(0.5, 1, 32).astype(np.float32), "w_scale")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), FUSED_CONV.opset()])
+    result = simulate(*line, model, None, {"n": 3})
+    assert {launch.formats[0] for launch in result.launches} == {"HWC16"}
+    check_launches(result, {"FusedConv"})
+
+
+def test_an_empty_input_reaching_the_parser_fails_as_tensorrt_would(line, monkeypatch):
+    """P3 can fail: without ``prepare_model``'s input compaction the parser hands addPluginV3 a null tensor."""
+    model = fused(next(p for p in SAMPLES if p.stem == "bert_sdpa_fp16_dynamo"))
+    node = next(n for n in model.graph.node if n.op_type == "FusedAttention")
+    keep_empty = prepare._mark_present
+
+    def mark_without_compacting(n):
+        names = list(n.input)
+        keep_empty(n)
+        del n.input[:]
+        n.input.extend(names + [""])
+
+    monkeypatch.setattr(prepare, "_mark_present", mark_without_compacting)
+    with pytest.raises(BuildFailure, match="P3"):
+        simulate(*line, model, None)
+    assert node.input  # the sample itself is untouched
+
+
+def test_one_dimensional_conv_builds_as_two_dimensional(line):
+    """A 1-D FusedConv (what the rewrite emits for Conv1d) reaches TensorRT as 2-D, so HWC8 vectorizes its
+    channels rather than its batch (B3 needs rank >= 3; for [N, C, W] the third axis from the end is N)."""
+    rng = np.random.default_rng(3)
+    w = (rng.standard_normal((24, 5, 16)) * 0.1).astype(np.float16)  # [K, kW, C]
+    node = FUSED_CONV.make_node(["x", "w", "b", "", "r"], ["y"], pads=[2, 2], activation="gelu",
+                                post_activation="relu")
+    graph = helper.make_graph(
+        [node], "conv1d", [helper.make_tensor_value_info("x", TensorProto.FLOAT16, ["n", 16, "t"]),
+                           helper.make_tensor_value_info("r", TensorProto.FLOAT16, ["n", 24, "t"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, None)],
+        initializer=[numpy_helper.from_array(w, "w"), numpy_helper.from_array(rng.standard_normal(24).astype(
+            np.float32), "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), FUSED_CONV.opset()])
+    result = simulate(*line, model, None, {"n": 2, "t": 33})
+    assert all(len(launch.input_shapes[0]) == 4 and launch.formats[0] == "HWC8" for launch in result.launches)
+    check_launches(result, {"FusedConv"})
+    assert any("1-D convolution run as 2-D" in note for note in result.notes)

@@ -232,3 +232,43 @@ def test_each_op_gives_the_tensorrt_layer_what_it_needs(op):
     if op.channels_last:
         assert "formats" in params, f"plan_{op.name} must take formats= (TensorRT gives {op.channels_last} " \
                                     "as HWC8: channels padded to 8)"
+
+
+def _float32_attention_model():
+    node = FUSED_ATTENTION.make_node(["q", "k", "v"], ["o"], name="attn")
+    value = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, ["b", "s", 2, 64])  # noqa: E731
+    graph = helper.make_graph([node], "g", [value("q"), value("k"), value("v")], [value("o")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), FUSED_ATTENTION.opset()])
+
+
+def test_a_float32_custom_node_is_refused_in_one_line_or_cast_when_a_precision_is_asked():
+    model = _float32_attention_model()
+    with pytest.raises(prepare.ModelPrecisionError) as info:
+        prepare.prepare_model(model)
+    message = str(info.value)
+    assert "'attn' takes float32 inputs" in message and "--fp16/--bf16" in message and "\n" not in message
+    notes = []
+    prepared = prepare.prepare_model(model, "bf16", notes)
+    ops = [n.op_type for n in prepared.graph.node]
+    assert ops == ["Cast", "Cast", "Cast", "FusedAttention", "Cast"]
+    casts = [n for n in prepared.graph.node if n.op_type == "Cast"]
+    assert [helper.get_attribute_value(c.attribute[0]) for c in casts] == [TensorProto.BFLOAT16] * 3 + [TensorProto.FLOAT]
+    assert prepared.graph.node[-1].output[0] == "o" and notes and "bfloat16" in notes[0]
+    with pytest.raises(prepare.ModelPrecisionError, match="computes in bfloat16 but precision fp16"):
+        prepare.prepare_model(prepared, "fp16")
+
+
+def test_a_stem_conv_gets_its_channels_padded_to_eight():
+    rng = np.random.default_rng()
+    w = rng.standard_normal((16, 3, 3, 3)).astype(np.float16)
+    node = FUSED_CONV.make_node(["x", "w"], ["y"], name="stem", pads=[1, 1, 1, 1])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT16, None)],
+                              initializer=[onnx.numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), FUSED_CONV.opset()])
+    prepared = prepare.prepare_model(model)
+    pad, conv = prepared.graph.node
+    weights = {t.name: onnx.numpy_helper.to_array(t) for t in prepared.graph.initializer}
+    assert pad.op_type == "Pad" and list(weights[pad.input[1]]) == [0, 0, 0, 0, 0, 5, 0, 0]
+    padded = weights[conv.input[1]]
+    assert padded.shape == (16, 3, 3, 8) and np.array_equal(padded[..., :3], w) and not padded[..., 3:].any()

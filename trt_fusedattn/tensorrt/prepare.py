@@ -9,6 +9,13 @@
 - is 2-D when it is a 1-D FusedConv: TensorRT's channels-last formats vectorize the third dimension from the
   end, which for [N, C, W] would be N, so X and residual get an Unsqueeze to [N, C, 1, W], W (OHWI) to
   [K, 1, kW, C/G], the attributes a leading 1 / 0, and the output a Squeeze back to [N, K, W];
+- has a multiple of 8 input channels: TensorRT's HWC8 pads channels to 8 and our kernels take the pixel stride
+  to be C, so a FusedConv with group 1 and C % 8 != 0 (a 3-channel stem) gets X zero-padded by a Pad to the
+  next multiple of 8 and W zero-padded alike (the same sums);
+- reads FP8 weights through a QuantizeLinear: TensorRT treats FP8 as a quantized type that exists only as the
+  output of a quantization (onnx-tensorrt ``docs/operators.md``), so an float8_e4m3fn initializer feeding our
+  node becomes its float16 copy (exact: every e4m3 value is a float16) quantized with scale 1 (exact again)
+  by a QuantizeLinear (opset >= 19);
 - computes in 16-bit: networks are strongly typed (TensorRT 11 has no other kind; 10.x builds them so here),
   and our kernels take float16/bfloat16. A float32 node gets Cast(precision) on its main float inputs and a
   Cast back to float32 on its output when ``precision`` is fp16/bf16/fp8; otherwise the model is refused with
@@ -128,6 +135,7 @@ def _lift_1d_conv(graph, node, initializers: dict, types: dict, notes: list) -> 
     lifted = numpy_helper.from_array(array.reshape(array.shape[0], 1, *array.shape[1:]), f"{w.name}_2d")
     graph.initializer.append(lifted)
     types[lifted.name] = w.data_type
+    initializers[lifted.name] = lifted
     node.input[1] = lifted.name
     axes = f"{node.name or node.output[0]}_axes_2d"
     graph.initializer.append(numpy_helper.from_array(np.array([2], np.int64), axes))
@@ -149,6 +157,70 @@ def _lift_1d_conv(graph, node, initializers: dict, types: dict, notes: list) -> 
     notes.append(f"FusedConv node '{node.name or out}': 1-D convolution run as 2-D (H = 1) for TensorRT's "
                  "channels-last formats")
     return before, after
+
+
+CHANNEL_MULTIPLE = 8  # HWC8
+
+
+def _pad_channels(model, node, initializers: dict, types: dict, notes: list) -> list:
+    """A Pad that gives a group-1 FusedConv's X a multiple of 8 channels (W padded with zeros to match)."""
+    from trt_fusedattn.plugins.conv.contract import FUSED_CONV
+    w = initializers.get(node.input[1])
+    if (w is None or len(w.dims) != 4 or not w.dims[-1] % CHANNEL_MULTIPLE
+            or FUSED_CONV.node_attributes(node)["group"] != 1
+            or types.get(node.input[0]) == TensorProto.FLOAT8E4M3FN):
+        return []
+    channels = w.dims[-1]
+    extra = -channels % CHANNEL_MULTIPLE
+    array = numpy_helper.to_array(w)
+    padded = np.concatenate([array, np.zeros((*array.shape[:-1], extra), array.dtype)], axis=-1)
+    owner = node.name or node.output[0]
+    padded_w = numpy_helper.from_array(padded, f"{w.name}_c{channels + extra}")
+    model.graph.initializer.extend([padded_w, numpy_helper.from_array(
+        np.array([0, 0, 0, 0, 0, extra, 0, 0], np.int64), f"{owner}_channel_pads")])
+    initializers[padded_w.name] = padded_w
+    node.input[1] = padded_w.name
+    target = f"{node.input[0]}_c{channels + extra}_{owner}"
+    pad = helper.make_node("Pad", [node.input[0], f"{owner}_channel_pads"], [target], name=target)
+    types[target], types[node.input[1]] = types.get(node.input[0]), w.data_type
+    node.input[0] = target
+    notes.append(f"FusedConv node '{owner}': {channels} input channels zero-padded to {channels + extra} "
+                 "(TensorRT's HWC8 pads channels to 8)")
+    return [pad]
+
+
+FP8_OPSET = 19  # QuantizeLinear to float8e4m3fn
+
+
+def _quantized_weights(model, node, initializers: dict, notes: list) -> list:
+    """QuantizeLinear nodes that give ``node`` its FP8 initializers as quantized float16 constants."""
+    fp8 = [i for i, n in enumerate(node.input) if n in initializers
+           and initializers[n].data_type == TensorProto.FLOAT8E4M3FN]
+    if not fp8:
+        return []
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    where = f"{node.op_type} node '{node.name or node.output[0]}'"
+    if opset < FP8_OPSET:
+        raise ModelPrecisionError(f"{where} reads FP8 weights, which TensorRT takes only from a QuantizeLinear "
+                                  f"(opset >= {FP8_OPSET}); the model has opset {opset}: export it with opset 19+")
+    graph, before = model.graph, []
+    for i in fp8:
+        name = node.input[i]
+        owner = node.name or node.output[0]
+        if f"{name}_float16" not in initializers:  # once per weight, however many nodes read it
+            values = numpy_helper.to_array(initializers[name]).astype(np.float16)
+            added = [numpy_helper.from_array(values, f"{name}_float16"),
+                     numpy_helper.from_array(np.array(1.0, np.float16), f"{name}_unit_scale"),
+                     helper.make_tensor(f"{name}_zero_point", TensorProto.FLOAT8E4M3FN, [], [0])]
+            graph.initializer.extend(added)
+            initializers.update((t.name, t) for t in added)
+        quantized = f"{name}_e4m3_{owner}"
+        before.append(helper.make_node("QuantizeLinear", [f"{name}_float16", f"{name}_unit_scale",
+                                                          f"{name}_zero_point"], [quantized], name=quantized))
+        node.input[i] = quantized
+    notes.append(f"{where}: FP8 weights given to TensorRT as float16 constants quantized by QuantizeLinear "
+                 "(exact)")
+    return before
 
 
 def _mark_present(node: onnx.NodeProto) -> None:
@@ -186,8 +258,10 @@ def prepare_model(model: onnx.ModelProto, precision: str | None = None,
         before, after = [], []
         if op.contract.name == "FusedConv":  # lifted first: the lift reshapes W while it is an initializer
             before, after = _lift_1d_conv(graph, node, initializers, types, notes)
+            before += _pad_channels(model, node, initializers, types, notes)
         cast_before, cast_after = _to_16_bit(node, op, types, precision, notes)
-        before, after = before + cast_before, cast_after + after
+        before, after = before + cast_before + _quantized_weights(model, node, initializers, notes), \
+            cast_after + after
         _mark_present(node)
         graph.node.extend([*before, node, *after])
     return model

@@ -252,7 +252,8 @@ def test_a_float32_custom_node_is_refused_in_one_line_or_cast_when_a_precision_i
     ops = [n.op_type for n in prepared.graph.node]
     assert ops == ["Cast", "Cast", "Cast", "FusedAttention", "Cast"]
     casts = [n for n in prepared.graph.node if n.op_type == "Cast"]
-    assert [helper.get_attribute_value(c.attribute[0]) for c in casts] == [TensorProto.BFLOAT16] * 3 + [TensorProto.FLOAT]
+    targets = [helper.get_attribute_value(c.attribute[0]) for c in casts]
+    assert targets == [TensorProto.BFLOAT16] * 3 + [TensorProto.FLOAT]
     assert prepared.graph.node[-1].output[0] == "o" and notes and "bfloat16" in notes[0]
     with pytest.raises(prepare.ModelPrecisionError, match="computes in bfloat16 but precision fp16"):
         prepare.prepare_model(prepared, "fp16")

@@ -15,6 +15,7 @@ direct launcher's plan at the same shapes; the PTX entry takes exactly the AOT p
 from __future__ import annotations
 
 import functools
+import inspect
 from pathlib import Path
 
 import ml_dtypes
@@ -98,6 +99,33 @@ def test_registration_passes_nvidias_validators_and_declares_parser_typed_fields
     types = {f.name: f.type.name for f in creator.field_names}
     assert types["group"] == types["strides"] == types[prepare.PRESENT_INPUTS] == "INT32"
     assert types["input_scale"] == "FLOAT32" and types["activation"] == "CHAR"
+
+
+def test_an_int_annotated_attribute_is_what_numpy_2_4_breaks_before_tensorrt_11(line):
+    """Why our int/float attributes are declared as arrays: tensorrt.plugin before 11.0 turns the parser's
+    one-element INT32 field into an ``int``-annotated attribute with ``int(array)``, which NumPy >= 2.4 refuses."""
+    trt, trtp = line
+
+    def int_attribute(x, n):
+        return x.like()
+
+    P = inspect.Parameter  # real annotations (this module's are strings: ``from __future__ import annotations``)
+    int_attribute.__signature__ = inspect.Signature(
+        [P("x", P.POSITIONAL_OR_KEYWORD, annotation=trtp.TensorDesc), P("n", P.POSITIONAL_OR_KEYWORD, annotation=int)],
+        return_annotation=trtp.TensorDesc)
+    trtp.register("trt_fusedattn_probe::IntAttribute")(int_attribute)
+    trtp.impl("trt_fusedattn_probe::IntAttribute")(lambda x, n, outputs, stream: None)
+
+    creator = trt.get_plugin_registry().get_creator("IntAttribute", "1", "trt_fusedattn_probe")
+    fields = trt.PluginFieldCollection([trt.PluginField("n", [3], trt.PluginFieldType.INT32)])
+    create = lambda: creator.create_plugin("IntAttribute", "trt_fusedattn_probe", fields,  # noqa: E731
+                                           trt.TensorRTPhase.BUILD, trt.QuickPluginCreationRequest.PREFER_JIT)
+    numpy_refuses = tuple(int(p) for p in np.__version__.split(".")[:2]) >= (2, 4)
+    if numpy_refuses and int(trt.__version__.split(".")[0]) < 11:
+        with pytest.raises(TypeError, match="0-dimensional"):
+            create()
+    else:
+        assert create().attrs["n"] == 3
 
 
 def test_networks_are_strongly_typed_and_prefer_aot_plugins(line):

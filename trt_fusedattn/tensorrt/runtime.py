@@ -54,7 +54,8 @@ class _HostStaging:
         array = np.ascontiguousarray(array)
         ptr = self.alloc(array.nbytes)
         with current_context(self.device):
-            check(driver().cuMemcpyHtoDAsync(ptr, array.ctypes.data, array.nbytes, driver().CUstream(stream)), "cuMemcpyHtoDAsync")
+            check(driver().cuMemcpyHtoDAsync(ptr, array.ctypes.data, array.nbytes, driver().CUstream(stream)),
+                  "cuMemcpyHtoDAsync")
         return ptr
 
     def download(self, ptr: int, shape, dtype, stream: int) -> np.ndarray:

@@ -34,12 +34,14 @@ class GraphBuilder:
         self.nodes.append(helper.make_node(op_type, inputs, names, name=self.name(op_type), **attrs))
         return names[0] if outputs == 1 else names
 
-    def model(self, output: str, rank: int, elem_type: int = FLOAT, opset: int = 17, extra_outputs=()) -> onnx.ModelProto:
+    def model(self, output: str, rank: int, elem_type: int = FLOAT, opset: int = 17, extra_outputs=(),
+              check: bool = True) -> onnx.ModelProto:
         outputs = [helper.make_tensor_value_info(name, elem_type, [None] * rank) for name in (output, *extra_outputs)]
         graph = helper.make_graph(self.nodes, "attention", self.inputs, outputs, self.inits)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
         model.ir_version = 9
-        onnx.checker.check_model(model)
+        if check:  # off for graphs that are wrong on purpose (shape inference would reject them)
+            onnx.checker.check_model(model)
         return model
 
 
@@ -173,13 +175,14 @@ def _apply_mask(g: GraphBuilder, scores: str, mask, batch, lq, lkv) -> str:
 
 
 def onnx_attention(*, batch=2, lq=5, lkv=7, heads=4, kv_heads=2, dim=16, rank=4, is_causal=0, mask=None,
-                   past=False, softcap=0.0, scale=None, mask_len=None, nonpad=False) -> onnx.ModelProto:
+                   past=False, softcap=0.0, scale=None, mask_len=None, nonpad=False, dim_k=None,
+                   dim_v=None) -> onnx.ModelProto:
     """One ONNX Attention node on graph inputs (4-D BHSD or 3-D [B, S, H·D]); opset 23, or 24 with the
-    nonpad_kv_seqlen input (valid keys per batch)."""
+    nonpad_kv_seqlen input (valid keys per batch). dim_k, dim_v: K's and V's head dims (default Q's)."""
     g = GraphBuilder()
-    shape = (lambda h, l: [batch, h, l, dim]) if rank == 4 else (lambda h, l: [batch, l, h * dim])
-    inputs = [g.input("q", FLOAT, shape(heads, lq)), g.input("k", FLOAT, shape(kv_heads, lkv)),
-              g.input("v", FLOAT, shape(kv_heads, lkv))]
+    shape = (lambda h, l, d: [batch, h, l, d]) if rank == 4 else (lambda h, l, d: [batch, l, h * d])
+    inputs = [g.input("q", FLOAT, shape(heads, lq, dim)), g.input("k", FLOAT, shape(kv_heads, lkv, dim_k or dim)),
+              g.input("v", FLOAT, shape(kv_heads, lkv, dim_v or dim))]
     mask_len = mask_len or lkv + (3 if past else 0)
     if mask == "bool":
         inputs.append(g.input("mask", TensorProto.BOOL, [batch, 1, lq, mask_len]))
@@ -188,8 +191,8 @@ def onnx_attention(*, batch=2, lq=5, lkv=7, heads=4, kv_heads=2, dim=16, rank=4,
     elif past or nonpad:
         inputs.append("")
     if past:
-        inputs += [g.input("past_key", FLOAT, [batch, kv_heads, 3, dim]),
-                   g.input("past_value", FLOAT, [batch, kv_heads, 3, dim])]
+        inputs += [g.input("past_key", FLOAT, [batch, kv_heads, 3, dim_k or dim]),
+                   g.input("past_value", FLOAT, [batch, kv_heads, 3, dim_v or dim])]
     if nonpad:
         inputs += [""] * (6 - len(inputs)) + [g.input("nonpad_kv_seqlen", TensorProto.INT64, [batch])]
     attrs = {"is_causal": is_causal}
@@ -200,7 +203,7 @@ def onnx_attention(*, batch=2, lq=5, lkv=7, heads=4, kv_heads=2, dim=16, rank=4,
     if scale is not None:
         attrs["scale"] = scale
     out = g.op("Attention", inputs, **attrs)
-    return g.model(out, rank=rank, opset=24 if nonpad else 23)
+    return g.model(out, rank=rank, opset=24 if nonpad else 23, check=dim_k is None)
 
 
 def attention_inputs(model: onnx.ModelProto, seed: int = 0) -> dict:
@@ -303,8 +306,9 @@ def export_torch_attention(style: str, exporter: str, path, dtype: str = "float3
 
 def irregular_scores(kind: str, *, batch=2, heads=4, length=5, dim=16) -> onnx.ModelProto:
     """Softmax(f(Q·Kᵀ))·V on BHSD inputs where f is not what FusedAttention computes, or the probabilities are
-    used elsewhere: "probs_output", "mask_before_scale", "fill_zero", "dynamic_scale", "float_and_bool", "softcap"; and
-    "kt_input" (plain attention with Kᵀ as the graph input, no transpose to undo)."""
+    used elsewhere: "probs_output", "mask_before_scale", "fill_zero", "dynamic_scale", "float_and_bool",
+    "mask_inside_softcap"; and "kt_input" (plain attention with Kᵀ as the graph input, no transpose to undo),
+    "softcap" and "softcap_mask" (Gemma-2: cap * tanh(scale * S / cap), then the mask)."""
     g = GraphBuilder()
     shape = [batch, heads, length, dim]
     q, v = g.input("q", FLOAT, shape), g.input("v", FLOAT, shape)
@@ -320,12 +324,64 @@ def irregular_scores(kind: str, *, batch=2, heads=4, length=5, dim=16) -> onnx.M
         scores = g.op("Where", [g.input("mask", TensorProto.BOOL, mask_shape), scores, g.const(np.float32(0.0))])
     elif kind == "dynamic_scale":
         scores = g.op("Mul", [scores, g.input("scale", FLOAT, [1])])
-    elif kind == "softcap":  # Gemma 2: cap * tanh(scores / cap)
-        cap = g.const(np.float32(30.0))
+    elif kind in ("softcap", "softcap_mask", "mask_inside_softcap"):  # Gemma 2: cap * tanh(scale * scores / cap)
+        cap = g.const(np.float32(2.0))  # small, so that the cap bites on unit-normal inputs
+        scores = g.op("Mul", [scores, g.const(np.float32(0.4))])
+        if kind == "mask_inside_softcap":
+            scores = g.op("Add", [scores, g.input("mask", FLOAT, mask_shape)])
         scores = g.op("Mul", [g.op("Tanh", [g.op("Div", [scores, cap])]), cap])
+        if kind == "softcap_mask":
+            scores = g.op("Add", [scores, g.input("mask", FLOAT, mask_shape)])
     elif kind == "float_and_bool":
         scores = g.op("Where", [g.input("keep", TensorProto.BOOL, mask_shape), scores, g.const(np.float32(-np.inf))])
         scores = g.op("Add", [scores, g.input("mask", FLOAT, mask_shape)])
     probs = g.op("Softmax", [scores], axis=-1)
     out = g.op("MatMul", [probs, v])
     return g.model(out, rank=4, extra_outputs=[probs] if kind == "probs_output" else ())
+
+
+def folded_heads_attention(*, batch=2, heads=4, length=5, dim=16, dim_v=None, split_heads=False, bias=False,
+                           mask=None, scale="mul") -> onnx.ModelProto:
+    """Attention computed with the heads folded into the batch: Q, K, V [B, L, H·D] inputs reshaped to [B·H, L, D],
+    Softmax(Q·Kᵀ)·V on rank-3 tensors (torch's MultiheadAttention), merged back to [B, L, H·Dv].
+
+    split_heads: the scores are Reshaped to [B, H, L, L] before the mask and Softmax and back to [B·H, L, L] for
+    P·V (DeBERTa-v2); bias: a score term computed from Q (Q·Pᵀ against constant positions, sliced) added to
+    the rank-3 scores before the mask; mask: None | "causal" (a rank-2 -inf triangle added to the scores) |
+    "keep" (a boolean [B, 1, 1, L] input, masked scores filled with finfo.min, needs split_heads); scale: "mul"
+    (on the scores) | "keys" (Kᵀ divided by sqrt(D), as DeBERTa)."""
+    dim_v = dim_v or dim
+    g = GraphBuilder()
+
+    def fold(name, d):
+        x = g.input(name, FLOAT, [batch, length, heads * d])
+        x = g.op("Transpose", [g.op("Reshape", [x, g.const([batch, length, heads, d], np.int64)])], perm=[0, 2, 1, 3])
+        return g.op("Reshape", [x, g.const([-1, length, d], np.int64)])
+
+    q, k, v = fold("q", dim), fold("k", dim), fold("v", dim_v)
+    kt = g.op("Transpose", [k], perm=[0, 2, 1])
+    if scale == "keys":
+        kt = g.op("Div", [kt, g.const(np.float32(np.sqrt(dim)))])
+    scores = g.op("MatMul", [q, kt])
+    if scale == "mul":
+        scores = g.op("Mul", [scores, g.const(np.float32(1 / np.sqrt(dim)))])
+    if bias:
+        positions = g.const(np.random.default_rng(1).standard_normal((length + 2, dim)).astype(np.float32) * 0.3)
+        relative = g.op("MatMul", [q, g.op("Transpose", [positions], perm=[1, 0])])
+        relative = g.op("Slice", [relative, *(g.const([i], np.int64) for i in (0, length, 2))])
+        scores = g.op("Add", [scores, relative])
+    if mask == "causal":
+        triangle = np.triu(np.full((length, length), -np.inf, np.float32), 1)
+        scores = g.op("Add", [scores, g.const(triangle)])
+    if split_heads:
+        scores = g.op("Reshape", [scores, g.const([-1, heads, length, length], np.int64)])
+    if mask == "keep":
+        keep = g.input("mask", TensorProto.BOOL, [batch, 1, 1, length])
+        scores = g.op("Where", [keep, scores, g.const(np.float32(np.finfo(np.float32).min))])
+    probs = g.op("Softmax", [scores], axis=-1)
+    if split_heads:
+        probs = g.op("Reshape", [probs, g.const([-1, length, length], np.int64)])
+    out = g.op("MatMul", [probs, v])
+    out = g.op("Reshape", [out, g.const([batch, heads, length, dim_v], np.int64)])
+    out = g.op("Transpose", [out], perm=[0, 2, 1, 3])
+    return g.model(g.op("Reshape", [out, g.const([batch, length, heads * dim_v], np.int64)]), rank=3)

@@ -8,7 +8,8 @@ import numpy as np
 import onnx
 import pytest
 
-from tests._attention_graphs import attention_inputs, irregular_scores, onnx_attention, softmax_attention
+from tests._attention_graphs import (attention_inputs, folded_heads_attention, irregular_scores, onnx_attention,
+                                     softmax_attention)
 from trt_fusedattn.pipeline import fuse
 from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION
 from trt_fusedattn.verification import verify
@@ -198,15 +199,15 @@ LEFT_ALONE = {
     "softmax over the query axis": (lambda: softmax_attention(softmax_axis=2), "not the last"),
     "Tile repeating heads in h % H order": (lambda: softmax_attention(kv_heads=2, gqa="tile_heads"), "h % H_kv"),
     "Attention with past KV": (lambda: onnx_attention(past=True), "past_key/past_value"),
-    "Attention with softcap": (lambda: onnx_attention(softcap=30.0), "softcap"),
     "Attention causal per batch (nonpad_kv_seqlen)": (lambda: onnx_attention(nonpad=True, is_causal=1), "each batch"),
     "Attention mask shorter than the keys": (lambda: onnx_attention(mask="float", mask_len=4), "covers 4 of 7"),
     "probabilities also a graph output": (lambda: irregular_scores("probs_output"), "are a graph output"),
-    "head dim the kernels are not built for": (lambda: softmax_attention(dim=24), "head dim 24"),
+    "head dim the kernels cannot take": (lambda: softmax_attention(dim=520, heads=1, kv_heads=1), "head dim 520"),
+    "Q and K head dims differ": (lambda: onnx_attention(dim=16, dim_k=8), "Q has head dim 16 but K has 8"),
     "mask added before the scale": (lambda: irregular_scores("mask_before_scale"), "before the scores are scaled"),
     "Where filling masked scores with 0": (lambda: irregular_scores("fill_zero"), "does not fill masked scores"),
     "scale from a graph input": (lambda: irregular_scores("dynamic_scale"), "non-constant"),
-    "logit softcapping": (lambda: irregular_scores("softcap"), "Tanh"),
+    "mask added inside the softcap": (lambda: irregular_scores("mask_inside_softcap"), "inside the softcap"),
 }
 
 
@@ -220,15 +221,77 @@ def test_site_left_alone_with_reason(case):
     assert sorted(n.op_type for n in fused.graph.node) == sorted(n.op_type for n in original.graph.node)
 
 
-def test_non_attention_softmax_left_alone():
-    """A classifier Softmax over logits is a site (reported) but not attention."""
+@pytest.mark.parametrize("reader", ["output", "TopK"])
+def test_softmax_that_weights_no_values_is_no_site(reader):
+    """A classifier head's Softmax (a model output) and a MoE router's (read by TopK) are not attention: no site,
+    nothing counted, the graph unchanged."""
     from tests._attention_graphs import GraphBuilder
 
     g = GraphBuilder()
     logits = g.op("MatMul", [g.input("x", onnx.TensorProto.FLOAT, [2, 8]), g.const(np.ones((8, 3), np.float32))])
-    original = g.model(g.op("Softmax", [logits], axis=-1), rank=2)
+    probs = g.op("Softmax", [logits], axis=-1)
+    original = g.model(probs if reader == "output" else g.op("TopK", [probs, g.const([2], np.int64)], outputs=2)[0],
+                       rank=2)
+    fused, report = fuse(original, only=["attention"])
+    assert report.sites == [] and "no attention" in report.summary(), report.summary()
+    assert [n.op_type for n in fused.graph.node] == [n.op_type for n in original.graph.node]
+
+
+@pytest.mark.parametrize("kind", ["softcap", "softcap_mask"])
+def test_softcap_becomes_the_softcap_attribute(kind):
+    """Gemma-2's cap * tanh(scale * S / cap) (then the mask): softcap = cap, scale = the factor inside."""
+    original = irregular_scores(kind)
     fused, site = _fuse_one_site(original)
-    assert not site.fused and "rank 2" in site.reason, site.reason
+    assert site.fused, site.reason
+    assert site.details["softcap"] == pytest.approx(2.0) and site.details["scale"] == pytest.approx(0.4)
+    assert not [n for n in fused.graph.node if n.op_type == "Tanh"]
+    _assert_verified(original, fused, seed=8)
+
+
+def test_onnx_attention_softcap_fused():
+    original = onnx_attention(softcap=1.5, mask="float")
+    fused, site = _fuse_one_site(original)
+    assert site.fused and site.details["softcap"] == 1.5, site.reason
+    _assert_verified(original, fused, seed=9)
+
+
+@pytest.mark.parametrize("dims", [(40, 40), (80, 80), (24, 8), (16, 32)])
+def test_any_head_dim_and_v_head_dim_differing_from_qk(dims):
+    """Head dims outside the kernels' tiles (SD-1.5's 40, 80) and D_v != D_qk (LeViT) fuse as they are."""
+    dim, dim_v = dims
+    original = onnx_attention(dim=dim, dim_v=dim_v, rank=3)
+    fused, site = _fuse_one_site(original)
+    assert site.fused, site.reason
+    _assert_verified(original, fused, seed=10)
+    folded = folded_heads_attention(dim=dim, dim_v=dim_v)
+    fused, site = _fuse_one_site(folded)
+    assert site.fused, site.reason
+    _assert_verified(folded, fused, seed=10)
+
+
+FOLDED = {  # folded_heads_attention kwargs -> details the fused node must carry
+    "mha": ({}, {"folded_heads": 1, "mask": "none"}),
+    "mha_causal": ({"mask": "causal"}, {"folded_heads": 1, "causal": 1, "mask": "none"}),
+    "mha_bias": ({"bias": True}, {"folded_heads": 1, "mask": "float"}),
+    "split_heads": ({"split_heads": True, "scale": "keys"}, {"folded_heads": 4, "mask": "none"}),
+    "deberta": ({"split_heads": True, "scale": "keys", "bias": True, "mask": "keep"},
+                {"folded_heads": 4, "mask": "float"}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FOLDED))
+def test_heads_folded_into_the_batch_fused_and_verified(case):
+    """Rank-3 [B·H, L, L] scores (MultiheadAttention, DeBERTa-v2): score terms added before the mask pass as the
+    additive mask; the heads split off by the scores' Reshape become H (else one head per folded batch)."""
+    kwargs, expected = FOLDED[case]
+    original = folded_heads_attention(**kwargs)
+    fused, site = _fuse_one_site(original)
+    assert site.fused, site.reason
+    assert abs(site.details["scale"] - 0.25) < 1e-6
+    for key, value in expected.items():
+        assert site.details[key] == value, site.details
+    assert not [n for n in fused.graph.node if n.op_type in ("Softmax", "Tanh")]
+    _assert_verified(original, fused, seed=11)
 
 
 TORCH_EXPORTS = {  # (style, exporter): details the fused node must carry

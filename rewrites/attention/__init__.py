@@ -14,14 +14,14 @@ import onnx_graphsurgeon as gs
 
 from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION
 from trt_fusedattn.rewrites import CannotFuse, Site
-from trt_fusedattn.rewrites._graph import is_standard, names_in_use
+from trt_fusedattn.rewrites._graph import is_op, names_in_use
 from trt_fusedattn.rewrites._shapes import TensorShapes
 from trt_fusedattn.rewrites.attention.checks import check, sequence_lengths
 from trt_fusedattn.rewrites.attention.emission import replace
 from trt_fusedattn.rewrites.attention.masks import classify_masks
 from trt_fusedattn.rewrites.attention.match import Match, Shared
 from trt_fusedattn.rewrites.attention.onnx_attention import match_onnx_attention
-from trt_fusedattn.rewrites.attention.softmax import match_softmax
+from trt_fusedattn.rewrites.attention.softmax import match_softmax, weights_values
 
 FAMILY = "attention"
 
@@ -56,9 +56,10 @@ def _fuse(anchor: gs.Node, graph: gs.Graph, shared: Shared, shapes: TensorShapes
 
 
 def rewrite(graph: gs.Graph) -> list[Site]:
-    """Fuse every attention site of ``graph`` in place; one Site per Softmax and per ONNX Attention node."""
+    """Fuse every attention site of ``graph`` in place; one Site per ONNX Attention node and per Softmax whose
+    probabilities weight values (a Softmax that does not, such as a MoE router or a classifier head, is no site)."""
     shared = Shared(names_in_use(graph))
-    anchors = [n for n in graph.nodes if is_standard(n) and n.op in ("Softmax", "Attention")]
+    anchors = [n for n in graph.nodes if is_op(n, "Attention") or is_op(n, "Softmax") and weights_values(n)]
     if not anchors:
         return []
     shapes = TensorShapes(graph, symbolic=True)

@@ -1,11 +1,11 @@
 """What FusedAttention needs of a match, checked on the dims and dtypes the graph determines: one K/V head
-group, float dtypes, query heads a multiple of K/V heads, a static head dim the kernels are built for, masks
-it broadcasts."""
+group, float dtypes, query heads a multiple of K/V heads, static head dims the kernels take (V's may differ from
+Q/K's), masks it broadcasts."""
 from __future__ import annotations
 
 import numpy as np
 
-from trt_fusedattn.plugins.attention.contract import HEAD_DIMS
+from trt_fusedattn.plugins.attention.contract import head_dim_problem
 from trt_fusedattn.rewrites import CannotFuse
 from trt_fusedattn.rewrites._graph import numpy_dtype
 from trt_fusedattn.rewrites._shapes import TensorShapes
@@ -25,7 +25,7 @@ def check(match: Match, shapes: TensorShapes) -> None:
             raise CannotFuse(f"{name} has dtype {numpy_dtype(op.any())} but Q has {qtype}")
     if qtype is not None and qtype not in FLOAT_DTYPES - {np.dtype(np.float64)} and qtype.name != "bfloat16":
         raise CannotFuse(f"Q has dtype {qtype}; FusedAttention takes float16, bfloat16 or float32")
-    out = match.out.flat if match.out.flat is not None else match.out.bhsd
+    out = next(t for t in (match.out.flat, match.out.folded, match.out.bhsd) if t is not None)
     out_type = numpy_dtype(out)
     if qtype is not None and out_type is not None and out_type != qtype and not is_float(out_type):
         raise CannotFuse(f"the attention output has dtype {out_type}, not a float type")
@@ -33,19 +33,17 @@ def check(match: Match, shapes: TensorShapes) -> None:
     if hq and hkv and hq % hkv:
         raise CannotFuse(f"{hq} query heads are not a multiple of {hkv} key/value heads")
     dq, dk, dv = (_head_dim(op, shapes) for op in (match.q, match.k, match.v))
-    if dq is None:
-        raise CannotFuse("the head dim of Q is not static; FusedAttention kernels are compiled per head dim")
-    if dq not in HEAD_DIMS:
-        raise CannotFuse(f"head dim {dq} is not one the FusedAttention kernels are built for {HEAD_DIMS}")
-    for name, d in (("K", dk), ("V", dv)):
-        if d is not None and d != dq:
-            raise CannotFuse(f"Q has head dim {dq} but {name} has {d}; FusedAttention takes one head dim")
+    if dq is not None and dk is not None and dk != dq:
+        raise CannotFuse(f"Q has head dim {dq} but K has {dk}; Q·Kᵀ needs one head dim")
+    problem = head_dim_problem(dq if dq is not None else dk, dv)
+    if problem:
+        raise CannotFuse(problem)
     check_masks(match, shapes)
 
 
 def _heads(op: Operand, shapes: TensorShapes) -> int | None:
     """The static head count of an operand, where known."""
-    if op.flat is not None:
+    if op.flat is not None or op.folded is not None or op.folded_kt is not None:
         return op.heads
     if op.bhsd is not None:
         return shapes.dim(op.bhsd, 1)
@@ -56,6 +54,8 @@ def _head_dim(op: Operand, shapes: TensorShapes) -> int | None:
     """The static head dim of an operand, where known."""
     if op.flat is not None:
         return shapes.dim(op.flat, 2) // op.heads if shapes.dim(op.flat, 2) else None
+    if op.folded is not None or op.folded_kt is not None:
+        return shapes.dim(op.folded, 2) if op.folded is not None else shapes.dim(op.folded_kt, 1)
     return shapes.dim(op.kt, 2) if op.kt is not None else shapes.dim(op.any(), 3)
 
 
@@ -68,5 +68,8 @@ def sequence_lengths(match: Match, shapes: TensorShapes) -> tuple:
             return shapes.dim(op.bshd, 1, infer=False)
         if op.kt is not None:
             return shapes.dim(op.kt, 3, infer=False)
+        if op.folded is not None or op.folded_kt is not None:
+            return shapes.dim(op.folded, 1, infer=False) if op.folded is not None else \
+                shapes.dim(op.folded_kt, 2, infer=False)
         return shapes.dim(op.flat, 1, infer=False)
     return seq(match.q), seq(match.k)

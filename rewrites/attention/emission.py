@@ -9,7 +9,9 @@ from onnx import TensorProto, helper
 
 from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION
 from trt_fusedattn.rewrites._graph import numpy_dtype, unique_name
-from trt_fusedattn.rewrites.attention.match import HEAD_SPLIT, KEY_TRANSPOSE, Match, Operand, Output, Shared
+from trt_fusedattn.rewrites.attention.match import (FOLDED_KEY_TRANSPOSE, HEAD_SPLIT, KEY_TRANSPOSE, Match, Operand,
+                                                    Output, Shared)
+
 
 class _Emitter:
     """Adds the new nodes of one site, with names derived from the anchor's."""
@@ -36,7 +38,34 @@ class _Emitter:
     def transpose(self, tensor: gs.Tensor, perm: tuple, what: str) -> gs.Tensor:
         return self.node("Transpose", [tensor], what, numpy_dtype(tensor), {"perm": list(perm)})
 
+    def constant(self, what: str, values) -> gs.Constant:
+        return gs.Constant(unique_name(f"{self.base}/{what}", self.taken), np.array(values, np.int64))
+
+    def unfold(self, tensor: gs.Tensor, heads: int, what: str) -> gs.Tensor:
+        """[B*H, S, X] -> [B, H, S, X] (heads folded into the batch split off), once per tensor for all sites."""
+        key = ("unfold", id(tensor), heads)
+        if key not in self.shared.nodes:
+            dims = self.node("Slice", [self.node("Shape", [tensor], f"{what}_shape", np.dtype(np.int64)),
+                                       self.constant("one", [1]), self.constant("three", [3])],
+                             f"{what}_dims", np.dtype(np.int64))
+            shape = self.node("Concat", [self.constant(f"{what}_heads", [-1, heads]), dims], f"{what}_unfolded_shape",
+                              np.dtype(np.int64), {"axis": 0})
+            self.shared.nodes[key] = self.node("Reshape", [tensor, shape], f"{what}_unfolded", numpy_dtype(tensor))
+        return self.shared.nodes[key]
+
+    def fold(self, tensor: gs.Tensor, out: gs.Tensor) -> None:
+        """Write ``out`` = [B, H, S, X] ``tensor`` reshaped to [B*H, S, X]."""
+        dims = self.node("Slice", [self.node("Shape", [tensor], "O_shape", np.dtype(np.int64)),
+                                   self.constant("two", [2]), self.constant("four", [4])], "O_dims", np.dtype(np.int64))
+        shape = self.node("Concat", [self.constant("batch_heads", [-1]), dims], "O_folded_shape", np.dtype(np.int64),
+                          {"axis": 0})
+        self.node("Reshape", [tensor, shape], "O_fold", outputs=[out])
+
     def operand(self, op: Operand, layout: str, what: str) -> gs.Tensor:
+        if op.folded is not None:
+            return self.unfold(op.folded, op.heads, what)
+        if op.folded_kt is not None:
+            return self.unfold(self.transpose(op.folded_kt, FOLDED_KEY_TRANSPOSE, f"{what}_folded"), op.heads, what)
         if getattr(op, layout.lower()) is not None:
             return getattr(op, layout.lower())
         if op.flat is not None:
@@ -53,6 +82,8 @@ def _layout(match: Match) -> str:
     """The layout needing the fewest new Transposes (BSHD on a tie: it absorbs the head split/merge)."""
     if match.out.flat is not None:
         return "BSHD"
+    if match.out.folded is not None:
+        return "BHSD"
     costs = {layout: sum(op.cost(layout) for op in (match.q, match.k, match.v)) + match.out.cost(layout)
              for layout in ("BSHD", "BHSD")}
     return min(("BSHD", "BHSD"), key=lambda layout: costs[layout])
@@ -60,19 +91,25 @@ def _layout(match: Match) -> str:
 
 def _mask_input(match: Match, emit: _Emitter, qtype) -> tuple[gs.Tensor | None, str]:
     """The one mask tensor to pass (combining several), and its kind for the report."""
-    keep = None
-    if match.keep_masks:
-        parts = [emit.shared_node("Not", [t], "keep", np.dtype(bool)) if negate else t for t, negate in match.keep_masks]
+    keep, heads = None, match.folded_heads
+    keep_masks, float_masks = list(match.keep_masks), list(match.float_masks)
+    for mask, kind in match.folded_masks:  # [B*H, L_q, L_kv] terms of folded scores, split to [B, H, L_q, L_kv]
+        if kind == "keep":
+            keep_masks.append((emit.unfold(mask[0], heads, "keep"), mask[1]))
+        else:
+            float_masks.append(emit.unfold(mask, heads, "bias"))
+    if keep_masks:
+        parts = [emit.shared_node("Not", [t], "keep", np.dtype(bool)) if negate else t for t, negate in keep_masks]
         keep = parts[0]
         for part in parts[1:]:
             keep = emit.shared_node("And", [keep, part], "keep", np.dtype(bool))
-        if not match.float_masks:
+        if not float_masks:
             return keep, "bool"
-    if not match.float_masks:
+    if not float_masks:
         return None, "none"
     masks = [mask if qtype is None or numpy_dtype(mask) in (None, qtype) else
              emit.shared_node("Cast", [mask], "mask_cast", qtype, {"to": helper.np_dtype_to_tensor_dtype(qtype)})
-             for mask in match.float_masks]
+             for mask in float_masks]
     if keep is not None:  # both kinds: the boolean one in additive form (-inf where masked), once for all layers
         key = ("keep_additive", id(keep), qtype.str)
         if key not in emit.shared.nodes:
@@ -90,12 +127,16 @@ def _route_output(out: Output, layout: str, emit: _Emitter, qtype) -> gs.Tensor:
     """The tensor the fused node writes (in ``layout`` and Q's dtype), wired to the original output's readers
     through the head merge, a Transpose or a Cast as needed."""
     out.producer.outputs.clear()
-    readers_see = out.flat if out.flat is not None else out.bhsd
+    readers_see = next(t for t in (out.flat, out.folded, out.bhsd) if t is not None)
     if qtype is not None and numpy_dtype(readers_see) not in (None, qtype):  # fp16 exports that compute P·V in fp32
         fused_out = emit.tensor("O", qtype)
         emit.node("Cast", [fused_out], "O_cast", outputs=[readers_see],
                   attrs={"to": helper.np_dtype_to_tensor_dtype(numpy_dtype(readers_see))})
         readers_see = fused_out
+    if out.folded is not None:
+        result = emit.tensor("O_bhsd", qtype)
+        emit.fold(result, readers_see)
+        return result
     if out.flat is not None:
         result = emit.tensor("O_bshd", qtype)
         shape = gs.Constant(unique_name(f"{emit.base}/merge_heads", emit.taken), np.array([0, 0, -1], np.int64))
@@ -162,6 +203,8 @@ def replace(match: Match, graph: gs.Graph, shared: Shared) -> gs.Node:
     attrs = {"layout": layout, "scale": match.scale, "causal": match.causal}
     if match.causal:
         attrs["causal_alignment"] = match.causal_alignment
+    if match.softcap:
+        attrs["softcap"] = match.softcap
     node = gs.Node(op=FUSED_ATTENTION.name, domain=FUSED_ATTENTION.domain,
                    name=unique_name(f"{base}/FusedAttention", taken),
                    attrs=FUSED_ATTENTION.explicit_attributes(**attrs), inputs=inputs, outputs=[result])
@@ -170,5 +213,6 @@ def replace(match: Match, graph: gs.Graph, shared: Shared) -> gs.Node:
         match.details["key_lengths"] = True
     match.details.update(layout=layout, mask=kind, scale=match.scale, causal=match.causal,
                          **({"causal_alignment": match.causal_alignment} if match.causal else {}),
+                         **({"softcap": match.softcap} if match.softcap else {}),
                          **({"gqa_group": match.k.repeats or "from shapes"} if match.k.repeats != 1 else {}))
     return node

@@ -1,5 +1,5 @@
 """The ONNX Attention rule (opset 23+): 3-D or 4-D inputs, scale, is_causal (top-left), bool or float attn_mask,
-nonpad_kv_seqlen (as ``key_lengths``); past KV, present outputs in use, softcap and sliding windows are reported
+nonpad_kv_seqlen (as ``key_lengths``), softcap; past KV, present outputs in use and sliding windows are reported
 unsupported."""
 from __future__ import annotations
 
@@ -23,8 +23,6 @@ def match_onnx_attention(node: gs.Node, graph: gs.Graph, shapes: TensorShapes) -
     for index, what in ((1, "present_key"), (2, "present_value"), (3, "qk_matmul_output")):
         if len(node.outputs) > index and (node.outputs[index].outputs or is_graph_output(node.outputs[index], graph)):
             raise CannotFuse(f"Attention output {what} is in use; FusedAttention returns only the attention output")
-    if node.attrs.get("softcap", 0.0):
-        raise CannotFuse(f"Attention softcap={node.attrs['softcap']} is not supported by FusedAttention")
     if node.attrs.get("left_window_size", -1) >= 0 or node.attrs.get("right_window_size", -1) >= 0:
         raise CannotFuse("Attention with a sliding window is not supported by FusedAttention")
     match = Match(anchor=node, q=Operand(), k=Operand(), v=Operand(), out=Output())
@@ -52,6 +50,7 @@ def match_onnx_attention(node: gs.Node, graph: gs.Graph, shapes: TensorShapes) -
             raise CannotFuse("cannot fold the Q/K scale without the head dim")
         base = 1.0 / math.sqrt(dim) if dim else 0.0
     match.scale = base * q_factor * k_factor if base else 0.0
+    match.softcap = float(node.attrs.get("softcap", 0.0))  # ONNX Attention caps before the mask, as the contract
     if is_present(mask):
         if numpy_dtype(mask) == np.dtype(bool):
             match.keep_masks.append((mask, False))

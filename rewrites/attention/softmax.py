@@ -10,15 +10,47 @@ import onnx_graphsurgeon as gs
 from onnx import TensorProto, helper
 
 from trt_fusedattn.rewrites import CannotFuse
-from trt_fusedattn.rewrites._graph import (consumers, is_graph_output, is_op, is_present, is_standard, producer,
-                                           scalar_value)
+from trt_fusedattn.rewrites._graph import (consumers, is_graph_output, is_op, is_present, is_standard, permutation,
+                                           producer, scalar_value)
 from trt_fusedattn.rewrites._shapes import TensorShapes
 from trt_fusedattn.rewrites.attention.masks import MASKED_FILL_LIMIT
-from trt_fusedattn.rewrites.attention.match import Match, Operand, Output
-from trt_fusedattn.rewrites.attention.operands import (FLOAT_DTYPES, peel_float_cast, scalar_factor, trace_bhsd,
-                                                       trace_keys, trace_output)
+from trt_fusedattn.rewrites.attention.match import FOLDED_KEY_TRANSPOSE, Match, Operand, Output
+from trt_fusedattn.rewrites.attention.operands import (FLOAT_DTYPES, peel_float_cast, peel_scale, scalar_factor,
+                                                       trace_bhsd, trace_keys, trace_output)
 
-_SCORE_STEPS = {"Cast", "Mul", "Div", "Add", "Where"}
+_SCORE_STEPS = {"Cast", "Mul", "Div", "Add", "Where", "Tanh", "Reshape"}
+
+
+_PROBABILITY_STEPS = {"Cast", "Dropout", "Reshape", "Where", "IsNaN", "Identity", "Squeeze", "Unsqueeze"}
+
+
+def weights_values(softmax: gs.Node) -> bool:
+    """Whether the Softmax output reaches, through probability steps (Cast, Dropout, Reshape, the NaN guard), the
+    left operand of a MatMul whose right operand is computed (P·V): what makes a Softmax attention. A MoE router
+    (read by TopK) or a classifier head (a model output) does not."""
+    frontier = [softmax.outputs[0]]
+    for _ in range(6):
+        reached = []
+        for tensor in frontier:
+            for node in consumers(tensor):
+                if is_op(node, "MatMul") and node.inputs[0] is tensor and not _is_weight(node.inputs[1]):
+                    return True
+                if is_standard(node) and node.op in _PROBABILITY_STEPS:
+                    reached.extend(node.outputs[:1])
+        frontier = reached
+    return False
+
+
+def _is_weight(tensor: gs.Tensor) -> bool:
+    """Whether ``tensor`` is a constant of the model, maybe cast or transposed (decided without loading values)."""
+    while not isinstance(tensor, gs.Constant):
+        node = producer(tensor)
+        if is_op(node, "Constant"):
+            return True
+        if not (is_op(node, "Identity") or is_op(node, "Cast") or is_op(node, "Transpose")):
+            return False
+        tensor = node.inputs[0]
+    return True
 
 
 def _reaches_scores(tensor: gs.Tensor, depth: int = 8) -> bool:
@@ -53,8 +85,9 @@ def _from_matmul(tensor: gs.Tensor, depth: int) -> bool:
 
 
 def _not_attention_step(node: gs.Node) -> CannotFuse:
-    hint = {"Tanh": " (logit softcapping)", "Reshape": " (scores reshaped: heads folded into the batch?)"}.get(node.op, "")
-    return CannotFuse(f"{node.op} '{node.name}' between the Q·Kᵀ MatMul and the Softmax is not an attention step{hint}")
+    hint = " (only a rank-3 to rank-4 split of folded heads is one)" if node.op == "Reshape" else ""
+    return CannotFuse(f"{node.op} '{node.name}' between the Q·Kᵀ MatMul and the Softmax is not an attention "
+                      f"step{hint}")
 
 
 def _is_masked_fill(value: float | None) -> bool:
@@ -62,8 +95,9 @@ def _is_masked_fill(value: float | None) -> bool:
 
 
 def _walk_scores(softmax: gs.Node, graph: gs.Graph, match: Match, shapes: TensorShapes) -> gs.Node:
-    """From the Softmax input up to the Q·Kᵀ MatMul, recording scales, masks and Casts; returns the MatMul."""
-    tensor, scale = softmax.inputs[0], 1.0
+    """From the Softmax input up to the Q·Kᵀ MatMul, recording scales, the softcap, masks, Casts and the Reshape
+    that splits heads folded into the batch ([B*H,L,L] -> [B,H,L,L]); returns the MatMul."""
+    tensor, scale, masks, fold = softmax.inputs[0], 1.0, [], None
     while True:
         node = producer(tensor)
         if node is None:
@@ -75,6 +109,7 @@ def _walk_scores(softmax: gs.Node, graph: gs.Graph, match: Match, shapes: Tensor
             raise CannotFuse(f"the attention scores '{tensor.name}' are also read by {', '.join(others)}")
         if is_op(node, "MatMul"):
             match.scale = scale
+            _file_masks(match, masks, fold, shapes.rank(tensor), shapes)
             return node
         if is_op(node, "Cast"):
             if np.dtype(helper.tensor_dtype_to_np_dtype(node.attrs["to"])) not in FLOAT_DTYPES \
@@ -90,24 +125,39 @@ def _walk_scores(softmax: gs.Node, graph: gs.Graph, match: Match, shapes: Tensor
             if scale <= 0:
                 raise CannotFuse(f"{node.op} '{node.name}' scales the scores by a non-positive factor")
             tensor = node.inputs[sides[0]]
+        elif is_op(node, "Tanh"):  # logit softcapping: cap * tanh(s / cap), cap the factor applied after the Tanh
+            if match.softcap:
+                raise CannotFuse(f"Tanh '{node.name}' caps the scores a second time")
+            match.softcap, scale = scale, scale  # inside the Tanh, s / cap: the factors below multiply into cap
+            tensor = node.inputs[0]
+        elif is_op(node, "Reshape") and fold is None and shapes.rank(node.inputs[0]) == 3 \
+                and shapes.rank(tensor) == 4:
+            fold = node
+            tensor = node.inputs[0]
         elif is_op(node, "Add"):
             sides = [s for s in (0, 1) if _reaches_scores(node.inputs[s])]
             blocker = next((b for b in map(_blocking_step, node.inputs) if b is not None), None)
             if not sides and blocker is not None:
                 raise _not_attention_step(blocker)
             if len(sides) != 1:
-                raise CannotFuse(f"cannot tell the scores from the mask in Add '{node.name}'")
+                raise CannotFuse(f"cannot tell the scores from the added term in Add '{node.name}': both are "
+                                 f"computed from MatMuls")
+            if match.softcap:
+                raise CannotFuse(f"Add '{node.name}' adds to the scores inside the softcap's Tanh; FusedAttention "
+                                 f"adds masks and biases after the cap")
             if scale != 1.0:
                 raise CannotFuse(f"the mask of Add '{node.name}' is added before the scores are scaled")
-            match.float_masks.append(node.inputs[1 - sides[0]])
+            masks.append((node.inputs[1 - sides[0]], "float", fold is not None))
             tensor = node.inputs[sides[0]]
         elif is_op(node, "Where"):
             cond, a, b = node.inputs
+            if match.softcap:
+                raise CannotFuse(f"Where '{node.name}' masks the scores inside the softcap's Tanh")
             if _reaches_scores(a) and _is_masked_fill(scalar_value(b)):
-                match.keep_masks.append((cond, False))
+                masks.append(((cond, False), "keep", fold is not None))
                 tensor = a
             elif _reaches_scores(b) and _is_masked_fill(scalar_value(a)):
-                match.keep_masks.append((cond, True))
+                masks.append(((cond, True), "keep", fold is not None))
                 tensor = b
             else:
                 raise CannotFuse(f"Where '{node.name}' does not fill masked scores with -inf or a large negative")
@@ -115,9 +165,29 @@ def _walk_scores(softmax: gs.Node, graph: gs.Graph, match: Match, shapes: Tensor
             raise _not_attention_step(node)
 
 
-def _walk_probabilities(softmax: gs.Node, graph: gs.Graph) -> gs.Node:
-    """From the Softmax output down to the MatMul with V, through Casts, Dropout and the NaN guard."""
+def _file_masks(match: Match, masks: list, fold: gs.Node | None, rank: int | None, shapes: TensorShapes) -> None:
+    """Sort the walk's masks: those in the scores' [B,H,L,L] space (and any of rank <= 2, which broadcast alike)
+    are classified as usual; rank-3 ones added to scores whose heads are folded into the batch are passed as
+    [B*H,L,L] tensors the replacement splits. Sets ``folded_heads`` for rank-3 scores."""
+    if rank == 3:
+        match.folded_heads = 1 if fold is None else shapes.dim(fold.outputs[0], 1)
+        if match.folded_heads is None:
+            raise CannotFuse(f"Reshape '{fold.name}' splits the folded scores into a head count that is not static")
+    for mask, kind, past_fold in masks:
+        tensor = mask if kind == "float" else mask[0]
+        if rank == 3 and (past_fold or fold is None) and shapes.rank(tensor) == 3 and shapes.dim(tensor, 0) != 1:
+            match.folded_masks.append((mask, kind))
+        elif kind == "float":
+            match.float_masks.append(mask)
+        else:
+            match.keep_masks.append(mask)
+
+
+def _walk_probabilities(softmax: gs.Node, graph: gs.Graph, match: Match, shapes: TensorShapes) -> gs.Node:
+    """From the Softmax output down to the MatMul with V, through Casts, Dropout, the NaN guard and (scores with
+    heads folded into the batch) the Reshape folding [B,H,L,L] probabilities back to [B*H,L,L]."""
     tensor = softmax.outputs[0]
+    folds = match.folded_heads is not None and shapes.rank(tensor) == 4  # [B,H,L,L] P of [B*H,L,L] scores
     while True:
         if is_graph_output(tensor, graph):
             raise CannotFuse(f"the attention probabilities '{tensor.name}' are a graph output")
@@ -130,6 +200,9 @@ def _walk_probabilities(softmax: gs.Node, graph: gs.Graph) -> gs.Node:
                 raise CannotFuse(f"Dropout '{node.name}' on the probabilities runs in training mode")
             tensor = node.outputs[0]
             continue
+        if len(readers) == 1 and is_op(readers[0], "Reshape") and folds and shapes.rank(readers[0].outputs[0]) == 3:
+            folds, tensor = False, readers[0].outputs[0]
+            continue
         guard = _nan_guard(tensor, readers)
         if guard is not None:
             tensor = guard.outputs[0]
@@ -138,7 +211,8 @@ def _walk_probabilities(softmax: gs.Node, graph: gs.Graph) -> gs.Node:
                 and readers[0].inputs[1] is not tensor:
             return readers[0]
         names = ", ".join(sorted({f"{n.op}" for n in readers})) or "nothing"
-        raise CannotFuse(f"the attention probabilities '{tensor.name}' are read by {names}, not only by the MatMul with V")
+        raise CannotFuse(f"the attention probabilities '{tensor.name}' are read by {names}, not only by the MatMul "
+                         f"with V")
 
 
 def _nan_guard(tensor: gs.Tensor, readers: list) -> gs.Node | None:
@@ -160,16 +234,18 @@ def match_softmax(softmax: gs.Node, graph: gs.Graph, shapes: TensorShapes) -> Ma
     scores_mm = _walk_scores(softmax, graph, match, shapes)
     qb, kt = scores_mm.inputs
     rank = shapes.rank(qb) or shapes.rank(kt) or shapes.rank(scores_mm.outputs[0])
-    if rank != 4:
+    if rank not in (3, 4):
         raise CannotFuse(f"the Softmax input comes from MatMul '{scores_mm.name}' of rank {rank or 'unknown'}, not a "
-                    f"rank-4 Q·Kᵀ (not attention, or heads folded into the batch)")
+                         f"rank-4 Q·Kᵀ or a rank-3 one with the heads folded into the batch")
     axis = softmax.attrs.get("axis", -1 if graph.opset >= 13 else 1)  # before opset 13: 2-D coercion at axis
-    if axis not in (-1, rank - 1):
+    if axis not in (-1, (shapes.rank(softmax.inputs[0]) or rank) - 1):
         raise CannotFuse(f"Softmax '{softmax.name}' normalizes axis {axis}, not the last (keys) axis")
-    pv_mm = _walk_probabilities(softmax, graph)
+    pv_mm = _walk_probabilities(softmax, graph, match, shapes)
+    values = peel_float_cast(pv_mm.inputs[1])
+    if rank == 3:
+        return _folded_match(match, qb, kt, values, pv_mm, shapes)
     match.q, q_factor = trace_bhsd(qb, False, shapes)
     match.k, k_factor = trace_keys(kt, shapes)
-    values = peel_float_cast(pv_mm.inputs[1])
     match.v, v_factor = trace_bhsd(values, True, shapes)
     if v_factor != 1.0:
         match.v = Operand(bhsd=values)  # scaled values: keep the scaled tensor
@@ -177,4 +253,25 @@ def match_softmax(softmax: gs.Node, graph: gs.Graph, shapes: TensorShapes) -> Ma
     match.out = trace_output(pv_mm.outputs[0], graph, match, shapes)
     if shapes.rank(pv_mm.outputs[0]) not in (None, 4):
         raise CannotFuse(f"the MatMul with V '{pv_mm.name}' is not rank 4")
+    return match
+
+
+def _folded_match(match: Match, q: gs.Tensor, kt: gs.Tensor, values: gs.Tensor, pv_mm: gs.Node,
+                  shapes: TensorShapes) -> Match:
+    """Q·Kᵀ and P·V on [B*H,L,D] operands (heads folded into the batch, as torch's MultiheadAttention and
+    DeBERTa compute them): operands traced through scalar scales, Kᵀ's Transpose undone."""
+    heads = match.folded_heads
+    q, q_factor = peel_scale(q, shapes)
+    kt, k_factor = peel_scale(kt, shapes)
+    if permutation(producer(kt)) == FOLDED_KEY_TRANSPOSE:
+        keys, more = peel_scale(producer(kt).inputs[0], shapes)
+        match.k, k_factor = Operand(folded=keys, heads=heads), k_factor * more
+    else:
+        match.k = Operand(folded_kt=kt, heads=heads)
+    match.q, match.v = Operand(folded=q, heads=heads), Operand(folded=values, heads=heads)
+    match.scale *= q_factor * k_factor
+    match.out = Output(folded=pv_mm.outputs[0], producer=pv_mm)
+    if shapes.rank(pv_mm.outputs[0]) not in (None, 3) or shapes.rank(values) not in (None, 3):
+        raise CannotFuse(f"the MatMul with V '{pv_mm.name}' is not rank 3 as the folded Q·Kᵀ is")
+    match.details["folded_heads"] = heads
     return match

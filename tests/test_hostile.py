@@ -211,3 +211,28 @@ def test_no_file_outside_the_model_folder_is_opened_even_by_libraries(location, 
         assert Path("/proc/self/environ") not in opened
     strays = [p for p in outside(opened, [folder, *python_roots()]) if not str(p).startswith(_SYSTEM)]
     assert not strays, f"opened outside the model's folder: {strays}"
+
+
+def test_report_and_model_are_written_together_or_not_at_all(places, capsys, monkeypatch):
+    """The report is put in place first; when that fails, the model is not published either."""
+    folder, _ = places
+    path = folder / "model.onnx"
+    onnx.save(mlp(), path)
+    publish = io.Staged.publish
+
+    def report_fails(self):
+        if self.target.suffix == ".json":
+            self.discard()
+            raise io.InputError(f"{self.target}: could not be written (No space left on device)")
+        return publish(self)
+
+    monkeypatch.setattr(io.Staged, "publish", report_fails)
+    before = _snapshot(folder)
+    code, err, _ = run_case(Case([path, "-o", folder / "out.onnx", "--report", folder / "r.json", "-q"], 0), folder,
+                            capsys)
+    assert code == 2 and "r.json: could not be written" in err
+    assert _snapshot(folder) == before
+    monkeypatch.setattr(io.Staged, "publish", publish)
+    code, err, _ = run_case(Case([path, "-o", folder / "out.onnx", "--report", folder / "r.json", "-q"], 0), folder,
+                            capsys)
+    assert code == 0 and {"out.onnx", "r.json"} <= set(os.listdir(folder)), err

@@ -216,6 +216,24 @@ def test_conv_engine_matches_the_reference(tmp_path):
     np.testing.assert_allclose(got.astype(np.float32), expected.astype(np.float32), rtol=2e-2, atol=2e-2)
 
 
+@pytest.mark.tensorrt
+@pytest.mark.gpu
+def test_version_compatible_engine_runs_on_the_lean_runtime(tmp_path, monkeypatch):
+    """Open question 3 (NOTES.md): an engine built version-compatible carries our AOT kernels to the lean runtime."""
+    pytest.importorskip("tensorrt_lean", reason="the lean runtime (tensorrt_lean) is not installed")
+    model = _attention_model(with_lengths_only=False)
+    onnx.save(model, tmp_path / "attention.onnx")
+    shape = (2, 33, 2, 64)
+    path = trt_layer.build_engine(tmp_path / "attention.onnx", tmp_path / "attention.engine", version_compatible=True,
+                                  shapes={n: shape for n in ("q", "k", "v")})
+    monkeypatch.setitem(sys.modules, "tensorrt", None)  # Engine falls back to tensorrt_lean
+    rng = np.random.default_rng()
+    q, k, v = (rng.standard_normal(shape).astype(np.float16) for _ in range(3))
+    got = trt_layer.Engine(path)({"q": q, "k": k, "v": v})["y"]
+    expected = np.maximum(FUSED_ATTENTION.reference(q, k, v, causal=1), 0)
+    np.testing.assert_allclose(got.astype(np.float32), expected.astype(np.float32), rtol=2e-2, atol=2e-2)
+
+
 @pytest.mark.parametrize("op", plugins.ops(), ids=lambda op: op.name)
 def test_each_op_gives_the_tensorrt_layer_what_it_needs(op):
     """plan_<op>(input_shapes, input_dtypes, attrs, arch[, formats=]) and an output shape; an op read channels-last

@@ -92,12 +92,14 @@ class PluginLaunch:
     launch: dict            # grid_x ... shared_mem -> IDimensionExpr
     extra_args: list        # IDimensionExpr per int32 scalar
     env: dict               # named dimension -> concrete value
+    other_env: dict         # the same at the second run's input sizes
     input_shapes: list      # concrete shape per contract input (None when absent)
+    other_shapes: list      # the same at the second run's input sizes
     input_dtypes: list      # dtype name per contract input (None when absent)
     attrs: dict             # the node's resolved attributes
 
-    def value(self, expr) -> int:
-        return expr.evaluate(self.env)
+    def value(self, expr, other: bool = False) -> int:
+        return expr.evaluate(self.other_env if other else self.env)
 
 
 @dataclass
@@ -174,6 +176,7 @@ class _Shapes:
         self.prepared_init = {t.name: (t.data_type, tuple(t.dims)) for t in prepared.graph.initializer}
         self.outputs: dict = {}  # plugin output -> (element type, [IDimensionExpr])
         self.env: dict = {}      # named dimension -> value in the first run
+        self.other_env: dict = {}  # ... and in the second
 
     def _derived(self, name: str, run: dict):
         if name in run:
@@ -181,8 +184,9 @@ class _Shapes:
         if name in self.prepared_init:
             return self.prepared_init[name]
         node = self.producers[name]
+        env = self.env if run is self.first else self.other_env
         elem, shape = self._derived(node.input[0], run) if node.input[0] not in self.outputs else \
-            (self.outputs[node.input[0]][0], tuple(e.evaluate(self.env) for e in self.outputs[node.input[0]][1]))
+            (self.outputs[node.input[0]][0], tuple(e.evaluate(env) for e in self.outputs[node.input[0]][1]))
         if node.op_type == "Cast":
             return helper.get_attribute_value(node.attribute[0]), shape
         if node.op_type == "Unsqueeze":
@@ -210,14 +214,14 @@ class _Shapes:
                 exprs.append(builder.constant(a))
             else:
                 key = f"{name}[{axis}]"
-                self.env[key] = a
+                self.env[key], self.other_env[key] = a, b
                 exprs.append(trt.IDimensionExpr(name=key))
         return exprs
 
-    def concrete(self, name: str) -> tuple:
+    def concrete(self, name: str, other: bool = False) -> tuple:
         if name in self.outputs:
-            return tuple(e.evaluate(self.env) for e in self.outputs[name][1])
-        return tuple(self._derived(name, self.first)[1])
+            return tuple(e.evaluate(self.other_env if other else self.env) for e in self.outputs[name][1])
+        return tuple(self._derived(name, self.second if other else self.first)[1])
 
     def known(self, name: str) -> bool:
         try:
@@ -339,8 +343,9 @@ def _build_plugin_node(trt, node, shapes: _Shapes, result: SimulatedBuild) -> No
             result.launches.append(PluginLaunch(
                 node.name or node.output[0], op, tuple(c.type.name for c in combo),
                 tuple(c.format.name for c in combo), kernel, ptx.decode() if isinstance(ptx, bytes) else ptx,
-                launch, extra, dict(env), _contract_order(op, node, concrete_in), _contract_order(op, node, dtypes),
-                attrs))
+                launch, extra, dict(env), dict(shapes.other_env), _contract_order(op, node, concrete_in),
+                _contract_order(op, node, [shapes.concrete(n, other=True) for n in node.input]),
+                _contract_order(op, node, dtypes), attrs))
     out_elem = next(k for k, v in ONNX_TO_TRT.items() if v == out_types[0].name)
     shapes.outputs[node.output[0]] = (out_elem, out_exprs[0])
 

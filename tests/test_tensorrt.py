@@ -158,6 +158,16 @@ def test_constant_dimensions_reach_plans_as_ints():
     assert isinstance(plan_dim(LeftOnlyExpr("L")), SymbolicDim)
 
 
+def test_shape_specs_give_optimization_profiles():
+    shapes = trt_layer.parse_shapes(["input_ids:1x8/4x128/8x512", "pixels:2x3x224x224"])
+    assert shapes == {"input_ids": ((1, 8), (4, 128), (8, 512)), "pixels": ((2, 3, 224, 224),) * 3}
+    assert trt_layer.parse_shapes("a:1/2/3,b:5") == {"a": ((1,), (2,), (3,)), "b": ((5,),) * 3}
+    for bad in ("input_ids", "ids:1x8/4x128", "ids:1x8/4x128/8", "ids:1xA", ":1x2"):
+        with pytest.raises(ValueError, match="NAME:MIN/OPT/MAX") as info:
+            trt_layer.parse_shapes([bad])
+        assert "\n" not in str(info.value)
+
+
 # ---------------------------------------------------------------- with TensorRT's builder
 
 @pytest.mark.tensorrt

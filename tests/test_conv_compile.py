@@ -96,7 +96,7 @@ def test_wgmma_variant_ptx(tuned):
     plan = tuned.plan("sm_90a")
     d = plan.defines
     ptx = comp.compile_ptx(plan.source, "sm_90a", d)
-    operand = "k32.f32.e4m3.e4m3" if d.get("FP8") else ("k16.f32.bf16.bf16" if d["CONV_BF16"] else "k16.f32.f16.f16")
+    operand = "k32.f32.e4m3.e4m3" if d.get("FP8") else ("k16.f32.bf16.bf16" if d["DTYPE_BF16"] else "k16.f32.f16.f16")
     assert f"wgmma.mma_async.sync.aligned.m64n{d['BLOCK_N']}{operand}" in ptx
     shapes = set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m64n\d+)k", ptx))
     assert shapes == {f"m64n{d['BLOCK_N']}"}, shapes

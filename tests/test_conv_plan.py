@@ -242,7 +242,7 @@ def test_e4m3_x_moves_bytes_and_writes_float16():
     dtypes = ["float8_e4m3fn", *case.dtypes()[1:]]
     plan = plan_conv(case.shapes(), dtypes, case.attrs(), "sm_90a")
     d = plan.defines
-    assert d["X_E4M3"] == 1 and d["WGMMA"] == 1 and d["CONV_BF16"] == 0 and d["BLOCK_K"] == 128
+    assert d["X_E4M3"] == 1 and d["WGMMA"] == 1 and d["DTYPE_BF16"] == 0 and d["BLOCK_K"] == 128
     assert plan.shared_mem == d["STAGES"] * (d["BLOCK_M"] + d["BLOCK_N"]) * d["BLOCK_K"]
     x8 = plan_conv(case.shapes(), dtypes, case.attrs(), "sm_90a", block_k=64)
     quantized = plan_conv(case.shapes(), case.dtypes(), case.attrs(), "sm_90a", block_k=64)
@@ -282,7 +282,7 @@ def test_fp16_wgmma_on_warpgroup_tiles_only_on_sm90a(dtype, tile):
     case = ConvCase("t", 2, 64, 9, 9, 96, 3, 3, pad=1, dtype=dtype)
     plan = case.plan("sm_90a", tile=tile, mma="wgmma")
     d = plan.defines
-    assert d["WGMMA"] == 1 and d["CONV_BF16"] == (dtype == "bfloat16") and "FP8" not in d
+    assert d["WGMMA"] == 1 and d["DTYPE_BF16"] == (dtype == "bfloat16") and "FP8" not in d
     assert (d["BLOCK_M"], d["BLOCK_N"], d["WARPS_M"], d["WARPS_N"], d["SPLIT_K"]) == GEMM_TILES[tile]
     assert plan.shared_mem == gemm_shared_bytes(d) <= SHARED_LIMIT["sm_90a"]
     assert "WGMMA" not in case.plan("sm_90a", tile=tile, mma="mma.sync").defines
@@ -430,7 +430,7 @@ def test_wgmma_case_plans(tuned: TunedCase):
     plan = tuned.plan("sm_90a")
     d, case = plan.defines, tuned.case
     assert plan.source == IMPLICIT_GEMM and d["WGMMA"] == 1 and d["IN_VEC"] == 8
-    assert d.get("FP8", 0) == case.fp8 and d["CONV_BF16"] == (case.dtype == "bfloat16")
+    assert d.get("FP8", 0) == case.fp8 and d["DTYPE_BF16"] == (case.dtype == "bfloat16")
     assert (d["BLOCK_M"], d["BLOCK_N"], d["WARPS_M"], d["WARPS_N"], d["SPLIT_K"]) == GEMM_TILES[tuned.overrides["tile"]]
     assert d.get("CLUSTER_K", 1) == tuned.overrides.get("cluster", 1)
     assert d.get("TAPS_INNER", 0) == bool(tuned.overrides.get("taps_inner"))

@@ -5,11 +5,11 @@
 // one pixel's DW_VEC channels with DW_VEC-wide NHWC loads (coalesced along channels), its block's filter taps held
 // in shared memory as float [KH*KW][CHUNKS*DW_VEC]. The epilogue is epilogue.cuh's, as in the implicit GEMM.
 //
-// Compile-time: CONV_BF16, KH, KW, STRIDE_H, STRIDE_W, DIL_H, DIL_W, CH_MULT, DW_VEC (DW_VEC > 1 needs
+// Compile-time: DTYPE_BF16, KH, KW, STRIDE_H, STRIDE_W, DIL_H, DIL_W, CH_MULT, DW_VEC (DW_VEC > 1 needs
 // CH_MULT == 1), CHUNKS, and the epilogue's defines.
 // Arguments (AOT plugin ABI): x [N,H,W,C], w [K,KH,KW,1], shift?, scale?, residual? [N,P,Q,K];
 // int32 N, H, W, C, K, P, Q, pad_h, pad_w; y [N,P,Q,K].
-#include "element.cuh"
+#include "common/element.cuh"
 #include "fast_divmod.cuh"
 #include "epilogue.cuh"
 

@@ -5,7 +5,7 @@
 // Compile-time inputs: ACTIVATION, ACTIVATION_ALPHA, ACTIVATION_BETA, POST_ACTIVATION, POST_ACTIVATION_ALPHA,
 // POST_ACTIVATION_BETA, HAS_SHIFT, HAS_SCALE, HAS_RESIDUAL; INPUT_SCALE (FP8 only).
 #pragma once
-#include "element.cuh"
+#include "common/element.cuh"
 
 namespace act {
 struct none { static __device__ __forceinline__ float apply(float x, float, float) { return x; } };

@@ -331,7 +331,7 @@ def plan_conv(input_shapes, input_dtypes, attrs, arch: str, *, formats=None, til
         if shape is not None and isinstance(shape[0], int) and shape[0] != geo["K"]:
             raise ValueError(f"{name} has {shape[0]} entries; W has K={geo['K']} output channels")
 
-    defines = {"CONV_BF16": int(y_dtype == "bfloat16"), "KH": geo["KH"], "KW": geo["KW"],
+    defines = {"DTYPE_BF16": int(y_dtype == "bfloat16"), "KH": geo["KH"], "KW": geo["KW"],
                "STRIDE_H": geo["strides"][0], "STRIDE_W": geo["strides"][1],
                "DIL_H": geo["dilations"][0], "DIL_W": geo["dilations"][1],
                **epilogue_defines(attrs, shift_shape is not None, scale_shape is not None,

@@ -1,0 +1,178 @@
+// Global -> shared memory tile loads of the implicit GEMM. The lowered input matrix exists only tile by tile in
+// shared memory: each thread precomputes, once, the input offset and the top-left input coordinate of the output
+// pixels it loads for, and per reduction tile turns kg into (r, s, c) with one fast division by Cg (fast_divmod.cuh).
+//
+// IN_VEC = 8 (Cg % 8 == 0) moves 16-byte chunks of 8 channels with cp.async (zero-filled outside the image);
+// IN_VEC = 1 (any Cg, e.g. the 3-channel stem) gathers elements into registers one tile ahead and stores them after
+// the tile's MMAs. TAPS_INNER = 1 (C/G % BLOCK_K == 0): reduction tiles walk every filter tap of one BLOCK_K channel
+// chunk before the next chunk, and A is loaded through L1 (cp.async.ca): consecutive tiles read overlapping input
+// windows, so most of a 3x3 layer's A traffic hits L1 instead of L2.
+#pragma once
+#include "common/cp_async.cuh"
+#include "common/smem.cuh"
+#include "fast_divmod.cuh"
+#include "implicit_gemm_config.cuh"
+#include "implicit_gemm_quantize.cuh"
+
+// Reduction tile t's first reduction index: OHWI order, or with TAPS_INNER every tap of one BLOCK_K channel chunk
+// before the next chunk (consecutive tiles then read overlapping input windows).
+__device__ __forceinline__ int tile_k0(int t, int Cg) {
+#if TAPS_INNER
+  const int chunk = t / (KH * KW), rs = t - chunk * (KH * KW);
+  return rs * Cg + chunk * BLOCK_K;
+#else
+  return t * BLOCK_K;
+#endif
+}
+
+// 8 consecutive reduction elements of A as operand bytes (FP8: quantized).
+__device__ __forceinline__ op8_bits_t a_operand8(const elem_t* v) {
+#if FP8
+  return make_uint2(quantize4(to_float(v[0]), to_float(v[1]), to_float(v[2]), to_float(v[3])),
+                    quantize4(to_float(v[4]), to_float(v[5]), to_float(v[6]), to_float(v[7])));
+#else
+  Op8 o;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) o.e[e] = v[e];
+  return o.bits;
+#endif
+}
+
+// The input pixel window of one output row m: element offset of (n, h0, w0, group's first channel) and h0, w0.
+// Rows past M get an h0 no filter tap can bring inside the image.
+struct RowOrigin {
+  int offset, h0, w0;
+  __device__ __forceinline__ RowOrigin(int m, int M, const FastDivmod& pq_div, const FastDivmod& q_div, int H, int W,
+                                       int C, int pad_h, int pad_w, int channel0) {
+    int pq, q;
+    const int n = pq_div.divmod(m, &pq);
+    const int p = q_div.divmod(pq, &q);
+    const int h = p * STRIDE_H - pad_h;
+    w0 = q * STRIDE_W - pad_w;
+    offset = ((n * H + h) * W + w0) * C + channel0;
+    h0 = m < M ? h : -(1 << 28);
+  }
+};
+
+#if IN_VEC == 8
+// cp.async loader. A: thread owns one 16-byte chunk column (8 elem_t) and kRows rows; B: one 16-byte chunk column
+// (8 elem_t or 16 e4m3, so FP8 needs a reduction length that is a multiple of 16) and kBRows rows.
+// Both land in the stage in the A tile's and the MMA operand's swizzled layouts.
+struct TileLoader {
+  static constexpr int kAChunks = BLOCK_K * int(sizeof(x_t)) / 16;
+  static constexpr int kBCols = kChunks;
+  static constexpr int kRows = BLOCK_M * kAChunks / kGroupThreads;
+  static constexpr int kBRows = BLOCK_N * kBCols / kGroupThreads;
+  static_assert(kRows >= 1 && kBRows >= 1 && kGroupThreads % kBCols == 0, "tile too small for the thread count");
+  int a_offset[kRows], a_h0[kRows], a_w0[kRows];
+  int b_offset[kBRows];
+  unsigned b_valid;
+  int chunk, row0, b_col, b_row0;
+
+  __device__ __forceinline__ TileLoader(int tid, int m0, int n0, int g, int M, int Kg, int Kgemm, int H, int W,
+                                        int C, int Cg, int pad_h, int pad_w, const FastDivmod& pq_div,
+                                        const FastDivmod& q_div) {
+    chunk = tid % kAChunks;
+    row0 = tid / kAChunks;
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      const RowOrigin o(m0 + row0 + i * (kGroupThreads / kAChunks), M, pq_div, q_div, H, W, C, pad_h, pad_w,
+                        g * Cg);
+      a_offset[i] = o.offset; a_h0[i] = o.h0; a_w0[i] = o.w0;
+    }
+    b_col = tid % kBCols;
+    b_row0 = tid / kBCols;
+    b_valid = 0;
+#pragma unroll
+    for (int j = 0; j < kBRows; ++j) {
+      const int kout = n0 + b_row0 + j * (kGroupThreads / kBCols);
+      b_offset[j] = (g * Kg + kout) * Kgemm;
+      b_valid |= unsigned(kout < Kg) << j;
+    }
+  }
+
+  __device__ __forceinline__ void load(unsigned char* stage, int k0, const x_t* x, const op_t* w, int H, int W,
+                                       int C, int Kgemm, const FastDivmod& cg_div) {
+    const int kg = k0 + chunk * (16 / int(sizeof(x_t)));
+    int c;
+    const int rs = cg_div.divmod(kg, &c);
+    const int r = rs / KW, s = rs - (rs / KW) * KW;
+    const int dh = r * DIL_H, dw = s * DIL_W;
+    const int delta = (dh * W + dw) * C + c;
+    const bool k_ok = kg < Kgemm;
+    const unsigned a_base = smem_addr(stage), b_base = smem_addr(stage + kAStageBytes);
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      const int row = row0 + i * (kGroupThreads / kAChunks);
+      const bool ok = k_ok && unsigned(a_h0[i] + dh) < unsigned(H) && unsigned(a_w0[i] + dw) < unsigned(W);
+      cp_async_16<TAPS_INNER>(a_base + smem_offset<kAChunks>(row, chunk * 16), ok ? x + a_offset[i] + delta : x,
+                              ok ? 16 : 0);
+    }
+    const int kb = k0 + b_col * (16 / int(sizeof(op_t)));
+#pragma unroll
+    for (int j = 0; j < kBRows; ++j) {
+      const int row = b_row0 + j * (kGroupThreads / kBCols);
+      const bool ok = kb < Kgemm && ((b_valid >> j) & 1);
+      cp_async_16(b_base + smem_offset<kChunks>(row, b_col * 16), ok ? w + b_offset[j] + kb : w, ok ? 16 : 0);
+    }
+  }
+};
+#else
+// Element gather for channel counts that are not multiples of 8: thread owns one A row (and one B row) and a run
+// of kA (kB) consecutive reduction indices, walked incrementally through (r, s, c).
+struct TileLoader {
+  static constexpr int kASegs = kGroupThreads / BLOCK_M, kA = BLOCK_K / kASegs;
+  static constexpr int kBSegs = kGroupThreads / BLOCK_N, kB = BLOCK_K / kBSegs;
+  static_assert(kGroupThreads % BLOCK_M == 0 && kGroupThreads % BLOCK_N == 0 && kA % 8 == 0 && kB % 8 == 0,
+                "element gather needs BLOCK_M, BLOCK_N dividing the thread count in runs of 8");
+  RowOrigin a;
+  int a_row, a_seg, b_row, b_seg, b_offset;
+  bool b_ok;
+  elem_t a_vals[kA];
+  op_t b_vals[kB];
+
+  __device__ __forceinline__ TileLoader(int tid, int m0, int n0, int g, int M, int Kg, int Kgemm, int H, int W,
+                                        int C, int Cg, int pad_h, int pad_w, const FastDivmod& pq_div,
+                                        const FastDivmod& q_div)
+      : a(m0 + tid % BLOCK_M, M, pq_div, q_div, H, W, C, pad_h, pad_w, g * Cg) {
+    a_row = tid % BLOCK_M; a_seg = tid / BLOCK_M;
+    b_row = tid % BLOCK_N; b_seg = tid / BLOCK_N;
+    b_ok = n0 + b_row < Kg;
+    b_offset = (g * Kg + n0 + b_row) * Kgemm;
+  }
+
+  __device__ __forceinline__ void gather(int k0, const elem_t* x, const op_t* w, int H, int W, int C, int Cg,
+                                         int Kgemm, const FastDivmod& cg_div) {
+    const elem_t zero = from_float(0.f);
+    int kg = k0 + a_seg * kA, c;
+    const int rs = cg_div.divmod(kg, &c);
+    int r = rs / KW, s = rs - (rs / KW) * KW;
+#pragma unroll
+    for (int j = 0; j < kA; ++j) {
+      const int h = a.h0 + r * DIL_H, wi = a.w0 + s * DIL_W;
+      const bool ok = kg + j < Kgemm && unsigned(h) < unsigned(H) && unsigned(wi) < unsigned(W);
+      a_vals[j] = ok ? x[a.offset + (r * DIL_H * W + s * DIL_W) * C + c] : zero;
+      if (++c == Cg) { c = 0; if (++s == KW) { s = 0; ++r; } }
+    }
+    const int kb = k0 + b_seg * kB;
+#pragma unroll
+    for (int j = 0; j < kB; ++j) b_vals[j] = b_ok && kb + j < Kgemm ? w[b_offset + kb + j] : op_t(0);
+  }
+
+  __device__ __forceinline__ void store(unsigned char* stage) const {
+    constexpr int kOp = int(sizeof(op_t));
+#pragma unroll
+    for (int j = 0; j < kA / 8; ++j)
+      *reinterpret_cast<op8_bits_t*>(stage + smem_offset<kChunks>(a_row, (a_seg * kA + j * 8) * kOp)) =
+          a_operand8(a_vals + j * 8);
+#pragma unroll
+    for (int j = 0; j < kB / 8; ++j) {
+      Op8 v;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v.e[e] = b_vals[j * 8 + e];
+      *reinterpret_cast<op8_bits_t*>(stage + kAStageBytes + smem_offset<kChunks>(b_row, (b_seg * kB + j * 8) * kOp)) =
+          v.bits;
+    }
+  }
+};
+#endif

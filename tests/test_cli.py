@@ -155,3 +155,27 @@ def test_ci_runs_exactly_the_readme_commands():
     assert install_and_sample in ci and test in ci
     assert "-c .ci/constraints.txt" in install_and_sample and "fuse-onnx models/samples/" in install_and_sample
     assert Path(install_and_sample.split("fuse-onnx ", 1)[1].split()[0]).is_file()
+
+
+def test_verify_finds_sizes_the_original_runs_at_and_says_so(tmp_path):
+    from _size_models import baked_sequence
+
+    onnx.save(baked_sequence(), tmp_path / "m.onnx")
+    result = fuse_onnx(tmp_path / "m.onnx", "--verify", "--report", tmp_path / "r.json", "-q")
+    assert result.returncode == 0, result.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["verification"]["passed"] and report["verification"]["inputs"]["x"] == [8, 2, 8]
+    assert any(n.startswith("verification sizes: the original does not run at x[17x2x8]") for n in report["notes"])
+    assert (tmp_path / "m.fused.onnx").is_file()
+
+
+def test_verify_that_cannot_run_the_original_still_writes_the_report(tmp_path):
+    from _size_models import runs_at_no_size
+
+    onnx.save(runs_at_no_size(), tmp_path / "m.onnx")
+    result = fuse_onnx(tmp_path / "m.onnx", "--verify", "--report", tmp_path / "r.json", "-q")
+    assert_one_line_error(result, 2)
+    assert "the original model (not the fusion) does not run" in result.stderr and "--dim" in result.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["verification"]["original_error"] in result.stderr and not report["verification"]["passed"]
+    assert sorted(os.listdir(tmp_path)) == ["m.onnx", "r.json"]  # no unverified model

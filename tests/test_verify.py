@@ -147,3 +147,32 @@ def test_strings_compare_exactly():
     assert compare("s", np.array(["a", "b"], object), want).passed
     assert not compare("s", np.array(["a", "c"], object), want).passed
     assert not compare("s", None, want).passed
+
+
+@pytest.mark.parametrize("make,shape", [("baked_sequence", [8, 2, 8]), ("long_receptive_field", [2, 1, 64])])
+def test_sizes_are_searched_when_the_original_does_not_run_at_the_defaults(make, shape):
+    import _size_models
+
+    model = getattr(_size_models, make)()
+    with pytest.raises(Exception, match="onnxruntime failed to run the model"):
+        run_model(model, random_inputs(model, seed=0))  # the defaults really fail
+    result = verify(model, model, seed=0)
+    assert result.passed and result.inputs["x"] == shape, result.table()
+    assert "the original does not run at x[" in result.sizes and "verified at" in result.sizes
+    assert result.outputs[0].max_abs == 0.0 and result.outputs[0].shape  # compared on real outputs
+
+
+def test_a_model_that_runs_at_no_size_says_what_failed_and_what_to_pass():
+    from _size_models import baked_sequence, runs_at_no_size
+    from trt_fusedattn.errors import InputError
+
+    result = verify(runs_at_no_size(), runs_at_no_size(), seed=0)
+    assert not result.passed and result.outputs == []
+    with pytest.raises(InputError) as err:
+        result.raise_if_failed()
+    message = str(err.value)
+    assert "\n" not in message and message.startswith("the original model (not the fusion) does not run")
+    assert "x[2x17x16]" in message and "other sizes tried" in message and "--dim NAME=SIZE" in message
+    assert "batch, seq" in message
+    given = verify(baked_sequence(), baked_sequence(), seed=0, dims={"seq": 17, "batch": 2})
+    assert given.original_error and "other sizes" not in given.original_error  # the user's sizes are kept

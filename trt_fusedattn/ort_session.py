@@ -44,6 +44,10 @@ _BY_OP = {(c.domain, c.name): c for c in CONTRACTS}
 _BY_KEY = {c.qualified_name: c for c in CONTRACTS}
 
 
+class RunFailed(FuseError):
+    """onnxruntime loaded the model but failed running it on the inputs given (often: at those sizes)."""
+
+
 @dataclass(frozen=True)
 class _Signature:
     """What onnxruntime-extensions fixes per registered op type."""
@@ -262,7 +266,7 @@ def session(model: onnx.ModelProto) -> ort.InferenceSession:
 
     options = ort.SessionOptions()
     options.register_custom_ops_library(get_library_path())
-    options.log_severity_level = 3
+    options.log_severity_level = 4  # fatal only: its errors reach the user as our one-line messages
     try:
         if io.tensor_bytes(model) <= io.PROTOBUF_LIMIT // 2:
             return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
@@ -295,10 +299,12 @@ def run_model(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
         _ACTIVE.update(active)
         _FAILURES.clear()
         try:
-            outputs = runner.run(names, dict(feeds))
+            quiet = ort.RunOptions()
+            quiet.log_severity_level = 4  # a failed run is reported once, by RunFailed, not logged on stderr
+            outputs = runner.run(names, dict(feeds), quiet)
         except Exception as err:
             if not _FAILURES:
-                raise FuseError(f"onnxruntime failed to run the model: {_first_line(err)}") from err
+                raise RunFailed(f"onnxruntime failed to run the model: {_first_line(err)}") from err
         finally:
             _ACTIVE.clear()
         if _FAILURES:

@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 import onnx
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from trt_fusedattn.errors import InputError
 
@@ -34,32 +34,68 @@ _SEQUENCE_HINTS = ("seq", "len", "token", "kv", "past", "total")
 _IMAGE_HINTS = ("height", "width")
 
 
-def concrete_shape(value: onnx.ValueInfoProto, dims: dict) -> list[int]:
-    """Static shape for one input; fills ``dims`` with the sizes chosen for named dimensions.
+DEFAULT_SIZES = {"batch": BATCH, "sequence": SEQUENCE, "image": IMAGE_SIDE}
 
-    A dimension is a batch by its name or at axis 0, a sequence or image side by its name; unnamed ones
-    are image sides in an image-like input (rank 4, float, 1, 3 or 4 channels), sequences elsewhere."""
+
+def dim_role(value: onnx.ValueInfoProto, axis: int) -> str:
+    """What a dynamic dimension of an input is: ``batch`` by its name or (unnamed otherwise) at axis 0,
+    ``sequence`` or ``image`` by its name; unnamed ones are image sides in an image-like input (rank 4,
+    float, 1, 3 or 4 channels), sequences elsewhere."""
     tensor = value.type.tensor_type
+    name = tensor.shape.dim[axis].dim_param.lower()
     channels = tensor.shape.dim[1].dim_value if len(tensor.shape.dim) == 4 else 0
-    image = tensor.elem_type in _FLOATS and channels in (1, 3, 4)
+    if "batch" in name:
+        return "batch"
+    if any(h in name for h in _SEQUENCE_HINTS):
+        return "sequence"
+    if axis == 0:
+        return "batch"
+    if any(h in name for h in _IMAGE_HINTS) or (tensor.elem_type in _FLOATS and channels in (1, 3, 4) and axis >= 2):
+        return "image"
+    return "sequence"
+
+
+def concrete_shape(value: onnx.ValueInfoProto, dims: dict, sizes: dict | None = None) -> list[int]:
+    """Static shape for one input; fills ``dims`` with the sizes chosen for named dimensions. A dynamic
+    dimension takes the size of its role (``dim_role``) from ``sizes`` (default ``DEFAULT_SIZES``)."""
+    sizes = {**DEFAULT_SIZES, **(sizes or {})}
     shape = []
-    for axis, dim in enumerate(tensor.shape.dim):
+    for axis, dim in enumerate(value.type.tensor_type.shape.dim):
         if dim.HasField("dim_value") and dim.dim_value >= 0:
             shape.append(dim.dim_value)
             continue
-        name = dim.dim_param.lower()
-        if "batch" in name or axis == 0:
-            size = BATCH
-        elif any(h in name for h in _SEQUENCE_HINTS):
-            size = SEQUENCE
-        elif any(h in name for h in _IMAGE_HINTS) or (image and axis >= 2):
-            size = IMAGE_SIDE
-        else:
-            size = SEQUENCE
+        size = sizes[dim_role(value, axis)]
         if dim.dim_param:
             size = dims.setdefault(dim.dim_param, size)
         shape.append(size)
     return shape
+
+
+def dim_roles(model: onnx.ModelProto) -> dict[str, str]:
+    """Role of each named dynamic dimension of the inputs (the first input that has it decides)."""
+    roles = {}
+    for value in graph_inputs(model):
+        for axis, dim in enumerate(value.type.tensor_type.shape.dim):
+            if dim.dim_param and not (dim.HasField("dim_value") and dim.dim_value >= 0):
+                roles.setdefault(dim.dim_param, dim_role(value, axis))
+    return roles
+
+
+def baked_sizes(model: onnx.ModelProto, limit: int = 1 << 16) -> list[int]:
+    """Sizes an export may have baked in for its example input, smallest first: the constants of Reshape
+    targets (TorchScript writes the example's sequence length there) and the static dims of outputs."""
+    constants = {t.name: t for t in model.graph.initializer}
+    constants.update({n.output[0]: a.t for n in model.graph.node if n.op_type == "Constant"
+                      for a in n.attribute if a.name == "value" and a.HasField("t")})
+    found = set()
+    for node in model.graph.node:
+        if node.op_type == "Reshape" and len(node.input) > 1 and node.input[1] in constants:
+            target = constants[node.input[1]]
+            if target.data_type == onnx.TensorProto.INT64 and len(target.dims) == 1 and target.dims[0] <= 8:
+                found.update(int(v) for v in numpy_helper.to_array(target).tolist())
+    for value in model.graph.output:
+        found.update(d.dim_value for d in value.type.tensor_type.shape.dim if d.HasField("dim_value"))
+    return sorted(v for v in found if 1 < v <= limit)
 
 
 _SAME_VALUES = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Cast", "Transpose"}
@@ -108,7 +144,8 @@ def check_dim_names(model: onnx.ModelProto, dims: dict | None) -> None:
                          f"(named dimensions: {names}); give one of those")
 
 
-def _input_specs(model: onnx.ModelProto, dims: dict) -> list[tuple[onnx.ValueInfoProto, list[int], np.dtype]]:
+def _input_specs(model: onnx.ModelProto, dims: dict,
+                 sizes: dict | None) -> list[tuple[onnx.ValueInfoProto, list[int], np.dtype]]:
     """(input, shape, numpy dtype) of every input, checked to fit ``MAX_INPUT_BYTES`` together."""
     specs = []
     for value in graph_inputs(model):
@@ -120,7 +157,7 @@ def _input_specs(model: onnx.ModelProto, dims: dict) -> list[tuple[onnx.ValueInf
         except KeyError:
             raise InputError(f"input '{value.name[:80]}' has no known element type "
                              f"({value.type.tensor_type.elem_type}); export the model again") from None
-        specs.append((value, concrete_shape(value, dims), dtype))
+        specs.append((value, concrete_shape(value, dims, sizes), dtype))
     sizes = [math.prod(shape) * max(dtype.itemsize, 8 if dtype == object else 1) for _, shape, dtype in specs]
     if sum(sizes) > MAX_INPUT_BYTES:
         (value, shape, _), _ = max(zip(specs, sizes), key=lambda item: item[1])
@@ -132,13 +169,15 @@ def _input_specs(model: onnx.ModelProto, dims: dict) -> list[tuple[onnx.ValueInf
     return specs
 
 
-def random_inputs(model: onnx.ModelProto, seed: int = 0, dims: dict | None = None) -> dict[str, np.ndarray]:
-    """One array per graph input. ``dims`` (name -> size) overrides the size of named dynamic dimensions."""
+def random_inputs(model: onnx.ModelProto, seed: int = 0, dims: dict | None = None,
+                  sizes: dict | None = None) -> dict[str, np.ndarray]:
+    """One array per graph input. ``dims`` (name -> size) overrides the size of named dynamic dimensions,
+    ``sizes`` (role -> size, see ``dim_role``) the defaults of the others."""
     check_dim_names(model, dims)
     rng = np.random.default_rng(seed)
     dims = dict(dims or {})
     feeds = {}
-    for value, shape, dtype in _input_specs(model, dims):
+    for value, shape, dtype in _input_specs(model, dims, sizes):
         elem = value.type.tensor_type.elem_type
         if "mask" in value.name.lower() and elem != onnx.TensorProto.STRING:
             array = padding_mask(shape)

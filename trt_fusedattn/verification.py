@@ -7,20 +7,30 @@ when ``max_rel <= rtol`` or ``max_abs <= atol``. Default rtol by the output's dt
 float16 1e-2, bfloat16 2e-2 (their rounding alone is 5e-4 and 4e-3 per element, and the original computes
 in that precision too); integer and bool outputs must match exactly, as must string and other
 non-numeric outputs (compared element by element).
+
+When the original model does not run under onnxruntime at the default sizes (an export that baked its
+example's sequence length into a Reshape, a conv stack longer than 17 samples), sizes are searched: the
+constants of Reshape targets and static output dims (what the export may have baked in), then longer
+sequences; sizes the user gave (``dims``) are kept. The verification says which sizes it used and why.
+If none runs, it says what failed (the original, not the fusion), at which sizes, and what to pass.
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Mapping
 
+import time
+
 import numpy as np
 import onnx
 
-from trt_fusedattn.errors import VerificationError
-from trt_fusedattn.ort_session import run_model
-from trt_fusedattn.random_inputs import random_inputs
+from trt_fusedattn.errors import InputError, VerificationError
+from trt_fusedattn.ort_session import RunFailed, run_model
+from trt_fusedattn.random_inputs import baked_sizes, dim_roles, graph_inputs, random_inputs
 
 DEFAULT_RTOL = {"float32": 1e-4, "float64": 1e-4, "float16": 1e-2, "bfloat16": 2e-2}
+LONGER_SEQUENCES = (64, 256, 1024, 4096, 16384)  # tried after the baked-in sizes
+MAX_TRIALS, SEARCH_S = 12, 60.0                  # the size search stops after this many runs or seconds
 
 
 @dataclass
@@ -42,13 +52,17 @@ class Verification:
     outputs: list[OutputCheck]
     inputs: dict = field(default_factory=dict)   # input name -> shape used
     seed: int | None = None                      # None when the caller gave the inputs
+    sizes: str = ""                              # why the sizes are not the defaults, when searched
+    original_error: str = ""                     # the original does not run at any size tried
+    fused_error: str = ""                        # the fused model does not run where the original does
 
     @property
     def passed(self) -> bool:
-        return all(o.passed for o in self.outputs)
+        return not self.original_error and not self.fused_error and all(o.passed for o in self.outputs)
 
     def to_dict(self) -> dict:
-        return {"passed": self.passed, "seed": self.seed, "inputs": self.inputs,
+        return {"passed": self.passed, "seed": self.seed, "inputs": self.inputs, "sizes": self.sizes,
+                "original_error": self.original_error, "fused_error": self.fused_error,
                 "outputs": [asdict(o) for o in self.outputs]}
 
     def table(self) -> str:
@@ -58,9 +72,14 @@ class Verification:
                  f"{o.rtol:g}", "ok" if o.passed else "FAIL") for o in self.outputs]
         inputs = ", ".join(f"{k}[{'x'.join(map(str, v))}]" for k, v in self.inputs.items())
         head = f"verification (onnxruntime, original vs fused, inputs {inputs}):"
-        return head + "\n" + _format_table(("output", "dtype", "shape", "max abs", "max rel", "rtol", ""), rows)
+        lines = [head, *(f"  {line}" for line in (self.sizes, self.original_error, self.fused_error) if line)]
+        return "\n".join(lines + [_format_table(("output", "dtype", "shape", "max abs", "max rel", "rtol", ""), rows)])
 
     def raise_if_failed(self) -> None:
+        if self.original_error:
+            raise InputError(self.original_error)  # the model, not the fusion: exit 2
+        if self.fused_error:
+            raise VerificationError(self.fused_error)
         failed = [o for o in self.outputs if not o.passed]
         if failed:
             worst = max(failed, key=lambda o: o.max_rel)
@@ -100,18 +119,97 @@ def _model(model_or_path) -> onnx.ModelProto:
     return load_model(model_or_path)[0]
 
 
+def _shapes(feeds: Mapping[str, np.ndarray]) -> dict:
+    return {k: list(np.shape(v)) for k, v in feeds.items()}
+
+
+def _describe(shapes: dict) -> str:
+    return ", ".join(f"{k}[{'x'.join(map(str, v))}]" for k, v in shapes.items()) or "no inputs"
+
+
+def _size_trials(model: onnx.ModelProto, dims: Mapping[str, int] | None):
+    """(dims, sizes) to try for ``random_inputs``, the defaults first: then every baked-in size (see
+    ``baked_sizes``) for the sequence-like dims, with batch 2 and 1, then longer sequences. Named dims
+    the user gave stay as given."""
+    user = dict(dims or {})
+    yield user, None
+    roles = dim_roles(model)
+    free = [name for name in roles if name not in user]
+    unnamed = any(not d.dim_param and not (d.HasField("dim_value") and d.dim_value >= 0)
+                  for v in graph_inputs(model) for d in v.type.tensor_type.shape.dim)
+    if not free and not unnamed:
+        return
+    seen = set()
+    for sequence, batch in [*((v, b) for v in baked_sizes(model)[:6] for b in (None, 1)),
+                            *((v, None) for v in LONGER_SEQUENCES)]:
+        trial = dict(user)
+        trial.update({n: sequence for n in free if roles[n] != "batch"})
+        trial.update({n: batch for n in free if roles[n] == "batch" and batch})
+        sizes = {"sequence": sequence, **({"batch": batch} if batch else {})}
+        key = (tuple(sorted(trial.items())), tuple(sorted(sizes.items())))
+        if key not in seen:
+            seen.add(key)
+            yield trial, sizes
+
+
+def _runnable_inputs(model: onnx.ModelProto, seed: int, dims: Mapping[str, int] | None):
+    """(feeds, the original's outputs, how the sizes were found, error): inputs the original model runs
+    on, at the default sizes or the first that runs of ``_size_trials``; ``error`` when none does."""
+    failures, start = [], time.monotonic()
+    for trial, sizes in _size_trials(model, dims):
+        try:
+            feeds = random_inputs(model, seed=seed, dims=trial, sizes=sizes)
+        except InputError:
+            if not failures:
+                raise  # the sizes asked for are too large: say so
+            continue
+        try:
+            want = run_model(model, feeds)
+        except RunFailed as err:
+            failures.append((_shapes(feeds), str(err)))
+            if len(failures) >= MAX_TRIALS or time.monotonic() - start > SEARCH_S:
+                break
+            continue
+        how = "" if not failures else (f"the original does not run at {_describe(failures[0][0])} "
+                                       f"({failures[0][1]}); verified at the first sizes it runs at")
+        return feeds, want, how, ""
+    (shapes, message), others = failures[0], len(failures) - 1
+    named = ", ".join(f"{n}" for n in dim_roles(model)) or "none"
+    error = (f"the original model (not the fusion) does not run under onnxruntime at {_describe(shapes)} "
+             f"({message})" + (f", nor at {others} other sizes tried" if others else "") +
+             f"; give the sizes it was exported for with --dim NAME=SIZE (named dimensions: {named})")
+    return None, None, "", error
+
+
 def verify(original, fused, *, inputs: Mapping[str, np.ndarray] | None = None, seed: int = 0,
            dims: Mapping[str, int] | None = None, rtol: float | None = None, atol: float = 0.0,
            implementations: Mapping | None = None) -> Verification:
     """Run ``original`` and ``fused`` (ModelProtos or paths) on the same inputs and compare every output.
 
     ``inputs``: name -> array (default: ``random_inputs`` of the original, from ``seed``, with ``dims``
-    overriding named dynamic dimensions). ``implementations``: contract or op name -> callable for the
-    custom nodes (default their numpy references). ``rtol=None``: by dtype (module doc)."""
+    overriding named dynamic dimensions; other sizes searched when the original does not run at those,
+    see the module doc). ``implementations``: contract or op name -> callable for the custom nodes
+    (default their numpy references). ``rtol=None``: by dtype (module doc). A model that does not run
+    comes back as a failed Verification saying why (``original_error`` or ``fused_error``)."""
     original, fused = _model(original), _model(fused)
-    feeds = dict(inputs) if inputs is not None else random_inputs(original, seed=seed, dims=dims)
-    want = run_model(original, feeds)
-    got = run_model(fused, feeds, implementations)
+    used_seed = None if inputs is not None else seed
+    if inputs is not None:
+        feeds, how = dict(inputs), ""
+        try:
+            want = run_model(original, feeds)
+        except RunFailed as err:
+            return Verification([], _shapes(feeds), None, original_error=(
+                f"the original model (not the fusion) does not run under onnxruntime on the inputs given "
+                f"({_describe(_shapes(feeds))}: {err}); give inputs it runs on"))
+    else:
+        feeds, want, how, error = _runnable_inputs(original, seed, dims)
+        if error:
+            return Verification([], {}, used_seed, original_error=error)
+    try:
+        got = run_model(fused, feeds, implementations)
+    except RunFailed as err:
+        return Verification([], _shapes(feeds), used_seed, how, fused_error=(
+            f"the fused model does not run under onnxruntime where the original does ({err}); "
+            f"this is a fault of the fusion: rerun with --only to leave that family out and report it"))
     checks = [compare(name, got.get(name), value, rtol, atol) for name, value in want.items()]
-    return Verification(checks, {k: list(np.shape(v)) for k, v in feeds.items()},
-                        None if inputs is not None else seed)
+    return Verification(checks, _shapes(feeds), used_seed, how)

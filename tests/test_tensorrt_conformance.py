@@ -68,21 +68,21 @@ def own_precision(model: onnx.ModelProto) -> str | None:
     return "fp16" if types.get(first.input[0]) == TensorProto.FLOAT else None
 
 
-def check_launches(build_result, expected_ops: set) -> None:
+def check_launches(build_result, expected_ops: set, arch: str = ARCH) -> None:
     """Every plugin node got a kernel whose launch, evaluated at the input sizes of two runs, equals the direct
     launcher's plan at those shapes, from one PTX (the plan's compile-time choices do not depend on the
     run-time dims); the PTX entry takes the AOT parameter list (K1); shared memory fits the building GPU."""
     assert build_result.launches, "no plugin node was built"
     assert {launch.op.contract.name for launch in build_result.launches} >= expected_ops
     for launch in build_result.launches:
-        plans = [launch.op.plan(shapes, launch.input_dtypes, launch.attrs, ARCH)
+        plans = [launch.op.plan(shapes, launch.input_dtypes, launch.attrs, arch)
                  for shapes in (launch.input_shapes, launch.other_shapes)]
         assert plans[0].defines == plans[1].defines and plans[0].kernel == plans[1].kernel == launch.kernel
         for other, plan in enumerate(plans):
             got = {k: launch.value(e, bool(other)) for k, e in launch.launch.items()}
             assert (got["grid_x"], got["grid_y"], got["grid_z"]) == (tuple(plan.grid) + (1, 1))[:3], launch.node
             assert (got["block_x"], got["block_y"], got["block_z"]) == (tuple(plan.block) + (1, 1))[:3]
-            assert got["shared_mem"] == plan.shared_mem <= shared_limit(ARCH), launch.node
+            assert got["shared_mem"] == plan.shared_mem <= shared_limit(arch), launch.node
             assert [launch.value(e, bool(other)) for e in launch.extra_args] == list(plan.scalars), launch.node
         n_inputs = sum(shape is not None for shape in launch.input_shapes)
         assert entry_parameters(launch.ptx, launch.kernel) == \
@@ -252,3 +252,12 @@ def test_one_dimensional_conv_builds_as_two_dimensional(line):
     assert all(len(launch.input_shapes[0]) == 4 and launch.formats[0] == "HWC8" for launch in result.launches)
     check_launches(result, {"FusedConv"})
     assert any("1-D convolution run as 2-D" in note for note in result.notes)
+
+
+@pytest.mark.parametrize("arch, sample", [("sm_80", "resnet_torchscript"), ("sm_89", "bert_sdpa_fp16_dynamo")])
+def test_ampere_and_ada_builds(line, arch, sample, monkeypatch):
+    """The same on building GPUs without wgmma (mma.sync kernels; sm_89 has 99 KB of shared memory a block)."""
+    monkeypatch.setattr(plugins, "_building_arch", lambda: arch)
+    model = fused(next(p for p in SAMPLES if p.stem == sample))
+    result = simulate(*line, model, own_precision(model))
+    check_launches(result, {n.op_type for n in model.graph.node if n.domain == "trt_fusedattn"}, arch)

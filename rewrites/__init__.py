@@ -38,8 +38,11 @@ FAMILIES = ("attention", "conv")  # the order the driver runs them in
 def run_all(graph, only=None) -> list[Site]:
     """Run each family's rewrite on ``graph`` (all, or those named in ``only``); the sites of all, in order."""
     from trt_fusedattn.rewrites import attention, conv  # here: they import Site from this module
+    from trt_fusedattn.rewrites._folding import fold_cast_likes, fold_constants
 
     modules = {"attention": attention, "conv": conv}
+    fold_cast_likes(graph)
+    fold_constants(graph)
     sites = []
     for family in FAMILIES:
         if only is None or family in only:

@@ -4,6 +4,10 @@ consumers, names (shapes: ``_shapes.py``).
 Nothing here knows a pattern; each function answers one question about the graph as exported."""
 from __future__ import annotations
 
+import functools
+import importlib.util
+from pathlib import Path
+
 import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
@@ -67,7 +71,7 @@ def _constant_node_value(node: gs.Node) -> np.ndarray | None:
     return None  # sparse_value / string forms: not a number a rewrite can fold
 
 
-_NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial",
+NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial",
                      "Bernoulli"}
 
 
@@ -83,7 +87,7 @@ def folded_value(tensor: gs.Tensor | None, graph: gs.Graph, max_nodes: int = 64)
         if id(node) in seen:
             continue
         seen.add(id(node))
-        if not is_standard(node) or node.op in _NONDETERMINISTIC or len(nodes) == max_nodes:
+        if not is_standard(node) or node.op in NONDETERMINISTIC or len(nodes) == max_nodes:
             return None
         nodes.append(node)
         for source in node.inputs:
@@ -143,6 +147,15 @@ def other_operand(node: gs.Node, tensor: gs.Tensor) -> gs.Tensor | None:
         return None
     a, b = node.inputs
     return b if a is tensor and b is not tensor else a if b is tensor and a is not tensor else None
+
+
+def replace_tensor(old: gs.Tensor, new: gs.Tensor, graph: gs.Graph) -> None:
+    """Make every reader of ``old`` (nodes, graph outputs) read ``new`` instead."""
+    for reader in list(old.outputs):
+        for i, tensor in enumerate(reader.inputs):
+            if tensor is old:
+                reader.inputs[i] = new
+    graph.outputs = [new if t is old else t for t in graph.outputs]
 
 
 def is_graph_output(tensor: gs.Tensor, graph: gs.Graph) -> bool:
@@ -234,20 +247,33 @@ def _static(tensor: gs.Tensor, depth: int, dim_of=None) -> np.ndarray | None:
 
 def weightless_copy(graph: gs.Graph, threshold: int = 1 << 16) -> onnx.ModelProto:
     """The graph as a model whose constants of ``threshold`` bytes or more are graph inputs of their type and
-    shape (no data copied): enough for shape inference, cheap for models of any size."""
+    shape (no data copied), and whose Constant nodes are initializers (onnxruntime's symbolic inference reads
+    only their ``value`` form): enough for shape inference, cheap for models of any size."""
     copy = graph.copy()
     stubs = {}
+    for node in [n for n in copy.nodes if is_op(n, "Constant") and len(n.outputs) == 1]:
+        out, tensor = node.outputs[0], node.attrs.get("value")
+        if isinstance(tensor, gs.Constant) and constant_nbytes(tensor) >= threshold:
+            stubs[out.name] = replacement = gs.Variable(out.name, dtype=tensor.dtype, shape=list(tensor.shape))
+        elif _constant_node_value(node) is not None:
+            replacement = gs.Constant(out.name, _constant_node_value(node))
+        else:
+            continue
+        replace_tensor(out, replacement, copy)
+        node.outputs.clear()
+        copy.nodes.remove(node)
     for node in copy.nodes:
         for i, tensor in enumerate(node.inputs):
-            if isinstance(tensor, gs.Constant) and _nbytes(tensor) >= threshold:
+            if isinstance(tensor, gs.Constant) and constant_nbytes(tensor) >= threshold:
                 if tensor.name not in stubs:
                     stubs[tensor.name] = gs.Variable(tensor.name, dtype=tensor.dtype, shape=list(tensor.shape))
                 node.inputs[i] = stubs[tensor.name]
     copy.inputs = list(copy.inputs) + list(stubs.values())
+    copy.cleanup()  # dead nodes (e.g. an unused Expand of a computed shape) can only make inference fail
     return gs.export_onnx(copy, do_type_check=False)
 
 
-def _nbytes(constant: gs.Constant) -> int:
+def constant_nbytes(constant: gs.Constant) -> int:
     """A constant's size from its shape and type, without loading (or converting) its data."""
     dtype = constant.dtype
     itemsize = onnx.helper.tensor_dtype_to_np_dtype(dtype).itemsize if isinstance(dtype, int) else np.dtype(dtype).itemsize
@@ -258,10 +284,8 @@ def symbolic_dims(model: onnx.ModelProto) -> dict[str, list]:
     """Tensor dims by name from onnxruntime's symbolic shape inference, which follows shape arithmetic (Shape,
     Gather, Concat, Slice into Reshape) where onnx's inference gives up: ints, symbolic names (str) or None.
     An empty dict when it cannot handle the model."""
-    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
-
     try:
-        inferred = SymbolicShapeInference.infer_shapes(model, auto_merge=True)
+        inferred = _symbolic_shape_inference().infer_shapes(model, auto_merge=True)
     except Exception:  # noqa: BLE001 - a best effort: ops it does not know, models it rejects
         return {}
     if inferred is None:
@@ -270,3 +294,14 @@ def symbolic_dims(model: onnx.ModelProto) -> dict[str, list]:
                         for d in info.type.tensor_type.shape.dim]
             for info in [*inferred.graph.value_info, *inferred.graph.output]
             if info.type.HasField("tensor_type") and info.type.tensor_type.HasField("shape")}
+
+
+@functools.cache
+def _symbolic_shape_inference():
+    """onnxruntime's SymbolicShapeInference, loaded from its file: importing it as a submodule runs
+    ``onnxruntime/tools/__init__.py``, which imports torch where it is installed (seconds per process)."""
+    path = Path(importlib.util.find_spec("onnxruntime").origin).parent / "tools" / "symbolic_shape_infer.py"
+    spec = importlib.util.spec_from_file_location("_trt_fusedattn_symbolic_shape_infer", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.SymbolicShapeInference

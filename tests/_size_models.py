@@ -32,3 +32,14 @@ def long_receptive_field(kernel: int = 31) -> "onnx.ModelProto":
 def runs_at_no_size() -> "onnx.ModelProto":
     """x[batch, seq, 16] reshaped to [5, 7, 3]: 105 elements, never a multiple of 16."""
     return _reshape_model(["batch", "seq", 16], [5, 7, 3], [5, 7, 3])
+
+
+def onnx_attention_with_key_mask() -> "onnx.ModelProto":
+    """ONNX Attention (opset 23) with a boolean [B, 1, 1, L] key-padding mask, as dynamo exports write it:
+    onnxruntime's CPU kernel refuses that mask shape at any size."""
+    def value(name, dtype, dims):
+        return helper.make_tensor_value_info(name, dtype, dims)
+    qkv = [value(n, TensorProto.FLOAT, ["batch", 2, "seq", 8]) for n in "qkv"]
+    node = helper.make_node("Attention", ["q", "k", "v", "attention_mask"], ["y"], scale=0.25)
+    return model_of([node], qkv + [value("attention_mask", TensorProto.BOOL, ["batch", 1, 1, "seq"])],
+                    [value("y", TensorProto.FLOAT, ["batch", 2, "seq", 8])], opset=23)

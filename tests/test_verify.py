@@ -158,7 +158,7 @@ def test_sizes_are_searched_when_the_original_does_not_run_at_the_defaults(make,
         run_model(model, random_inputs(model, seed=0))  # the defaults really fail
     result = verify(model, model, seed=0)
     assert result.passed and result.inputs["x"] == shape, result.table()
-    assert "the original does not run at x[" in result.sizes and "verified at" in result.sizes
+    assert "the original does not run at x[" in result.how and "verified at" in result.how
     assert result.outputs[0].max_abs == 0.0 and result.outputs[0].shape  # compared on real outputs
 
 
@@ -176,3 +176,22 @@ def test_a_model_that_runs_at_no_size_says_what_failed_and_what_to_pass():
     assert "batch, seq" in message
     given = verify(baked_sequence(), baked_sequence(), seed=0, dims={"seq": 17, "batch": 2})
     assert given.original_error and "other sizes" not in given.original_error  # the user's sizes are kept
+
+
+def test_onnx_attention_that_onnxruntime_refuses_runs_the_onnx_reference_on_both_sides():
+    from _size_models import onnx_attention_with_key_mask
+    from trt_fusedattn.ort_session import RunFailed
+
+    model = onnx_attention_with_key_mask()
+    feeds = random_inputs(model, seed=2)
+    with pytest.raises(RunFailed, match="running Attention node"):
+        run_model(model, feeds)  # onnxruntime's own kernel refuses the [B, 1, 1, L] mask
+    out = run_model(model, feeds, reference_ops=("Attention",))["y"]
+    mask = feeds["attention_mask"][:, :, 0, :]  # [B, 1, L]: keys allowed per batch
+    scores = np.einsum("bhqd,bhkd->bhqk", feeds["q"], feeds["k"]).astype(np.float64) * 0.25
+    scores = np.where(mask[:, :, None, :], scores, -np.inf)
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    expected = np.einsum("bhqk,bhkd->bhqd", probs / probs.sum(-1, keepdims=True), feeds["v"])
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
+    result = verify(model, model, seed=2)
+    assert result.passed and "ONNX Attention nodes ran onnx's reference implementation" in result.how

@@ -12,6 +12,9 @@ onnxruntime-extensions' Python custom ops, whose limits are worked around on a c
 - onnxruntime's Python API takes and gives no bfloat16/float8 arrays: such graph inputs and outputs are
   float32 at the copy's boundary (Cast inside), converted exactly on our side;
 - onnxruntime reads models of IR version <= 13: the copy is labelled 13 when newer;
+- standard ONNX ops whose onnxruntime CPU kernel refuses a valid node (``Attention`` with a [B, 1, 1, L]
+  mask) can be evaluated the same way by onnx's reference implementation (``reference_ops``), so a
+  model onnxruntime cannot run is still verified;
 - an exception raised inside a Python custom op aborts the whole process (a C++ ``terminate``): nodes of
   our domain are checked against their contract before the run (opset version, inputs, outputs,
   attributes), and the callable's own exceptions are caught, kept, and raised after the run as a
@@ -20,6 +23,7 @@ onnxruntime-extensions' Python custom ops, whose limits are worked around on a c
 from __future__ import annotations
 
 import json
+import re
 import tempfile
 import threading
 from dataclasses import dataclass
@@ -119,6 +123,40 @@ def _evaluator(contract: OpContract, sig: _Signature) -> Callable:
     return evaluate
 
 
+@dataclass(frozen=True)
+class _OnnxReference:
+    """A standard ONNX op evaluated by onnx's reference implementation, shaped as a contract for the bridge
+    (``inputs``: one entry per input position of the node)."""
+
+    op_type: str
+    opset: int
+    inputs: tuple
+    domain: str = DOMAIN  # where the bridge registers it: custom ops cannot live in the default domain
+
+    @property
+    def name(self) -> str:
+        return f"Onnx{self.op_type}"
+
+    @property
+    def qualified_name(self) -> str:
+        return f"onnx::{self.op_type}-{self.opset}"
+
+    def resolve(self, attrs: dict) -> dict:
+        return attrs
+
+    def reference(self, *arrays, _present_outputs, **attrs):
+        from onnx.reference import ReferenceEvaluator
+
+        inputs = [f"i{k}" if a is not None else "" for k, a in enumerate(arrays)]
+        while inputs and not inputs[-1]:
+            inputs.pop()
+        outputs = [f"o{k}" if present else "" for k, present in enumerate(_present_outputs)]
+        node = helper.make_node(self.op_type, inputs, outputs, **attrs)
+        evaluator = ReferenceEvaluator(node, opsets={"": self.opset})
+        results = evaluator.run([o for o in outputs if o], {n: a for n, a in zip(inputs, arrays) if n})
+        return tuple(results) if len(results) > 1 else results[0]
+
+
 def _registered_op_type(contract: OpContract, sig: _Signature) -> str:
     if sig not in _REGISTERED:
         from onnxruntime_extensions import PyCustomOpDef, onnx_op
@@ -132,14 +170,14 @@ def _registered_op_type(contract: OpContract, sig: _Signature) -> str:
     return _REGISTERED[sig]
 
 
-def _attributes_json(node: onnx.NodeProto) -> str:
+def _attributes_json(node: onnx.NodeProto, **extra) -> str:
     def plain(value):
         if isinstance(value, bytes):
             return value.decode()
         if isinstance(value, (list, tuple)):
             return [plain(v) for v in value]
         return value
-    return json.dumps({a.name: plain(helper.get_attribute_value(a)) for a in node.attribute})
+    return json.dumps({**{a.name: plain(helper.get_attribute_value(a)) for a in node.attribute}, **extra})
 
 
 def element_types(model: onnx.ModelProto) -> dict[str, int]:
@@ -192,8 +230,9 @@ def check_custom_node(node: onnx.NodeProto, contract: OpContract, version: int |
         raise FuseError(f"{where}: {_first_line(err)}; the model is corrupt, fuse the original again") from None
 
 
-def bridged_model(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy of ``model`` onnxruntime can run with the custom nodes bridged to Python (see module doc)."""
+def bridged_model(model: onnx.ModelProto, reference_ops=()) -> onnx.ModelProto:
+    """A copy of ``model`` onnxruntime can run with the custom nodes, and the standard ops named in
+    ``reference_ops``, bridged to Python (see module doc)."""
     copy = io.load_weights(_copied(model))  # onnxruntime reads no external data by absolute path
     versions = {o.domain: o.version for o in copy.opset_import}
     for node in copy.graph.node:
@@ -203,39 +242,44 @@ def bridged_model(model: onnx.ModelProto) -> onnx.ModelProto:
     nodes = []
     for node in copy.graph.node:
         contract = _BY_OP.get((node.domain, node.op_type))
+        extra = {}
+        if node.domain in ("", "ai.onnx") and node.op_type in reference_ops:
+            contract = _OnnxReference(node.op_type, versions.get(node.domain, 1), tuple(node.input))
+            extra = {"_present_outputs": [bool(o) for o in node.output]}
         if contract is None:
             if node.domain == DOMAIN:
                 raise FuseError(f"node '{node.name}' is {DOMAIN}::{node.op_type}, an op this version does not know; "
                                 f"upgrade trt_fusedattn")
             nodes.append(node)
             continue
-        missing = [t for t in [*node.input, *node.output] if t and t not in types]
+        outputs = [o for o in node.output if o]
+        missing = [t for t in [*node.input, *outputs] if t and t not in types]
         if missing:
             raise FuseError(f"cannot tell the dtype of {missing[0]} at node '{node.name}'; "
                             f"run shape inference on the model first")
         inputs = list(node.input) + [""] * (len(contract.inputs) - len(node.input))
         sig = _Signature(contract.qualified_name, tuple(bool(i) for i in inputs),
-                         tuple(types[i] for i in inputs if i), tuple(types[o] for o in node.output))
+                         tuple(types[i] for i in inputs if i), tuple(types[o] for o in outputs))
         carried_in = []
         for name in filter(None, inputs):
             if types[name] in _CARRIED_AS_FLOAT:
                 nodes.append(helper.make_node("Cast", [name], [f"{name}__float_{node.name}"], to=TensorProto.FLOAT))
                 name = f"{name}__float_{node.name}"
             carried_in.append(name)
-        carried_out = [f"{o}__float" if types[o] in _CARRIED_AS_FLOAT else o for o in node.output]
+        carried_out = [f"{o}__float" if types[o] in _CARRIED_AS_FLOAT else o for o in outputs]
         nodes.append(helper.make_node(_registered_op_type(contract, sig), carried_in, carried_out, name=node.name,
-                                      domain=contract.domain, attributes=_attributes_json(node)))
+                                      domain=contract.domain, attributes=_attributes_json(node, **extra)))
         nodes.extend(helper.make_node("Cast", [c], [o], to=types[o])
-                     for c, o in zip(carried_out, node.output) if c != o)
+                     for c, o in zip(carried_out, outputs) if c != o)
     del copy.graph.node[:]
     copy.graph.node.extend(nodes)
     copy.ir_version = min(copy.ir_version, MAX_IR_VERSION)
     return copy
 
 
-def runnable_model(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, np.dtype]]:
+def runnable_model(model: onnx.ModelProto, reference_ops=()) -> tuple[onnx.ModelProto, dict[str, np.dtype]]:
     """The bridged copy with a numpy-friendly boundary, and the true dtypes of its float32-carried inputs/outputs."""
-    copy = bridged_model(model)
+    copy = bridged_model(model, reference_ops)
     return copy, _float_boundary(copy.graph)
 
 
@@ -277,7 +321,7 @@ def session(model: onnx.ModelProto) -> ort.InferenceSession:
     except FuseError:
         raise
     except Exception as err:  # onnxruntime's own exception types
-        raise FuseError(f"onnxruntime cannot load the model: {_first_line(err)}") from err
+        raise FuseError(f"onnxruntime cannot load the model: {_ort_message(err)}") from err
 
 
 def _first_line(err: BaseException) -> str:
@@ -285,12 +329,28 @@ def _first_line(err: BaseException) -> str:
     return lines[0] if lines else type(err).__name__
 
 
+_ORT_PREFIX = re.compile(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ")
+_ORT_NODE = re.compile(r"Non-zero status code returned while running (\S+) node\. Name:'([^']*)' Status Message: (.*)")
+
+
+def _ort_message(err: BaseException) -> str:
+    """onnxruntime's message, short: the node and the reason, without its source path and C++ signature."""
+    text = _ORT_PREFIX.sub("", _first_line(err))
+    node = _ORT_NODE.match(text)
+    if node:
+        op, name, status = node.groups()
+        reason = status.rsplit(" was false. ", 1)[-1] if " was false. " in status else re.sub(r"^\S+:\d+ ", "", status)
+        text = f"while running {op} node '{name}': {reason}"
+    return text if len(text) <= 400 else text[:400] + "..."
+
+
 def run_model(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
-              implementations: Mapping | None = None) -> dict[str, np.ndarray]:
+              implementations: Mapping | None = None, reference_ops=()) -> dict[str, np.ndarray]:
     """Outputs of ``model`` (name -> array) on ``feeds``; custom nodes run ``implementations``
-    (contract or op name -> callable), the numpy reference where none is given."""
+    (contract or op name -> callable), the numpy reference where none is given; standard ops named in
+    ``reference_ops`` (e.g. ``("Attention",)``) run onnx's reference implementation."""
     active = {implementation_key(k): f for k, f in (implementations or {}).items()}
-    runnable, carried = runnable_model(model)
+    runnable, carried = runnable_model(model, reference_ops)
     runner = session(runnable)
     names = [o.name for o in runner.get_outputs()]
     feeds = {k: np.asarray(v).astype(np.float32) if k in carried else v for k, v in feeds.items()}
@@ -304,7 +364,7 @@ def run_model(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
             outputs = runner.run(names, dict(feeds), quiet)
         except Exception as err:
             if not _FAILURES:
-                raise RunFailed(f"onnxruntime failed to run the model: {_first_line(err)}") from err
+                raise RunFailed(f"onnxruntime failed to run the model: {_ort_message(err)}") from err
         finally:
             _ACTIVE.clear()
         if _FAILURES:

@@ -13,6 +13,9 @@ example's sequence length into a Reshape, a conv stack longer than 17 samples), 
 constants of Reshape targets and static output dims (what the export may have baked in), then longer
 sequences; sizes the user gave (``dims``) are kept. The verification says which sizes it used and why.
 If none runs, it says what failed (the original, not the fusion), at which sizes, and what to pass.
+Where onnxruntime's CPU kernel refuses a valid standard node (ONNX ``Attention`` with a [B, 1, 1, L]
+mask), those nodes run onnx's reference implementation instead, in both models, and the verification
+says so.
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ from trt_fusedattn.random_inputs import baked_sizes, dim_roles, graph_inputs, ra
 DEFAULT_RTOL = {"float32": 1e-4, "float64": 1e-4, "float16": 1e-2, "bfloat16": 2e-2}
 LONGER_SEQUENCES = (64, 256, 1024, 4096, 16384)  # tried after the baked-in sizes
 MAX_TRIALS, SEARCH_S = 12, 60.0                  # the size search stops after this many runs or seconds
+REFERENCE_OPS = ("Attention",)                   # standard ops run by onnx's reference when onnxruntime refuses
 
 
 @dataclass
@@ -52,7 +56,7 @@ class Verification:
     outputs: list[OutputCheck]
     inputs: dict = field(default_factory=dict)   # input name -> shape used
     seed: int | None = None                      # None when the caller gave the inputs
-    sizes: str = ""                              # why the sizes are not the defaults, when searched
+    how: str = ""                                # what differs from the defaults (sizes, evaluation) and why
     original_error: str = ""                     # the original does not run at any size tried
     fused_error: str = ""                        # the fused model does not run where the original does
 
@@ -61,7 +65,7 @@ class Verification:
         return not self.original_error and not self.fused_error and all(o.passed for o in self.outputs)
 
     def to_dict(self) -> dict:
-        return {"passed": self.passed, "seed": self.seed, "inputs": self.inputs, "sizes": self.sizes,
+        return {"passed": self.passed, "seed": self.seed, "inputs": self.inputs, "how": self.how,
                 "original_error": self.original_error, "fused_error": self.fused_error,
                 "outputs": [asdict(o) for o in self.outputs]}
 
@@ -72,7 +76,7 @@ class Verification:
                  f"{o.rtol:g}", "ok" if o.passed else "FAIL") for o in self.outputs]
         inputs = ", ".join(f"{k}[{'x'.join(map(str, v))}]" for k, v in self.inputs.items())
         head = f"verification (onnxruntime, original vs fused, inputs {inputs}):"
-        lines = [head, *(f"  {line}" for line in (self.sizes, self.original_error, self.fused_error) if line)]
+        lines = [head, *(f"  {line}" for line in (self.how, self.original_error, self.fused_error) if line)]
         return "\n".join(lines + [_format_table(("output", "dtype", "shape", "max abs", "max rel", "rtol", ""), rows)])
 
     def raise_if_failed(self) -> None:
@@ -152,10 +156,24 @@ def _size_trials(model: onnx.ModelProto, dims: Mapping[str, int] | None):
             yield trial, sizes
 
 
+def _run_original(model: onnx.ModelProto, feeds, reference: tuple) -> tuple[dict, tuple, str]:
+    """The original's outputs, its ``reference`` ops, and a note: when onnxruntime refuses a node of a
+    standard op in ``REFERENCE_OPS``, such nodes run onnx's reference instead (raises RunFailed otherwise)."""
+    try:
+        return run_model(model, feeds, reference_ops=reference), reference, ""
+    except RunFailed as err:
+        refused = tuple(op for op in REFERENCE_OPS if f"running {op} node" in str(err))
+        if not refused or set(refused) <= set(reference):
+            raise
+        note = (f"ONNX {', '.join(refused)} nodes ran onnx's reference implementation in both models "
+                f"(onnxruntime's CPU kernel refuses them: {err})")
+        return run_model(model, feeds, reference_ops=reference + refused), reference + refused, note
+
+
 def _runnable_inputs(model: onnx.ModelProto, seed: int, dims: Mapping[str, int] | None):
-    """(feeds, the original's outputs, how the sizes were found, error): inputs the original model runs
-    on, at the default sizes or the first that runs of ``_size_trials``; ``error`` when none does."""
-    failures, start = [], time.monotonic()
+    """(feeds, the original's outputs, reference ops, how, error): inputs the original model runs on, at
+    the default sizes or the first that runs of ``_size_trials``; ``error`` when none does."""
+    failures, reference, notes, start = [], (), [], time.monotonic()
     for trial, sizes in _size_trials(model, dims):
         try:
             feeds = random_inputs(model, seed=seed, dims=trial, sizes=sizes)
@@ -164,21 +182,22 @@ def _runnable_inputs(model: onnx.ModelProto, seed: int, dims: Mapping[str, int] 
                 raise  # the sizes asked for are too large: say so
             continue
         try:
-            want = run_model(model, feeds)
+            want, reference, note = _run_original(model, feeds, reference)
         except RunFailed as err:
             failures.append((_shapes(feeds), str(err)))
             if len(failures) >= MAX_TRIALS or time.monotonic() - start > SEARCH_S:
                 break
             continue
-        how = "" if not failures else (f"the original does not run at {_describe(failures[0][0])} "
-                                       f"({failures[0][1]}); verified at the first sizes it runs at")
-        return feeds, want, how, ""
+        if failures:
+            notes.append(f"the original does not run at {_describe(failures[0][0])} ({failures[0][1]}); "
+                         f"verified at the first sizes it runs at")
+        return feeds, want, reference, "; ".join(filter(None, [note, *notes])), ""
     (shapes, message), others = failures[0], len(failures) - 1
     named = ", ".join(f"{n}" for n in dim_roles(model)) or "none"
     error = (f"the original model (not the fusion) does not run under onnxruntime at {_describe(shapes)} "
              f"({message})" + (f", nor at {others} other sizes tried" if others else "") +
              f"; give the sizes it was exported for with --dim NAME=SIZE (named dimensions: {named})")
-    return None, None, "", error
+    return None, None, reference, "", error
 
 
 def verify(original, fused, *, inputs: Mapping[str, np.ndarray] | None = None, seed: int = 0,
@@ -194,19 +213,19 @@ def verify(original, fused, *, inputs: Mapping[str, np.ndarray] | None = None, s
     original, fused = _model(original), _model(fused)
     used_seed = None if inputs is not None else seed
     if inputs is not None:
-        feeds, how = dict(inputs), ""
+        feeds = dict(inputs)
         try:
-            want = run_model(original, feeds)
+            want, reference, how = _run_original(original, feeds, ())
         except RunFailed as err:
             return Verification([], _shapes(feeds), None, original_error=(
                 f"the original model (not the fusion) does not run under onnxruntime on the inputs given "
                 f"({_describe(_shapes(feeds))}: {err}); give inputs it runs on"))
     else:
-        feeds, want, how, error = _runnable_inputs(original, seed, dims)
+        feeds, want, reference, how, error = _runnable_inputs(original, seed, dims)
         if error:
             return Verification([], {}, used_seed, original_error=error)
     try:
-        got = run_model(fused, feeds, implementations)
+        got = run_model(fused, feeds, implementations, reference_ops=reference)
     except RunFailed as err:
         return Verification([], _shapes(feeds), used_seed, how, fused_error=(
             f"the fused model does not run under onnxruntime where the original does ({err}); "

@@ -1,14 +1,15 @@
-"""FusedAttention forward TFLOP/s beside torch SDPA's flash (FlashAttention-2) and cuDNN backends, one run, one GPU.
+"""FusedAttention forward beside torch SDPA's flash (FlashAttention-2), cuDNN and memory-efficient backends, one run,
+one GPU.
 
-Columns "mma.sync" and (on sm_90a) "wgmma" are the two mainloops forced by the plan tuning WGMMA=0/1, whichever the
-plan picks by default; ``--variants`` columns are tuning overrides on top of the plan's default.
-
-The FlashAttention-2 grid: batch * seq = 16k tokens, hidden 2048 (head dim 64 -> 32 heads, 128 -> 16), causal and
-not, seq 512..16k, bf16 and fp16. Each kernel is captured 10x in a CUDA graph (no launch gaps), warmed up, and the
-median of event-timed replays is reported. FLOPs: 4 * B * H * S^2 * D, halved when causal.
+Grid (default): batch * seq = 16k tokens, hidden 2048 (head dim 64 -> 32 heads, 128 -> 16, 256 -> 8), causal and
+not, seq 512..16k, bf16 and fp16; "ours" is the plan's default path on this GPU, ``--variants`` columns are tuning
+overrides (e.g. 128:WGMMA=1 the single-role wgmma mainloop, 128:WGMMA=0 the mma.sync one). ``--deployment``: issue
+10's model shapes (BERT with padding, ViT-L, Llama-3 prefill/chunked prefill/decode with GQA, Stable Diffusion,
+Whisper) against each torch backend. Each kernel is captured 10x in a CUDA graph (no launch gaps), warmed up, and the
+median of event-timed replays is reported. FLOPs: 4 * B * H * Lq * Lkv * D, halved when causal and square.
 
     python benchmarks/attention.py --out benchmarks/results/attention_h100.md [--quick] [--seqs 2048,8192]
-        [--variants 64:BLOCK_N=128+Q_IN_REGISTERS=0,128:WGMMA=1+WGMMA_OVERLAP=1,...]
+        [--dims 64,128,256] [--variants 128:WGMMA=1,...] [--deployment]
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from trt_fusedattn.launcher import device_arch, launch, precompile
 from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION
-from trt_fusedattn.plugins.attention.plan import WGMMA_ARCHES, plan_attention
+from trt_fusedattn.plugins.attention.plan import plan_attention
 
 TOKENS, HIDDEN = 16384, 2048
 SEQS = (512, 1024, 2048, 4096, 8192, 16384)
@@ -54,39 +55,29 @@ def time_ms(fn, reps_in_graph: int = 10, replays: int = 15) -> float:
     return statistics.median(times)
 
 
-def plan_for(shape, dtype: str, causal: bool, arch: str, tuning=None):
-    """The launch plan of BSHD self-attention of ``shape`` (what ``ours`` launches)."""
-    attrs = FUSED_ATTENTION.resolve({"layout": "BSHD", "causal": int(causal)})
-    return plan_attention([tuple(shape)] * 3 + [None, None], [dtype] * 3 + [None, None], attrs, arch, tuning=tuning)
-
-
-def timed_plans(dtypes, tunings, arch: str) -> list:
-    """Every specialization the run times (``precompile`` compiles and loads them before the first timing)."""
-    plans = {}
-    for dtype in dtypes:
-        for dim in (64, 128):
-            for causal in (False, True):
-                for tuning in tunings.get(dim, []):
-                    p = plan_for((1, 2048, HIDDEN // dim, dim), str(dtype).removeprefix("torch."), causal, arch, tuning)
-                    plans[tuple(sorted(p.defines.items()))] = p
-    return list(plans.values())
-
-
-def ours(q, k, v, out, causal: bool, tuning=None):
+def ours(q, k, v, out, causal: bool, tuning=None, *, key_lengths=None, alignment="top_left"):
     """A closure launching our kernel on BSHD q/k/v into ``out`` (plan made once, like an engine)."""
     arch = device_arch(q.device.index or 0)
-    plan = plan_for(q.shape, str(q.dtype).removeprefix("torch."), causal, arch, tuning)
-    ptrs = [q.data_ptr(), k.data_ptr(), v.data_ptr(), None, None]
+    attrs = FUSED_ATTENTION.resolve({"layout": "BSHD", "causal": int(causal), "causal_alignment": alignment})
+    dtype = str(q.dtype).removeprefix("torch.")
+    plan = plan_attention([tuple(q.shape), tuple(k.shape), tuple(v.shape), None,
+                           None if key_lengths is None else tuple(key_lengths.shape)],
+                          [dtype] * 3 + [None, None if key_lengths is None else "int32"], attrs, arch, tuning=tuning)
+    precompile([plan], arch)
+    ptrs = [q.data_ptr(), k.data_ptr(), v.data_ptr(), None, None if key_lengths is None else key_lengths.data_ptr()]
     return lambda: launch(plan, arch, ptrs, [out.data_ptr()],
                           stream=torch.cuda.current_stream().cuda_stream, device=q.device.index or 0)
 
 
-def sdpa(q, k, v, causal: bool, backend):
-    qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))  # BSHD memory viewed as [B, H, S, D], as FA2 takes it
+def sdpa(q, k, v, causal: bool, backend, *, mask=None):
+    """torch SDPA on the same BSHD memory viewed as [B, H, S, D] (as FA2 takes it); GQA through enable_gqa."""
+    qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
+    gqa = q.shape[2] != k.shape[2]
 
     def run():
         with sdpa_kernel(backend):
-            return torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+            return torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask, is_causal=causal,
+                                                                    enable_gqa=gqa)
     return run
 
 
@@ -119,28 +110,33 @@ def parse_variants(text: str) -> dict:
     return variants
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", help="markdown file for the table")
-    parser.add_argument("--quick", action="store_true", help="bf16 only, seq 2k and 8k")
-    parser.add_argument("--seqs", default="", help="comma-separated sequence lengths instead of 512..16384")
-    parser.add_argument("--variants", default="", help="tuning variants to time, e.g. 64:BLOCK_N=128+NUM_WARPS=4")
-    args = parser.parse_args()
-    extra = parse_variants(args.variants)
-    dtypes = (torch.bfloat16,) if args.quick else (torch.bfloat16, torch.float16)
-    seqs = tuple(int(x) for x in args.seqs.split(",")) if args.seqs else (2048, 8192) if args.quick else SEQS
-    arch = device_arch(0)
-    hopper = arch in WGMMA_ARCHES
-    mma_sync, wgmma = {"WGMMA": 0}, {"WGMMA": 1}
-    precompile(timed_plans(dtypes, {d: [mma_sync, *extra.get(d, [])] + ([wgmma] if hopper else []) for d in (64, 128)},
-                           arch), arch)
-    header = ["dtype", "hd", "causal", "seq", "mma.sync", "flash (FA2)", "cuDNN", "mma.sync/FA2", "mma.sync/cuDNN",
-              "err vs FA2"]
-    header += ["wgmma", "wgmma/FA2", "wgmma/cuDNN", "wgmma err vs FA2"] if hopper else []
-    header += [f"hd{d} " + " ".join(f"{k}={v}" for k, v in t.items()) for d, ts in extra.items() for t in ts]
+def rel_err(out, ref) -> float:
+    return ((out.float() - ref.float()).norm() / ref.float().norm()).item()
+
+
+def torch_backends(q, k, v, causal: bool, mask=None) -> dict:
+    """Median ms of each torch SDPA backend that takes this problem (FA2 takes no mask), and its output."""
+    backends = {"flash (FA2)": SDPBackend.FLASH_ATTENTION, "cuDNN": SDPBackend.CUDNN_ATTENTION,
+                "mem-efficient": SDPBackend.EFFICIENT_ATTENTION}
+    times, ref = {}, None
+    for name, backend in backends.items():
+        try:
+            fn = sdpa(q, k, v, causal, backend, mask=mask)
+            result = fn()
+            times[name] = time_ms(fn)
+            ref = result.transpose(1, 2) if ref is None else ref
+        except RuntimeError:
+            times[name] = float("nan")
+    return times, ref
+
+
+def grid(dtypes, dims, seqs, variants, arch) -> tuple[list, list]:
+    """The FlashAttention-2 grid: ours (the plan's default path) beside torch's backends, plus tuning variants."""
+    header = ["dtype", "hd", "causal", "seq", "ours", "flash (FA2)", "cuDNN", "ours/FA2", "ours/cuDNN", "err vs FA2"]
+    header += [f"hd{d} " + " ".join(f"{k}={v}" for k, v in t.items()) for d, ts in variants.items() for t in ts]
     rows = []
     for dtype in dtypes:
-        for dim in (64, 128):
+        for dim in dims:
             heads = HIDDEN // dim
             for causal in (False, True):
                 for seq in seqs:
@@ -149,9 +145,9 @@ def main():
                     out = torch.full_like(q, float("nan"))
                     flops = 4 * batch * heads * seq * seq * dim / (2 if causal else 1)
                     tflops = lambda ms: flops / ms / 1e9  # noqa: E731
-                    t_ours = time_ms(ours(q, k, v, out, causal, mma_sync))
+                    t_ours = time_ms(ours(q, k, v, out, causal))
                     ref = sdpa(q, k, v, causal, SDPBackend.FLASH_ATTENTION)().transpose(1, 2)
-                    err = ((out.float() - ref.float()).norm() / ref.float().norm()).item()
+                    err = rel_err(out, ref)
                     t_fa2 = time_ms(sdpa(q, k, v, causal, SDPBackend.FLASH_ATTENTION))
                     try:
                         t_cudnn = time_ms(sdpa(q, k, v, causal, SDPBackend.CUDNN_ATTENTION))
@@ -160,26 +156,103 @@ def main():
                     row = [str(dtype).removeprefix("torch."), dim, int(causal), seq, f"{tflops(t_ours):.0f}",
                            f"{tflops(t_fa2):.0f}", f"{tflops(t_cudnn):.0f}", f"{t_fa2 / t_ours:.2f}",
                            f"{t_cudnn / t_ours:.2f}", f"{err:.1e}"]
-                    if hopper:
-                        out.fill_(float("nan"))
-                        t_wg = time_ms(ours(q, k, v, out, causal, wgmma))
-                        err_wg = ((out.float() - ref.float()).norm() / ref.float().norm()).item()
-                        row += [f"{tflops(t_wg):.0f}", f"{t_fa2 / t_wg:.2f}", f"{t_cudnn / t_wg:.2f}", f"{err_wg:.1e}"]
-                    for d, ts in extra.items():
+                    for d, ts in variants.items():
                         for t in ts:
                             row.append(f"{tflops(time_ms(ours(q, k, v, out, causal, t))):.0f}" if d == dim else "")
                     rows.append(row)
                     print(" | ".join(map(str, row)), flush=True)
+    summary = []
+    for dim in dims:
+        pts = [r for r in rows if r[1] == dim and r[3] >= 2048]
+        if pts:
+            fa2, cudnn = [float(r[7]) for r in pts], [float(r[8]) for r in pts]
+            summary.append(f"hd {dim} at seq >= 2k: ours >= 1.00x cuDNN at {sum(x >= 1.0 for x in cudnn)} of "
+                           f"{len(cudnn)} points (ours/cuDNN {min(cudnn):.2f}-{max(cudnn):.2f}x, ours/FA2 "
+                           f"{min(fa2):.2f}-{max(fa2):.2f}x)")
+    return header, rows, summary
+
+
+# Issue 10's deployment shapes: (name, batch, Lq, Lkv, Hq, Hkv, D, causal, alignment, key lengths)
+DEPLOYMENT = (
+    ("BERT-base, padded (key lengths)", 32, 512, 512, 12, 12, 64, False, "top_left", True),
+    ("ViT-L/16", 32, 197, 197, 16, 16, 64, False, "top_left", False),
+    ("Llama-3-8B prefill 1x4096", 1, 4096, 4096, 32, 8, 128, True, "top_left", False),
+    ("Llama-3-8B prefill 4x2048", 4, 2048, 2048, 32, 8, 128, True, "top_left", False),
+    ("chunked prefill 512 after 3584", 1, 512, 4096, 32, 8, 128, True, "bottom_right", False),
+    ("decode 1 x 4k keys, batch 32", 32, 1, 4096, 32, 8, 128, False, "top_left", True),
+    ("decode 16 x 4k keys, batch 8", 8, 16, 4096, 32, 8, 128, True, "bottom_right", False),
+    ("decode 1 x 32k keys, batch 4", 4, 1, 32768, 32, 8, 128, False, "top_left", False),
+    ("decode 16 x 32k keys, batch 1", 1, 16, 32768, 32, 8, 128, True, "bottom_right", False),
+    ("SD self 2x4096, 8 heads", 2, 4096, 4096, 8, 8, 64, False, "top_left", False),
+    ("SD cross 2x4096 x 77 keys", 2, 4096, 77, 8, 8, 64, False, "top_left", False),
+    ("Whisper encoder 8x1500, 20 heads", 8, 1500, 1500, 20, 20, 64, False, "top_left", False),
+)
+
+
+def deployment(dtype, variants) -> tuple[list, list]:
+    """Issue 10's deployment table: ours vs each torch backend on the same inputs (key lengths become a boolean mask
+    for torch, which FA2 cannot take); TFLOP/s of the unmasked work, K/V bandwidth for decode."""
+    header = ["shape", "ours ms", "flash (FA2) ms", "cuDNN ms", "mem-efficient ms", "best torch", "ours/best",
+              "ours/cuDNN", "err vs torch", "ours TFLOP/s", "ours K/V TB/s"]
+    header += [f"hd{d} " + " ".join(f"{k}={v}" for k, v in t.items()) + " ms" for d, ts in variants.items() for t in ts]
+    rows = []
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    for name, b, lq, lkv, hq, hkv, d, causal, alignment, with_lengths in DEPLOYMENT:
+        q = torch.randn(b, lq, hq, d, device="cuda", dtype=dtype, generator=gen)
+        k, v = (torch.randn(b, lkv, hkv, d, device="cuda", dtype=dtype, generator=gen) for _ in range(2))
+        lengths = mask = None
+        if with_lengths:
+            lengths = torch.randint(lkv // 2, lkv + 1, (b,), device="cuda", dtype=torch.int32, generator=gen)
+            mask = (torch.arange(lkv, device="cuda")[None, :] < lengths[:, None])[:, None, None, :]
+        if causal and alignment == "bottom_right":  # torch's is_causal is top-left: give it the mask
+            mask = torch.ones(lq, lkv, device="cuda", dtype=torch.bool).tril(lkv - lq)
+        out = torch.full_like(q, float("nan"))
+        t_ours = time_ms(ours(q, k, v, out, causal, key_lengths=lengths, alignment=alignment))
+        times, ref = torch_backends(q, k, v, causal and mask is None, mask)
+        best_name = min((n for n in times if times[n] == times[n]), key=times.get)
+        best = times[best_name]
+        keys = lkv if lengths is None else float(lengths.float().mean())
+        flops = 4 * b * hq * lq * keys * d / (2 if causal and lq == lkv else 1)
+        kv_bytes = 2 * b * hkv * keys * d * q.element_size()
+        row = [name, f"{t_ours:.4f}"] + [f"{times[n]:.4f}" for n in ("flash (FA2)", "cuDNN", "mem-efficient")]
+        row += [best_name, f"{best / t_ours:.2f}", f"{times['cuDNN'] / t_ours:.2f}",
+                f"{rel_err(out, ref) if ref is not None else float('nan'):.1e}", f"{flops / t_ours / 1e9:.0f}",
+                f"{kv_bytes / t_ours / 1e9:.2f}"]
+        for vd, ts in variants.items():
+            for t in ts:
+                row.append(f"{time_ms(ours(q, k, v, out, causal, t, key_lengths=lengths, alignment=alignment)):.4f}"
+                           if vd == d else "")
+        rows.append(row)
+        print(" | ".join(map(str, row)), flush=True)
+    wins = [float(r[6]) for r in rows]
+    return header, rows, [f"ours >= 1.00x the best torch backend on {sum(x >= 1.0 for x in wins)} of {len(wins)} shapes "
+                          f"(ours/best {min(wins):.2f}-{max(wins):.2f}x)"]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", help="markdown file for the table")
+    parser.add_argument("--quick", action="store_true", help="bf16 only, seq 2k and 8k")
+    parser.add_argument("--seqs", default="", help="comma-separated sequence lengths instead of 512..16384")
+    parser.add_argument("--dims", default="64,128,256", help="head dims of the grid")
+    parser.add_argument("--variants", default="", help="tuning variants to time, e.g. 128:WGMMA=1,64:WGMMA=0")
+    parser.add_argument("--deployment", action="store_true", help="issue 10's deployment shapes instead of the grid")
+    args = parser.parse_args()
+    dtypes = (torch.bfloat16,) if args.quick else (torch.bfloat16, torch.float16)
+    seqs = tuple(int(x) for x in args.seqs.split(",")) if args.seqs else (2048, 8192) if args.quick else SEQS
+    arch = device_arch(0)
+    if args.deployment:
+        header, rows, summary = deployment(torch.bfloat16, parse_variants(args.variants))
+        intro = "Deployment shapes (issue 10), bfloat16, BSHD; CUDA-graph replays, median; best torch = fastest SDPA backend that runs the shape."
+    else:
+        header, rows, summary = grid(dtypes, tuple(int(x) for x in args.dims.split(",")), seqs,
+                                     parse_variants(args.variants), arch)
+        intro = (f"batch x seq = {TOKENS} tokens, hidden {HIDDEN}, BSHD; CUDA-graph replays, median; FLOPs 4*B*H*S^2*D "
+                 f"(/2 causal); ours = the plan's default path on {arch}.")
     table = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     table += ["| " + " | ".join(map(str, r)) + " |" for r in rows]
-    for name in ("mma.sync", "wgmma") if hopper else ("mma.sync",):
-        fa2 = [float(r[header.index(f"{name}/FA2")]) for r in rows if r[3] >= 2048]
-        cudnn = [float(r[header.index(f"{name}/cuDNN")]) for r in rows if r[3] >= 2048]
-        if fa2:
-            table.append(f"\n{name} at seq >= 2k: >= 1.00x FA2 at {sum(x >= 1.0 for x in fa2)} of {len(fa2)} points "
-                         f"(min {min(fa2):.2f}x, max {max(fa2):.2f}x); vs cuDNN {min(cudnn):.2f}-{max(cudnn):.2f}x")
-    text = (f"# FusedAttention forward, TFLOP/s\n\n{versions()}\n\n{ceilings()}\n\nbatch x seq = {TOKENS} tokens, hidden {HIDDEN}, "
-            f"BSHD; CUDA-graph replays, median; FLOPs 4*B*H*S^2*D (/2 causal).\n\n" + "\n".join(table) + "\n")
+    text = (f"# FusedAttention forward\n\n{versions()}\n\n{ceilings()}\n\n{intro}\n\n" + "\n".join(table) + "\n\n"
+            + "\n".join(summary) + "\n")
     print(text)
     if args.out:
         with open(args.out, "w") as f:

@@ -17,35 +17,41 @@ class AttentionCase:
     len_q: int = 127
     len_kv: int = 127
     dim: int = 64
+    dim_v: int | None = None         # V's head dim when it differs from Q/K's
     dtype: str = "bfloat16"
     layout: str = "BSHD"
     causal: int = 0
     alignment: str = "top_left"
     scale: float = 0.0
+    softcap: float = 0.0
     mask: str | None = None          # None, "additive" or "bool"
     mask_shape: tuple | None = None  # broadcastable to [B, Hq, Lq, Lkv]; default full
     key_lengths: bool = False
     small: bool = field(default=False)  # also run under compute-sanitizer
     tuning: tuple = ()                   # plan tuning overrides as (name, value) pairs, e.g. (("WGMMA", 1),)
 
-    def qkv_shapes(self):
-        def shape(length, heads):
-            return ((self.batch, length, heads, self.dim) if self.layout == "BSHD"
-                    else (self.batch, heads, length, self.dim))
-        return shape(self.len_q, self.heads_q), shape(self.len_kv, self.heads_kv)
+    def shapes(self):
+        """Q, K and V shapes in the case's layout."""
+        def shape(length, heads, dim):
+            return (self.batch, length, heads, dim) if self.layout == "BSHD" else (self.batch, heads, length, dim)
+        return (shape(self.len_q, self.heads_q, self.dim), shape(self.len_kv, self.heads_kv, self.dim),
+                shape(self.len_kv, self.heads_kv, self.dim_v or self.dim))
+
+    def out_shape(self):
+        return (*self.shapes()[0][:-1], self.dim_v or self.dim)
 
     def full_mask_shape(self):
         return self.mask_shape or (self.batch, self.heads_q, self.len_q, self.len_kv)
 
     def attrs(self) -> dict:
-        return FUSED_ATTENTION.resolve({"layout": self.layout, "scale": self.scale, "causal": self.causal,
-                                        "causal_alignment": self.alignment})
+        return FUSED_ATTENTION.resolve({"layout": self.layout, "scale": self.scale, "softcap": self.softcap,
+                                        "causal": self.causal, "causal_alignment": self.alignment})
 
     def plan(self, arch: str):
-        q_shape, kv_shape = self.qkv_shapes()
+        q_shape, k_shape, v_shape = self.shapes()
         mask_dtype = None if self.mask is None else ("bool" if self.mask == "bool" else self.dtype)
         return plan_attention(
-            [q_shape, kv_shape, kv_shape, None if self.mask is None else self.full_mask_shape(),
+            [q_shape, k_shape, v_shape, None if self.mask is None else self.full_mask_shape(),
              (self.batch,) if self.key_lengths else None],
             [self.dtype] * 3 + [mask_dtype, "int32" if self.key_lengths else None], self.attrs(), arch,
             tuning=dict(self.tuning) or None)
@@ -85,6 +91,33 @@ def _cases():
         AttentionCase("additive-hd16-causal-br", mask="additive", mask_shape=(2, 1, 1, 90), dim=16, len_q=40,
                       len_kv=90, causal=1, alignment="bottom_right", dtype="float16"),
     ]
+    # issue 14: head dims padded inside the kernel (Stable Diffusion's 40/80/160, MobileViT-like 20/30, odd ones),
+    # D_qk != D_v (LeViT 16/64, MLA 192/128), head dim 512 (SD's VAE; the portable path, correct not fast), softcap
+    for d in (40, 80, 160):
+        for t in ("float16", "bfloat16"):
+            cases.append(AttentionCase(f"pad-hd{d}-{t}", dim=d, dtype=t, small=d == 40))
+    cases += [
+        AttentionCase("pad-hd40-causal-keylen", dim=40, len_q=300, len_kv=300, causal=1, key_lengths=True),
+        AttentionCase("pad-hd80-additive-bhsd", dim=80, mask="additive", layout="BHSD", dtype="float16"),
+        AttentionCase("pad-hd160-gqa-cross", dim=160, heads_q=8, heads_kv=2, len_q=77, len_kv=1000),
+        AttentionCase("pad-hd20", dim=20, dtype="float16", small=True),
+        AttentionCase("pad-hd30-bhsd-causal", dim=30, layout="BHSD", causal=1, len_q=200, len_kv=200),
+        AttentionCase("pad-hd33-dv20", dim=33, dim_v=20, dtype="float16", small=True),
+        AttentionCase("dv-16-64", dim=16, dim_v=64, dtype="float16", small=True),
+        AttentionCase("dv-16-32-bool", dim=16, dim_v=32, mask="bool", len_kv=300),
+        AttentionCase("dv-192-128-causal-br", dim=192, dim_v=128, len_q=100, len_kv=300, causal=1,
+                      alignment="bottom_right"),
+        AttentionCase("dv-64-128-gqa", dim=64, dim_v=128, heads_q=8, heads_kv=2, dtype="float16"),
+        AttentionCase("dv-128-64-bhsd", dim=128, dim_v=64, layout="BHSD"),
+        AttentionCase("hd512-float16", batch=1, heads_q=2, heads_kv=2, len_q=100, len_kv=300, dim=512,
+                      dtype="float16", small=True),
+        AttentionCase("hd512-causal-bf16", batch=1, heads_q=2, heads_kv=1, len_q=300, len_kv=300, dim=512, causal=1),
+        AttentionCase("softcap-hd64", scale=0.9, softcap=5.0, dtype="float16", small=True),
+        AttentionCase("softcap-hd64-additive-causal", scale=0.9, softcap=5.0, mask="additive", causal=1),
+        AttentionCase("softcap-hd128", dim=128, softcap=2.0, len_q=300, len_kv=700, dtype="float16"),
+        AttentionCase("softcap-hd128-bool", dim=128, softcap=2.0, mask="bool", len_kv=300),
+        AttentionCase("softcap-hd40-negative-scale", dim=40, scale=-0.3, softcap=3.0, dtype="float16"),
+    ]
     return cases
 
 
@@ -109,6 +142,8 @@ def _wgmma_cases():
                 cases.append(AttentionCase(f"wg-causal-{al}-{lq}x{lkv}-hd{d}", len_q=lq, len_kv=lkv, dim=d, dtype=t,
                                            causal=1, alignment=al, tuning=wg))
     cases += [
+        AttentionCase("wg-softcap-hd64", scale=0.9, softcap=5.0, len_q=300, len_kv=700, dtype="float16", tuning=wg),
+        AttentionCase("wg-softcap-additive-hd128", dim=128, softcap=2.0, mask="additive", tuning=wg),
         AttentionCase("wg-causal-2100-hd128", batch=1, heads_q=2, heads_kv=2, len_q=2100, len_kv=2100, dim=128,
                       causal=1, tuning=wg),
         AttentionCase("wg-causal-br-1500x2100-hd64", batch=1, heads_q=2, heads_kv=1, len_q=1500, len_kv=2100,

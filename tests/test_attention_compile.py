@@ -4,7 +4,8 @@ GPU needed).
 
 One accepted exception: head dim 128 with 128x64 tiles spills a few registers (ptxas: 4-64 bytes, reloaded once
 per K/V tile) and still ran faster on the H100 than the spill-free 128x32 tiles (NOTES.md, run 3); the wgmma
-mainloop's 128x64 tile at two blocks per SM (128 registers) spills 8-32 bytes under the same allowance."""
+mainloop's 128x64 tile at two blocks per SM (128 registers) spills 8-32 bytes under the same allowance. Head dim 512
+(the portable path's "correct, not fast" case) holds O in D_v / 2 = 256 registers a thread alone, so it spills."""
 from __future__ import annotations
 
 import re
@@ -17,7 +18,7 @@ from trt_fusedattn.launcher import CompileError, compile_cubin
 from trt_fusedattn.launcher.compile import nvcc_path
 
 ARCHES = ("sm_80", "sm_90a")
-ACCEPTED_SPILL_BYTES = {(128, 64): 64}  # (HEAD_DIM, BLOCK_N) -> most spill-store bytes allowed
+ACCEPTED_SPILL_BYTES = {(128, 64): 64, (512, 16): 1024}  # (HEAD_DIM, BLOCK_N) -> most spill-store bytes allowed
 
 
 def _nvcc_missing() -> bool:
@@ -42,6 +43,7 @@ def test_every_tested_specialization_compiles_without_spills():
                                            plans.items())))
     for (arch, defines), report in reports.items():
         d = dict(defines)
-        allowed = ACCEPTED_SPILL_BYTES.get((d["HEAD_DIM"], d["BLOCK_N"]), 0)
+        widest = max(-(-d["HEAD_DIM"] // 16), -(-d["HEAD_DIM_V"] // 16)) * 16  # O's and Q's registers, padded
+        allowed = ACCEPTED_SPILL_BYTES.get((widest, d["BLOCK_N"]), 0)
         spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", report)]
         assert spills and max(spills) <= allowed, f"{arch} {d}: register spills over {allowed} bytes\n{report}"

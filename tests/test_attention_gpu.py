@@ -25,9 +25,9 @@ def make_inputs(case: AttentionCase, gen: torch.Generator) -> dict:
     """Fresh random device inputs for ``case``: q, k, v, and the mask / key lengths it asks for, with masked-out
     rows (every key masked) planted so the zero-row rule is exercised."""
     dtype = getattr(torch, case.dtype)
-    q_shape, kv_shape = case.qkv_shapes()
+    q_shape, k_shape, v_shape = case.shapes()
     rand = lambda shape: torch.randn(shape, generator=gen, device="cuda", dtype=torch.float32)  # noqa: E731
-    inputs = {"q": rand(q_shape).to(dtype), "k": rand(kv_shape).to(dtype), "v": rand(kv_shape).to(dtype)}
+    inputs = {"q": rand(q_shape).to(dtype), "k": rand(k_shape).to(dtype), "v": rand(v_shape).to(dtype)}
     if case.mask is not None:
         shape = case.full_mask_shape()
         allowed = torch.rand(shape, generator=gen, device="cuda") > 0.3
@@ -50,29 +50,44 @@ def host(t) -> np.ndarray:
     return (t if t.dtype in (torch.bool, torch.int32) else t.float()).numpy()
 
 
+def reference(case: AttentionCase, inputs: dict) -> np.ndarray:
+    """The float64 reference of ``case`` on the (host copies of the) device inputs."""
+    return fused_attention_reference(*(host(inputs[n]) for n in ("q", "k", "v")),
+                                     mask=host(inputs["mask"]) if "mask" in inputs else None,
+                                     key_lengths=host(inputs["key_lengths"]) if "key_lengths" in inputs else None,
+                                     **case.attrs())
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.name + ("-small" if c.small else "") for c in CASES])
 def test_matches_float64_reference(case):
     import trt_fusedattn
     gen = torch.Generator(device="cuda").manual_seed(hash(case.name) % 2**31)
     inputs = make_inputs(case, gen)
-    out = torch.full_like(inputs["q"], float("nan"))  # poisoned: every element must be written
+    out = torch.full(case.out_shape(), float("nan"), device="cuda", dtype=inputs["q"].dtype)  # poisoned
     result = trt_fusedattn.attention(inputs["q"], inputs["k"], inputs["v"], mask=inputs.get("mask"),
-                                     key_lengths=inputs.get("key_lengths"), scale=case.scale, causal=case.causal,
-                                     causal_alignment=case.alignment, layout=case.layout, out=out)
+                                     key_lengths=inputs.get("key_lengths"), scale=case.scale, softcap=case.softcap,
+                                     causal=case.causal, causal_alignment=case.alignment, layout=case.layout, out=out)
     assert result is out
     torch.cuda.synchronize()
     got = host(out)
     assert np.isfinite(got).all(), "output has NaN/inf (unwritten or a masked row went NaN)"
-    ref = fused_attention_reference(*(host(inputs[n]) for n in ("q", "k", "v")),
-                                    mask=host(inputs["mask"]) if "mask" in inputs else None,
-                                    key_lengths=host(inputs["key_lengths"]) if "key_lengths" in inputs else None,
-                                    layout=case.layout, scale=case.scale, causal=case.causal,
-                                    causal_alignment=case.alignment)
+    ref = reference(case, inputs)
     err = relative_error(got, ref)
     assert err <= TOLERANCE[case.dtype], f"relative Frobenius error {err:.2e} > {TOLERANCE[case.dtype]}"
     if case.mask is not None and case.full_mask_shape()[-2] > 3:  # the planted all-masked row is exactly zero
         row = got[:, 3] if case.layout == "BSHD" else got[:, :, 3]
         assert not row.any()
+
+
+def test_allocates_output_with_vs_head_dim():
+    """D_v != D_qk: the API allocates O with V's head dim and computes the contract (softcap too)."""
+    import trt_fusedattn
+    q, k = (torch.randn(2, 50, 4, 24, device="cuda", dtype=torch.float16) for _ in range(2))
+    v = torch.randn(2, 50, 4, 40, device="cuda", dtype=torch.float16)
+    out = trt_fusedattn.attention(q, k, v, softcap=1.5, scale=0.5)
+    assert tuple(out.shape) == (2, 50, 4, 40)
+    ref = fused_attention_reference(host(q), host(k), host(v), scale=0.5, softcap=1.5)
+    assert relative_error(host(out), ref) <= TOLERANCE["float16"]
 
 
 def test_allocates_output_and_uses_callers_stream():
@@ -101,7 +116,7 @@ def test_cupy_arrays_give_cupy_output():
 
 @pytest.mark.parametrize("bad, message", [
     (dict(q=("float32",)), "float16 or bfloat16"),
-    (dict(dim=48), "head dims"),
+    (dict(dim=600), "outside"),
     (dict(k_len=9, v_len=10), "K and V lengths"),
     (dict(host=True), "host array"),
     (dict(heads_kv=3), "multiple of key/value heads"),

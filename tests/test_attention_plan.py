@@ -6,7 +6,7 @@ import math
 import pytest
 
 from trt_fusedattn.launcher.arch import SHARED_LIMIT
-from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION, HEAD_DIMS
+from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION
 from trt_fusedattn.plugins.attention.plan import TILES, plan_attention, shared_mem_bytes
 
 
@@ -23,8 +23,9 @@ def test_bshd_geometry_and_scalars():
     assert p.kernel == "fused_attention" and p.source.name == "attention.cu"
     assert p.grid == (math.ceil(100 / block_m), 8, 2) and p.block == (32 * warps, 1, 1)
     assert p.shared_mem == (block_m + 2 * stages * block_n) * (64 + 8) * 2
-    # B, Hq, Hkv, Lq, Lkv, Q strides (batch, head, seq), K/V strides
-    assert p.scalars == (2, 8, 2, 100, 77, 100 * 8 * 64, 64, 8 * 64, 77 * 2 * 64, 64, 2 * 64)
+    # B, Hq, Hkv, Lq, Lkv, Q strides (batch, head, seq), K strides, V strides, O strides
+    assert p.scalars == (2, 8, 2, 100, 77, 100 * 8 * 64, 64, 8 * 64, 77 * 2 * 64, 64, 2 * 64, 77 * 2 * 64, 64, 2 * 64,
+                         100 * 8 * 64, 64, 8 * 64)
     assert p.defines["MASK_KIND"] == 0 and p.defines["HAS_KEY_LENGTHS"] == 0 and p.defines["DTYPE_BF16"] == 0
     assert float(p.defines["SCALE_LOG2"].rstrip("f")) == pytest.approx(math.log2(math.e) / 8, rel=1e-7)
 
@@ -32,7 +33,8 @@ def test_bshd_geometry_and_scalars():
 def test_bhsd_strides_scale_and_causal_defines():
     p = plan(q=(2, 8, 100, 128), kv=(2, 2, 77, 128), dtype="bfloat16", layout="BHSD", scale=0.5, causal=1,
              causal_alignment="bottom_right")
-    assert p.scalars[5:] == (8 * 100 * 128, 100 * 128, 128, 2 * 77 * 128, 77 * 128, 128)
+    q_strides, kv_strides = (8 * 100 * 128, 100 * 128, 128), (2 * 77 * 128, 77 * 128, 128)
+    assert p.scalars[5:] == q_strides + kv_strides + kv_strides + q_strides  # Q, K, V, O
     assert p.defines["CAUSAL"] == 1 and p.defines["CAUSAL_BOTTOM_RIGHT"] == 1 and p.defines["DTYPE_BF16"] == 1
     assert float(p.defines["SCALE_LOG2"].rstrip("f")) == pytest.approx(0.5 * math.log2(math.e), rel=1e-7)
     # alignment is meaningless without causal: no separate specialization
@@ -48,7 +50,7 @@ def test_bhsd_strides_scale_and_causal_defines():
 def test_mask_broadcast_strides(mask_shape, strides):
     p = plan(mask=mask_shape, mask_dtype="float16", lengths=(2,))
     assert p.defines["MASK_KIND"] == 1 and p.defines["HAS_KEY_LENGTHS"] == 1
-    assert p.scalars[11:] == strides
+    assert p.scalars[17:] == strides
     assert plan(mask=mask_shape, mask_dtype="bool").defines["MASK_KIND"] == 2
 
 
@@ -57,7 +59,7 @@ def test_mask_broadcast_strides(mask_shape, strides):
 def test_every_head_dim_fits_every_gpu(arch, mask):
     """Issue 8: head dim 128 needed 104,448 B on the 99 KB GPUs (sm_86/sm_89/sm_120); the plan now shrinks the K/V
     tile until the stages fit."""
-    for dim in HEAD_DIMS:
+    for dim in (*TILES, 40, 80, 160, 200, 512):
         p = plan(q=(2, 300, 4, dim), kv=(2, 300, 4, dim), mask=None if mask is None else (300, 300),
                  mask_dtype=mask, arch=arch)
         assert p.shared_mem <= SHARED_LIMIT[arch]
@@ -97,7 +99,7 @@ def test_dynamic_dims_use_only_arithmetic():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(q=(2, 100, 8, 48), kv=(2, 77, 2, 48)), "head dims"),
+    (dict(q=(2, 100, 8, 600), kv=(2, 77, 2, 600)), "outside"),
     (dict(dtype="float32"), "float16 or bfloat16"),
     (dict(kv=(2, 77, 2, 128)), "head dims differ"),
     (dict(kv=(3, 77, 2, 64)), "batch differ"),
@@ -121,3 +123,21 @@ def test_tuning_overrides_defines_and_rejects_unknown_names():
     with pytest.raises(ValueError, match="unknown tuning"):
         plan_attention([(1, 300, 2, 128)] * 3 + [None, None], ["bfloat16"] * 3 + [None, None],
                        FUSED_ATTENTION.resolve({}), "sm_90a", tuning={"BLOCK_K": 64})
+
+
+def test_padded_and_unequal_head_dims_and_softcap():
+    """Issue 14: any head dim (padded in the kernel), D_v != D_qk (V's and O's own strides), softcap as a define."""
+    p = plan_attention([(2, 100, 8, 40), (2, 77, 2, 40), (2, 77, 2, 24), None, None], ["float16"] * 3 + [None, None],
+                       FUSED_ATTENTION.resolve({"softcap": 30.0}), "sm_90a")
+    assert p.source.name == "attention.cu" and p.defines["WGMMA"] == 0  # wgmma takes D_qk == D_v in {64, 128} only
+    assert (p.defines["HEAD_DIM"], p.defines["HEAD_DIM_V"], p.defines["SOFTCAP"]) == (40, 24, "30.0f")
+    assert (p.defines["BLOCK_M"], p.defines["BLOCK_N"]) == TILES[64][:2]  # the tile of the next keyed head dim
+    assert p.scalars[11:17] == (77 * 2 * 24, 24, 2 * 24, 100 * 8 * 24, 24, 8 * 24)  # V, O strides
+    pitch_qk, pitch_v = 48 + 8, 32 + 8
+    assert p.shared_mem == (128 * pitch_qk + 2 * 64 * (pitch_qk + pitch_v)) * 2
+    assert plan(q=(2, 100, 8, 512), kv=(2, 77, 2, 512), arch="sm_89").shared_mem <= 101376  # one stage there
+    with pytest.raises(ValueError, match="softcap"):
+        plan(softcap=-1.0)
+    with pytest.raises(ValueError, match="wgmma mainloop"):
+        plan_attention([(2, 100, 8, 64), (2, 77, 2, 64), (2, 77, 2, 128), None, None], ["float16"] * 3 + [None, None],
+                       FUSED_ATTENTION.resolve({}), "sm_90a", tuning={"WGMMA": 1})

@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 
 from _attention_cases import WARP_SPECIALIZED_CASES, WGMMA_CASES
-from test_attention_gpu import TOLERANCE, host, make_inputs, relative_error
-from trt_fusedattn.plugins.attention.contract import fused_attention_reference
+from test_attention_gpu import TOLERANCE, host, make_inputs, reference, relative_error
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
@@ -57,11 +56,7 @@ def test_wgmma_matches_float64_reference(case):
     launch(plan, "sm_90a", pointers, [out.data_ptr()], stream=torch.cuda.current_stream().cuda_stream, device=0)
     torch.cuda.synchronize()
     got = host(out)
-    ref = fused_attention_reference(*(host(inputs[n]) for n in ("q", "k", "v")),
-                                    mask=host(inputs["mask"]) if "mask" in inputs else None,
-                                    key_lengths=host(inputs["key_lengths"]) if "key_lengths" in inputs else None,
-                                    layout=case.layout, scale=case.scale, causal=case.causal,
-                                    causal_alignment=case.alignment)
+    ref = reference(case, inputs)
     finite = np.isfinite(got)
     assert finite.all(), (f"output has NaN/inf (unwritten or a masked row went NaN): "
                           f"{error_pattern(np.where(finite, got, 1e30), ref, case.layout)}")

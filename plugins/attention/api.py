@@ -16,13 +16,15 @@ def _aligned(array, name: str) -> None:
                          "memory (e.g. .contiguous() of a fresh tensor)")
 
 
-def attention(q, k, v, *, mask=None, key_lengths=None, scale: float = 0.0, causal: bool = False,
+def attention(q, k, v, *, mask=None, key_lengths=None, scale: float = 0.0, softcap: float = 0.0, causal: bool = False,
               causal_alignment: str = "top_left", layout: str = "BSHD", out=None, stream=None):
     """Scaled dot-product attention as ``trt_fusedattn::FusedAttention`` defines it (see its contract).
 
-    q: [B, Lq, Hq, D] (BSHD) or [B, Hq, Lq, D] (BHSD); k, v: the same with Lkv, Hkv (Hq % Hkv == 0); float16 or
-    bfloat16, contiguous. mask: additive (q's dtype) or bool (True = attend), broadcastable to [B, Hq, Lq, Lkv].
-    key_lengths: int32 [B]. scale 0 means 1/sqrt(D). Returns ``out`` (allocated like q when None)."""
+    q: [B, Lq, Hq, D] (BSHD) or [B, Hq, Lq, D] (BHSD); k: the same with Lkv, Hkv (Hq % Hkv == 0); v: k's with
+    its own head dim Dv; float16 or bfloat16, contiguous. mask: additive (q's dtype) or bool (True = attend),
+    broadcastable to [B, Hq, Lq, Lkv]. key_lengths: int32 [B]. scale 0 means 1/sqrt(D); softcap > 0 caps the
+    scores at softcap * tanh(scores / softcap) (Gemma-2). Returns ``out`` (q's shape with Dv last; allocated like q
+    when None)."""
     names = ("q", "k", "v", "mask", "key_lengths")
     given = (q, k, v, mask, key_lengths)
     arrays = [None if x is None else device_array(x, n) for x, n in zip(given, names)]
@@ -35,17 +37,18 @@ def attention(q, k, v, *, mask=None, key_lengths=None, scale: float = 0.0, causa
         require(arrays[4], "key_lengths", dtypes=("int32",), ndim=1, contiguous=True)
     device = same_device(arrays, names)
     arch = device_arch(device)
-    attrs = FUSED_ATTENTION.resolve({"layout": layout, "scale": float(scale), "causal": int(bool(causal)),
-                                     "causal_alignment": causal_alignment})
+    attrs = FUSED_ATTENTION.resolve({"layout": layout, "scale": float(scale), "softcap": float(softcap),
+                                     "causal": int(bool(causal)), "causal_alignment": causal_alignment})
     plan = plan_attention([None if a is None else a.shape for a in arrays],
                           [None if a is None else a.dtype for a in arrays], attrs, arch)
     q_arr = arrays[0]
+    out_shape = (*q_arr.shape[:-1], arrays[2].shape[-1])
     if out is None:
-        o = empty_like_kind(q_arr, q_arr.shape, q_arr.dtype)
+        o = empty_like_kind(q_arr, out_shape, q_arr.dtype)
     else:
         o = require(device_array(out, "out"), "out", dtypes=(q_arr.dtype,), contiguous=True)
-        if o.shape != q_arr.shape or o.device != device:
-            raise ArrayError(f"out has shape {o.shape} on cuda:{o.device}; expected {q_arr.shape} on cuda:{device}")
+        if tuple(o.shape) != out_shape or o.device != device:
+            raise ArrayError(f"out has shape {o.shape} on cuda:{o.device}; expected {out_shape} on cuda:{device}")
         _aligned(o, "out")
     launch(plan, arch, arrays, [o], stream=caller_stream(q_arr, stream), device=device)
     return o.obj

@@ -6,7 +6,7 @@
 // warpgroup MMA (sm_90a, attention_mainloop_sm90.cuh); tile loads, masking, softmax and epilogue are shared.
 //
 // AOT plugin ABI: input pointers (Q, K, V[, mask][, key_lengths]), int32 scalars, output pointer. Strides are in
-// elements; the output has Q's strides. Everything else is a -D constant chosen by plan.py.
+// elements; V and O have their own (their head dim D_v may differ from Q/K's). Everything else is a -D constant chosen by plan.py.
 #include "attention_tile_scheduler.cuh"
 #if WGMMA
 #include "attention_mainloop_sm90.cuh"
@@ -26,6 +26,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) fused_at
 #endif
     int batch, int heads_q, int heads_kv, int len_q, int len_kv,
     int q_stride_b, int q_stride_h, int q_stride_s, int kv_stride_b, int kv_stride_h, int kv_stride_s,
+    int v_stride_b, int v_stride_h, int v_stride_s, int o_stride_b, int o_stride_h, int o_stride_s,
 #if MASK_KIND != MASK_NONE
     int mask_stride_b, int mask_stride_h, int mask_stride_q, int mask_stride_k,
 #endif
@@ -34,21 +35,16 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) fused_at
   // the plan adds kSmemAlign - 16 bytes of slack for this round-up (0 for the mma.sync mainloop)
   elem_t* sQ = reinterpret_cast<elem_t*>(smem + ((kSmemAlign - smem_addr(smem) % kSmemAlign) % kSmemAlign));
   elem_t* sK = sQ + kQTileElems;             // kStages K tiles
-  elem_t* sV = sK + kStages * kKVTileElems;  // kVStages V tiles
+  elem_t* sV = sK + kStages * kKTileElems;   // kVStages V tiles
 
   const AttentionTile tile = schedule_tile();
   const int head_kv = tile.head / (heads_q / heads_kv);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int m0 = tile.m_block * kBlockM;
 
-  // (recomputed for the output store: keeping it live through the main loop costs two registers)
-  const auto q_offset = [&] {
-    return static_cast<int64_t>(tile.batch) * q_stride_b + static_cast<int64_t>(tile.head) * q_stride_h;
-  };
-  const int64_t kv_off = static_cast<int64_t>(tile.batch) * kv_stride_b + static_cast<int64_t>(head_kv) * kv_stride_h;
-  const elem_t* q_base = Q + q_offset();
-  const elem_t* k_base = K + kv_off;
-  const elem_t* v_base = V + kv_off;
+  const elem_t* q_base = Q + static_cast<int64_t>(tile.batch) * q_stride_b + static_cast<int64_t>(tile.head) * q_stride_h;
+  const elem_t* k_base = K + static_cast<int64_t>(tile.batch) * kv_stride_b + static_cast<int64_t>(head_kv) * kv_stride_h;
+  const elem_t* v_base = V + static_cast<int64_t>(tile.batch) * v_stride_b + static_cast<int64_t>(head_kv) * v_stride_h;
 
   // Keys [0, kv_end) can be attended by some row of this block; later keys are never loaded.
   int kv_end = len_kv;
@@ -71,10 +67,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) fused_at
 
   // KV_STAGES 1: one K and one V buffer, V(t) loads during Q K^T(t), K(t-1) during softmax and P V(t) (two
   // barriers per tile). KV_STAGES 2: two K/V buffer pairs, tile t-1 loads during all of tile t (one barrier).
-  load_tile_async<kBlockM>(sQ, q_base, q_stride_s, m0, len_q);
+  load_tile_async<kBlockM, kHeadDim>(sQ, q_base, q_stride_s, m0, len_q);
   if (n_tiles > 0) {
-    load_tile_async<kBlockN>(sK, k_base, kv_stride_s, (n_tiles - 1) * kBlockN, len_kv);
-    if (kStages == 2) load_tile_async<kBlockN>(sV, v_base, kv_stride_s, (n_tiles - 1) * kBlockN, len_kv);
+    load_tile_async<kBlockN, kHeadDim>(sK, k_base, kv_stride_s, (n_tiles - 1) * kBlockN, len_kv);
+    if (kStages == 2) load_tile_async<kBlockN, kHeadDimV>(sV, v_base, v_stride_s, (n_tiles - 1) * kBlockN, len_kv);
   }
   cp_async_commit();
   if (kOverlapPV) cp_async_commit();  // an empty group: the loop top leaves the newest group in flight
@@ -108,15 +104,15 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) fused_at
     const int n0 = t * kBlockN;
     const int step = n_tiles - 1 - t;
     const int buffer = kStages == 2 ? step & 1 : 0;
-    const elem_t* sK_t = sK + buffer * kKVTileElems;
-    const elem_t* sV_t = sV + (kVStages == 3 ? step % 3 : buffer) * kKVTileElems;
+    const elem_t* sK_t = sK + buffer * kKTileElems;
+    const elem_t* sV_t = sV + (kVStages == 3 ? step % 3 : buffer) * kVTileElems;
     // KV_STAGES 2: tile t - 1's K and V into the buffers tile t + 1 used (V: tile t + 2's with the overlap)
     const auto prefetch_k = [&] {
-      load_tile_async<kBlockN>(sK + (buffer ^ 1) * kKVTileElems, k_base, kv_stride_s, n0 - kBlockN, len_kv);
+      load_tile_async<kBlockN, kHeadDim>(sK + (buffer ^ 1) * kKTileElems, k_base, kv_stride_s, n0 - kBlockN, len_kv);
     };
     const auto prefetch_v = [&] {
-      load_tile_async<kBlockN>(sV + (kVStages == 3 ? (step + 1) % 3 : buffer ^ 1) * kKVTileElems, v_base,
-                               kv_stride_s, n0 - kBlockN, len_kv);
+      load_tile_async<kBlockN, kHeadDimV>(sV + (kVStages == 3 ? (step + 1) % 3 : buffer ^ 1) * kVTileElems, v_base,
+                                          v_stride_s, n0 - kBlockN, len_kv);
     };
     wait_tiles_landed<kOverlapPV ? 1 : 0>();
     __syncthreads();  // tile t's K (and V with 2 stages) is in smem; every warp is done with tile t + 1
@@ -125,7 +121,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) fused_at
       if (!kOverlapPV) prefetch_v();
       cp_async_commit();
     } else if (kStages == 1) {
-      load_tile_async<kBlockN>(sV, v_base, kv_stride_s, n0, len_kv);
+      load_tile_async<kBlockN, kHeadDimV>(sV, v_base, v_stride_s, n0, len_kv);
       cp_async_commit();
     }
 
@@ -144,7 +140,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) fused_at
       wait_tiles_landed();
       __syncthreads();  // V tile t is in smem; every warp is done with K tile t
       if (t > 0) {
-        load_tile_async<kBlockN>(sK, k_base, kv_stride_s, n0 - kBlockN, len_kv);
+        load_tile_async<kBlockN, kHeadDim>(sK, k_base, kv_stride_s, n0 - kBlockN, len_kv);
         cp_async_commit();
       }
     }
@@ -182,5 +178,6 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) fused_at
   __syncthreads();      // every warp is done reading sQ/sV: sQ becomes the output staging buffer
   stage_output(sQ, o, row_sum, warp, lane);
   __syncthreads();
-  store_output(O + q_offset(), sQ, q_stride_s, m0, len_q);
+  store_output(O + static_cast<int64_t>(tile.batch) * o_stride_b + static_cast<int64_t>(tile.head) * o_stride_h, sQ,
+               o_stride_s, m0, len_q, threadIdx.x);
 }

@@ -3,12 +3,12 @@
 #pragma once
 #include "common/element.cuh"
 
-#if !defined(HEAD_DIM) || !defined(DTYPE_BF16) || !defined(CAUSAL) || !defined(CAUSAL_BOTTOM_RIGHT) || \
+#if !defined(HEAD_DIM) || !defined(HEAD_DIM_V) || !defined(SOFTCAP) || !defined(DTYPE_BF16) || !defined(CAUSAL) || !defined(CAUSAL_BOTTOM_RIGHT) || \
     !defined(MASK_KIND) || !defined(HAS_KEY_LENGTHS) || !defined(SCALE_LOG2) || !defined(BLOCK_M) ||  \
     !defined(BLOCK_N) || !defined(NUM_WARPS) || !defined(Q_IN_REGISTERS) || !defined(KV_STAGES) || \
     !defined(RESCALE_THRESHOLD) || !defined(WGMMA) || !defined(MIN_BLOCKS_PER_SM) || \
     !defined(WGMMA_OVERLAP)
-#error "attention.cu needs HEAD_DIM DTYPE_BF16 CAUSAL CAUSAL_BOTTOM_RIGHT MASK_KIND HAS_KEY_LENGTHS SCALE_LOG2 BLOCK_M BLOCK_N NUM_WARPS Q_IN_REGISTERS KV_STAGES RESCALE_THRESHOLD WGMMA MIN_BLOCKS_PER_SM WGMMA_OVERLAP (plan_attention sets them)"
+#error "attention.cu needs HEAD_DIM HEAD_DIM_V SOFTCAP DTYPE_BF16 CAUSAL CAUSAL_BOTTOM_RIGHT MASK_KIND HAS_KEY_LENGTHS SCALE_LOG2 BLOCK_M BLOCK_N NUM_WARPS Q_IN_REGISTERS KV_STAGES RESCALE_THRESHOLD WGMMA MIN_BLOCKS_PER_SM WGMMA_OVERLAP (plan_attention sets them)"
 #endif
 
 #define MASK_NONE 0
@@ -21,7 +21,12 @@ typedef unsigned char mask_t;  // numpy/torch bool: one byte, nonzero = attend
 typedef elem_t mask_t;         // additive mask: the dtype of Q
 #endif
 
-constexpr int kHeadDim = HEAD_DIM;
+constexpr int kHeadDim = HEAD_DIM;       // D_qk: the head dim of Q and K as stored
+constexpr int kHeadDimV = HEAD_DIM_V;    // D_v: the head dim of V and the output as stored
+// Padded to the MMA granularity (k16 steps of Q K^T, n16 pairs of P V) in shared memory and registers only: the
+// padding columns are zero-filled there, never read from or written to memory.
+constexpr int kHeadDimQKPad = (kHeadDim + 15) / 16 * 16;
+constexpr int kHeadDimVPad = (kHeadDimV + 15) / 16 * 16;
 constexpr int kBlockM = BLOCK_M;          // query rows per thread block
 constexpr int kBlockN = BLOCK_N;          // keys per K/V tile
 constexpr int kWarps = NUM_WARPS;
@@ -32,22 +37,27 @@ constexpr int kMinBlocksPerSm = MIN_BLOCKS_PER_SM;
 constexpr int kWarpRows = kBlockM / kWarps;   // query rows owned by one warp
 constexpr int kMAtoms = kWarpRows / 16;       // m16 MMA tiles per warp
 constexpr int kNTiles = kBlockN / 8;          // n8 MMA tiles of S per row block
-constexpr int kDTiles = kHeadDim / 8;         // n8 MMA tiles of O
-constexpr int kRowPitch = kHeadDim + 8;       // padded smem row pitch in elements (mma.sync tiles, output staging):
-                                              // 16 bytes of padding keep ldmatrix conflict-free
-constexpr int kChunksPerRow = kHeadDim / 8;   // 16-byte chunks per row of Q/K/V
+constexpr int kDTiles = kHeadDimVPad / 8;     // n8 MMA tiles of O
+// smem row pitches in elements of the mma.sync tiles (Q, K; V and the output staging): 16 bytes of padding keep
+// ldmatrix conflict-free
+constexpr int kRowPitch = kHeadDimQKPad + 8;
+constexpr int kRowPitchV = kHeadDimVPad + 8;
+constexpr int kChunksPerRow = kHeadDim / 8;   // 16-byte chunks per row of Q/K (the wgmma tiles' loads)
 constexpr int kStages = KV_STAGES;            // K/V tile buffers (1 or 2)
 constexpr float kScaleLog2 = SCALE_LOG2;      // scale * log2(e): softmax runs on exp2
 constexpr float kRescaleThreshold = RESCALE_THRESHOLD;  // log2 units; 0 = rescale whenever the max grows
 constexpr float kLog2e = 1.4426950408889634f;
-// Additive masks (and a negative scale, which flips the row max) need scores scaled before the row max.
-constexpr bool kPrescale = MASK_KIND == MASK_ADDITIVE || SCALE_LOG2 < 0;
+// Logit soft-capping (Gemma-2): s -> cap * tanh(scale * s / cap), before the mask; 0 = none.
+constexpr float kSoftcap = SOFTCAP;
+constexpr bool kHasSoftcap = kSoftcap > 0.f;
+// Additive masks, a softcap (and a negative scale, which flips the row max) need scores scaled before the row max.
+constexpr bool kPrescale = MASK_KIND == MASK_ADDITIVE || SCALE_LOG2 < 0 || kHasSoftcap;
 constexpr float kSoftmaxScale = kPrescale ? 1.0f : kScaleLog2;
 
-static_assert(kHeadDim % 16 == 0 && kHeadDim <= 256, "head dim must be 16, 32, 64, 96, 128 or 256");
+static_assert(kHeadDim >= 1 && kHeadDimV >= 1 && kHeadDimQKPad <= 512 && kHeadDimVPad <= 512, "head dims 1..512");
+static_assert(kSoftcap >= 0.f, "SOFTCAP must be >= 0 (0: none)");
 static_assert(kWarpRows % 16 == 0 && kMAtoms >= 1, "BLOCK_M must give each warp a multiple of 16 rows");
 static_assert(kBlockN % 16 == 0, "BLOCK_N must be a multiple of 16");
 static_assert(kRescaleThreshold >= 0.f && kRescaleThreshold <= 14.f, "p <= 2^threshold must stay well inside fp16");
 static_assert(kStages == 1 || kStages == 2, "KV_STAGES must be 1 or 2");
-static_assert((kBlockN * kChunksPerRow) % kThreads == 0 && (kBlockM * kChunksPerRow) % kThreads == 0,
-              "tile loads must split evenly over the threads");
+

@@ -2,7 +2,7 @@
 #pragma once
 #include "attention_softmax.cuh"
 
-// Writes this warp's rows of O / rowsum into sO ([kBlockM][kRowPitch]); rows with an all-masked key set get 0.
+// Writes this warp's rows of O / rowsum into sO ([kBlockM][kRowPitchV]); rows with an all-masked key set get 0.
 __device__ __forceinline__ void stage_output(elem_t* sO, const float (&o)[kMAtoms][kDTiles][4],
                                              const float (&row_sum)[kMAtoms][2], int warp, int lane) {
 #pragma unroll
@@ -12,23 +12,27 @@ __device__ __forceinline__ void stage_output(elem_t* sO, const float (&o)[kMAtom
       const float l = quad_sum(row_sum[mt][half]);
       const float inv = l > 0.f ? 1.f / l : 0.f;
       const int row = warp * kWarpRows + mt * 16 + half * 8 + lane / 4;
-      uint32_t* dst = reinterpret_cast<uint32_t*>(sO + row * kRowPitch + (lane % 4) * 2);
+      uint32_t* dst = reinterpret_cast<uint32_t*>(sO + row * kRowPitchV + (lane % 4) * 2);
 #pragma unroll
       for (int dt = 0; dt < kDTiles; ++dt)
         dst[dt * 4] = pack_elem2(o[mt][dt][half * 2] * inv, o[mt][dt][half * 2 + 1] * inv);
     }
 }
 
-// Copies the staged rows [m0, m0 + kBlockM) that exist (< len_q) to global memory, 16 bytes per thread per step.
-__device__ __forceinline__ void store_output(elem_t* out, const elem_t* sO, int64_t stride, int m0, int len_q) {
-  constexpr int kPerThread = kBlockM * kChunksPerRow / kThreads;
+// Copies the staged rows [m0, m0 + kBlockM) that exist (< len_q) to global memory, kThreads threads (this one is
+// `tid`), 16 bytes per access where D_v % 8 == 0 (else 8/4/2: rows are only that aligned).
+__device__ __forceinline__ void store_output(elem_t* out, const elem_t* sO, int64_t stride, int m0, int len_q, int tid) {
+  constexpr int kVec = kHeadDimV % 8 == 0 ? 8 : kHeadDimV % 4 == 0 ? 4 : kHeadDimV % 2 == 0 ? 2 : 1;
+  constexpr int kVecs = kHeadDimV / kVec;  // accesses per output row
+  constexpr int kItems = kBlockM * kVecs;
+  typedef typename VecBits<kVec>::type bits_t;
 #pragma unroll
-  for (int i = 0; i < kPerThread; ++i) {
-    const int idx = threadIdx.x + i * kThreads;
-    const int row = idx / kChunksPerRow;
-    const int chunk = idx % kChunksPerRow;
-    if (m0 + row < len_q)
-      *reinterpret_cast<uint4*>(out + (m0 + row) * stride + chunk * 8) =
-          *reinterpret_cast<const uint4*>(sO + row * kRowPitch + chunk * 8);
+  for (int i = 0; i < (kItems + kThreads - 1) / kThreads; ++i) {
+    const int idx = tid + i * kThreads;
+    const int row = idx / kVecs;
+    const int v = idx % kVecs;
+    if ((kItems % kThreads == 0 || idx < kItems) && m0 + row < len_q)
+      *reinterpret_cast<bits_t*>(out + (m0 + row) * stride + v * kVec) =
+          *reinterpret_cast<const bits_t*>(sO + row * kRowPitchV + v * kVec);
   }
 }

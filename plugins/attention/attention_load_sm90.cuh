@@ -43,8 +43,8 @@ __device__ __forceinline__ void publish_all_but_newest(uint32_t full) {
 // warpgroups visit them).
 __device__ __forceinline__ void load_q_and_kv(const KVPipeline& pipe, elem_t* sQ, elem_t* sK, elem_t* sV,
                                               const elem_t* q_base, int64_t q_stride, int m0, int len_q,
-                                              const elem_t* k_base, const elem_t* v_base, int64_t kv_stride,
-                                              int len_kv, int n_tiles) {
+                                              const elem_t* k_base, int64_t k_stride, const elem_t* v_base,
+                                              int64_t v_stride, int len_kv, int n_tiles) {
   const int tid = threadIdx.x;
   load_tile_by_loaders<kBlockM>(sQ, q_base, q_stride, m0, len_q, tid);
   cp_async_commit();
@@ -52,11 +52,11 @@ __device__ __forceinline__ void load_q_and_kv(const KVPipeline& pipe, elem_t* sQ
     const int n0 = (n_tiles - 1 - step) * kBlockN;
     const int s = KVPipeline::stage(step);
     pipe.acquire_k(step);
-    load_tile_by_loaders<kBlockN>(sK + s * kKVTileElems, k_base, kv_stride, n0, len_kv, tid);
+    load_tile_by_loaders<kBlockN>(sK + s * kKTileElems, k_base, k_stride, n0, len_kv, tid);
     cp_async_commit();
     publish_all_but_newest(step == 0 ? pipe.full_q() : pipe.full_v(KVPipeline::stage(step - 1)));
     pipe.acquire_v(step);
-    load_tile_by_loaders<kBlockN>(sV + s * kKVTileElems, v_base, kv_stride, n0, len_kv, tid);
+    load_tile_by_loaders<kBlockN>(sV + s * kVTileElems, v_base, v_stride, n0, len_kv, tid);
     cp_async_commit();
     publish_all_but_newest(pipe.full_k(s));
   }

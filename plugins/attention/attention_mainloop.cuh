@@ -8,7 +8,8 @@
 #include "common/smem.cuh"
 
 constexpr int kQTileElems = kBlockM * kRowPitch;   // the Q tile in smem
-constexpr int kKVTileElems = kBlockN * kRowPitch;  // one K or V tile in smem
+constexpr int kKTileElems = kBlockN * kRowPitch;   // one K tile in smem
+constexpr int kVTileElems = kBlockN * kRowPitchV;  // one V tile in smem
 constexpr int kSmemAlign = 16;                     // cp.async / ldmatrix granule
 constexpr bool kOverlapPV = false;                 // (the wgmma mainloop's option)
 constexpr int kVStages = kStages;                  // V tile buffers
@@ -18,31 +19,54 @@ static_assert(WGMMA_OVERLAP == 0, "WGMMA_OVERLAP is an option of the wgmma mainl
 template <int kNewest = 0>
 __device__ __forceinline__ void wait_tiles_landed() { cp_async_wait<kNewest>(); }
 
-// Copy rows [row0, row0 + ROWS) of a [len, HEAD_DIM] matrix (row stride `stride` elements) into smem;
-// rows >= len are zero-filled so they add nothing to P V and make no NaN.
-template <int ROWS>
+// Copy rows [row0, row0 + ROWS) of a [len, DIM] matrix (row stride `stride` elements) into smem rows of DIM padded
+// to 16 (pitch + 8); rows >= len and the padding columns are zero-filled, so they add nothing to either product
+// and make no NaN. Rows start 16-byte aligned only when DIM % 8 == 0 (the API checks the base): other head dims
+// copy 8/4/2 bytes at a time with ordinary loads and stores (visible after the caller's barrier like cp.async).
+template <int ROWS, int DIM>
 __device__ __forceinline__ void load_tile_async(elem_t* smem, const elem_t* base, int64_t stride, int row0, int len) {
-  if constexpr (kThreads % kChunksPerRow == 0) {
-    constexpr int kRowsPerStep = kThreads / kChunksPerRow;  // each step copies whole rows
-    const int row = threadIdx.x / kChunksPerRow, chunk = threadIdx.x % kChunksPerRow;
+  constexpr int kPad = (DIM + 15) / 16 * 16;
+  constexpr int kPitch = kPad + 8;
+  constexpr int kChunks = kPad / 8;  // 16-byte chunks of a padded row
+  if constexpr (DIM == kPad && kThreads % kChunks == 0 && ROWS % (kThreads / kChunks) == 0) {
+    constexpr int kRowsPerStep = kThreads / kChunks;  // each step copies whole rows
+    const int row = threadIdx.x / kChunks, chunk = threadIdx.x % kChunks;
     // one running pointer (not one per step) keeps the registers live across the main loop few
     const elem_t* src = base + (row0 + row) * stride + chunk * 8;
     const int64_t step = kRowsPerStep * stride;
-    const uint32_t dst = smem_addr(smem + row * kRowPitch + chunk * 8);
+    const uint32_t dst = smem_addr(smem + row * kPitch + chunk * 8);
 #pragma unroll
     for (int i = 0; i < ROWS / kRowsPerStep; ++i) {
       const bool valid = row0 + row + i * kRowsPerStep < len;
-      cp_async_16(dst + i * kRowsPerStep * kRowPitch * sizeof(elem_t), valid ? src : base, valid ? 16 : 0);
+      cp_async_16(dst + i * kRowsPerStep * kPitch * sizeof(elem_t), valid ? src : base, valid ? 16 : 0);
       src += step;
     }
-  } else {  // head dim 96: 12 chunks per row
+  } else if constexpr (DIM % 8 == 0) {  // 96 (12 chunks a row), and padded dims such as 40, 80, 160
+    constexpr int kItems = ROWS * kChunks;
 #pragma unroll
-    for (int i = 0; i < ROWS * kChunksPerRow / kThreads; ++i) {
+    for (int i = 0; i < (kItems + kThreads - 1) / kThreads; ++i) {
       const int idx = threadIdx.x + i * kThreads;
-      const int row = idx / kChunksPerRow, chunk = idx % kChunksPerRow;
-      const bool valid = row0 + row < len;
-      cp_async_16(smem_addr(smem + row * kRowPitch + chunk * 8),
-                  valid ? base + (row0 + row) * stride + chunk * 8 : base, valid ? 16 : 0);
+      const int row = idx / kChunks, chunk = idx % kChunks;
+      const bool valid = row0 + row < len && chunk * 8 < DIM;
+      if (kItems % kThreads == 0 || idx < kItems)
+        cp_async_16(smem_addr(smem + row * kPitch + chunk * 8),
+                    valid ? base + (row0 + row) * stride + chunk * 8 : base, valid ? 16 : 0);
+    }
+  } else {
+    constexpr int kVec = DIM % 4 == 0 ? 4 : DIM % 2 == 0 ? 2 : 1;
+    constexpr int kVecs = kPad / kVec;  // accesses per padded row
+    constexpr int kItems = ROWS * kVecs;
+    typedef typename VecBits<kVec>::type bits_t;
+#pragma unroll 4
+    for (int i = 0; i < (kItems + kThreads - 1) / kThreads; ++i) {
+      const int idx = threadIdx.x + i * kThreads;
+      const int row = idx / kVecs, v = idx % kVecs;
+      if (kItems % kThreads == 0 || idx < kItems) {
+        bits_t bits{};
+        if (row0 + row < len && v * kVec < DIM)
+          bits = *reinterpret_cast<const bits_t*>(base + (row0 + row) * stride + v * kVec);
+        *reinterpret_cast<bits_t*>(smem + row * kPitch + v * kVec) = bits;
+      }
     }
   }
 }
@@ -59,13 +83,13 @@ struct QFromSmem {
 
 // ... or loaded into registers once per thread block (less shared-memory traffic per K tile).
 struct QInRegisters {
-  uint32_t frag[kMAtoms][kHeadDim / 16][4];
+  uint32_t frag[kMAtoms][kHeadDimQKPad / 16][4];
   __device__ __forceinline__ QInRegisters(const elem_t* sQ, int warp, int lane) {
     const QFromSmem q(sQ, warp, lane);
 #pragma unroll
     for (int mt = 0; mt < kMAtoms; ++mt)
 #pragma unroll
-      for (int kk = 0; kk < kHeadDim / 16; ++kk) q.get(frag[mt][kk], mt, kk);
+      for (int kk = 0; kk < kHeadDimQKPad / 16; ++kk) q.get(frag[mt][kk], mt, kk);
   }
   __device__ __forceinline__ void get(uint32_t (&a)[4], int mt, int kk) const {
 #pragma unroll
@@ -86,7 +110,7 @@ __device__ __forceinline__ void gemm_qk(float (&s)[kMAtoms][kNTiles][4], const Q
   // ldmatrix row addresses of B (K): key lane%8 + 8*(lane/16), head-dim half (lane/8)%2.
   const uint32_t k_addr = smem_addr(sK + ((lane % 8) + (lane / 16) * 8) * kRowPitch + ((lane / 8) % 2) * 8);
 #pragma unroll
-  for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+  for (int kk = 0; kk < kHeadDimQKPad / 16; ++kk) {
     uint32_t a[kMAtoms][4];
 #pragma unroll
     for (int mt = 0; mt < kMAtoms; ++mt) q.get(a[mt], mt, kk);
@@ -108,7 +132,7 @@ __device__ __forceinline__ void gemm_qk(float (&s)[kMAtoms][kNTiles][4], const Q
 __device__ __forceinline__ void gemm_pv(float (&o)[kMAtoms][kDTiles][4], const float (&p)[kMAtoms][kNTiles][4],
                                         const elem_t* sV, int lane) {
   // ldmatrix.trans row addresses: key lane%8 + 8*((lane/8)%2), head-dim half lane/16.
-  const uint32_t v_addr = smem_addr(sV + ((lane % 8) + ((lane / 8) % 2) * 8) * kRowPitch + (lane / 16) * 8);
+  const uint32_t v_addr = smem_addr(sV + ((lane % 8) + ((lane / 8) % 2) * 8) * kRowPitchV + (lane / 16) * 8);
 #pragma unroll
   for (int kk = 0; kk < kBlockN / 16; ++kk) {
     uint32_t a[kMAtoms][4];
@@ -122,7 +146,7 @@ __device__ __forceinline__ void gemm_pv(float (&o)[kMAtoms][kDTiles][4], const f
 #pragma unroll
     for (int dp = 0; dp < kDTiles / 2; ++dp) {
       uint32_t b[4];
-      ldmatrix_x4_trans(b, v_addr + (kk * 16 * kRowPitch + dp * 16) * sizeof(elem_t));
+      ldmatrix_x4_trans(b, v_addr + (kk * 16 * kRowPitchV + dp * 16) * sizeof(elem_t));
 #pragma unroll
       for (int mt = 0; mt < kMAtoms; ++mt) {
         mma_16816(o[mt][2 * dp], a[mt], b[0], b[1]);

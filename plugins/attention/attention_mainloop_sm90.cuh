@@ -20,7 +20,8 @@
 #include "common/smem.cuh"
 #include "common/wgmma.cuh"
 
-static_assert(kHeadDim == 64 || kHeadDim == 128, "the wgmma mainloop serves head dims 64 and 128");
+static_assert((kHeadDim == 64 || kHeadDim == 128) && kHeadDimV == kHeadDim,
+              "the wgmma mainloop serves head dims 64 and 128 (the same for Q/K and V)");
 static_assert(kBlockN == 64 || kBlockN == 128, "the wgmma mainloop takes BLOCK_N 64 or 128");
 static_assert(kWarpRows == 16 && kMAtoms == 1 && kWarps % 4 == 0, "the wgmma mainloop needs BLOCK_M = 16 * NUM_WARPS "
               "(one warpgroup per 64 query rows)");
@@ -29,12 +30,13 @@ static_assert(Q_IN_REGISTERS == 0, "the wgmma mainloop reads Q from shared memor
 constexpr int kSwizzleRowBytes = 128;              // one swizzle row: 64 16-bit elements
 constexpr int kSwizzleAtomBytes = 8 * kSwizzleRowBytes;
 constexpr int kQTileElems = kBlockM * kHeadDim;
-constexpr int kKVTileElems = kBlockN * kHeadDim;
+constexpr int kKTileElems = kBlockN * kHeadDim;
+constexpr int kVTileElems = kKTileElems;
 constexpr int kSmemAlign = kSwizzleAtomBytes;    // swizzle atoms (and so every tile) start 1024-byte aligned
 constexpr bool kOverlapPV = WGMMA_OVERLAP;        // P V of tile t+1 runs during the softmax of tile t (PendingPV)
 constexpr int kVStages = kStages + kOverlapPV;    // V tile buffers
 static_assert(!kOverlapPV || kStages == 2, "WGMMA_OVERLAP needs KV_STAGES=2");
-static_assert((kQTileElems * 2) % kSmemAlign == 0 && (kKVTileElems * 2) % kSmemAlign == 0, "tiles keep alignment");
+static_assert((kQTileElems * 2) % kSmemAlign == 0 && (kKTileElems * 2) % kSmemAlign == 0, "tiles keep alignment");
 
 // cp.async (all but the kNewest most recent groups) has landed in this thread's smem; make it visible to wgmma
 // (the caller then syncs the block).
@@ -46,8 +48,9 @@ __device__ __forceinline__ void wait_tiles_landed() {
 
 // Copy rows [row0, row0 + ROWS) of a [len, HEAD_DIM] matrix (row stride `stride` elements) into the swizzled tile;
 // rows >= len are zero-filled so they add nothing to P V and make no NaN.
-template <int ROWS>
+template <int ROWS, int DIM>
 __device__ __forceinline__ void load_tile_async(elem_t* smem, const elem_t* base, int64_t stride, int row0, int len) {
+  static_assert(DIM == kHeadDim, "the wgmma tiles have one head dim");
   constexpr int kRowsPerStep = kThreads / kChunksPerRow;  // each step copies whole rows
   static_assert(kThreads % kChunksPerRow == 0 && kRowsPerStep % 8 == 0 && ROWS % kRowsPerStep == 0,
                 "a thread keeps its row % 8 (its swizzle) in every step");

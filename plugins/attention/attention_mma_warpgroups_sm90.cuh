@@ -49,8 +49,8 @@ __device__ __forceinline__ void mma_warpgroup_mainloop(const KVPipeline& pipe, c
     pipe.wait_v(v_step);
     float s[1][kNTiles][4];
     named_barrier_sync(kTurnBarrier + wg, kTurnThreads);
-    gemm_qk_issue(s, q, sK + KVPipeline::stage(step) * kKVTileElems);
-    gemm_pv_issue(o, p, sV + KVPipeline::stage(v_step) * kKVTileElems);
+    gemm_qk_issue(s, q, sK + KVPipeline::stage(step) * kKTileElems);
+    gemm_pv_issue(o, p, sV + KVPipeline::stage(v_step) * kVTileElems);
     named_barrier_arrive(kTurnBarrier + (wg ^ 1), kTurnThreads);  // the other warpgroup's turn
     wgmma_wait<1>();  // groups complete in order: S is ready, P V may still run
     fence_operands(s[0]);
@@ -76,7 +76,7 @@ __device__ __forceinline__ void mma_warpgroup_mainloop(const KVPipeline& pipe, c
     // the turn barriers: warpgroup 1's last arrival on warpgroup 0's barrier has no partner turn; absorb it
     if (wg == 0) named_barrier_sync(kTurnBarrier, kTurnThreads);
     pipe.wait_v(n_tiles - 1);
-    gemm_pv_issue(o, p, sV + KVPipeline::stage(n_tiles - 1) * kKVTileElems);
+    gemm_pv_issue(o, p, sV + KVPipeline::stage(n_tiles - 1) * kVTileElems);
     wgmma_wait<0>();
     fence_operands(p);
     fence_operands(o[0]);

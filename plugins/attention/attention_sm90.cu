@@ -4,12 +4,12 @@
 //   over through mbarriers (attention_pipeline_sm90.cuh); it gives most of its registers away (setmaxnreg);
 // - warpgroups 1 and 2 compute (attention_mma_warpgroups_sm90.cuh), 64 query rows each, with wgmma, intra-warpgroup
 //   overlap of the softmax with P V, and ping-pong turns between them;
-// then both normalize and store O (attention_epilogue_sm90.cuh). Masking, online softmax, tile scheduling and the
+// then both normalize and store O (attention_epilogue.cuh). Masking, online softmax, tile scheduling and the
 // argument list are those of attention.cu, so the plan only switches the source.
 #include "attention_tile_scheduler.cuh"
 #include "attention_load_sm90.cuh"
 #include "attention_mma_warpgroups_sm90.cuh"
-#include "attention_epilogue_sm90.cuh"
+#include "attention_epilogue.cuh"
 #include "common/warpgroup.cuh"
 
 static_assert(kWarps == 8 && kBlockM == 128, "the warp-specialized kernel has two MMA warpgroups of 64 rows");
@@ -29,6 +29,7 @@ extern "C" __global__ void __launch_bounds__(kBlockThreads, 1) fused_attention(
 #endif
     int batch, int heads_q, int heads_kv, int len_q, int len_kv,
     int q_stride_b, int q_stride_h, int q_stride_s, int kv_stride_b, int kv_stride_h, int kv_stride_s,
+    int v_stride_b, int v_stride_h, int v_stride_s, int o_stride_b, int o_stride_h, int o_stride_s,
 #if MASK_KIND != MASK_NONE
     int mask_stride_b, int mask_stride_h, int mask_stride_q, int mask_stride_k,
 #endif
@@ -37,14 +38,15 @@ extern "C" __global__ void __launch_bounds__(kBlockThreads, 1) fused_attention(
   // the plan adds kSmemAlign - 16 bytes of slack for this round-up
   elem_t* sQ = reinterpret_cast<elem_t*>(smem + ((kSmemAlign - smem_addr(smem) % kSmemAlign) % kSmemAlign));
   elem_t* sK = sQ + kQTileElems;
-  elem_t* sV = sK + kStages * kKVTileElems;
-  const KVPipeline pipe{smem_addr(sV + kStages * kKVTileElems)};
+  elem_t* sV = sK + kStages * kKTileElems;
+  const KVPipeline pipe{smem_addr(sV + kStages * kVTileElems)};
 
   const AttentionTile tile = schedule_tile();
   const int head_kv = tile.head / (heads_q / heads_kv);
   const int m0 = tile.m_block * kBlockM;
   const int64_t q_off = static_cast<int64_t>(tile.batch) * q_stride_b + static_cast<int64_t>(tile.head) * q_stride_h;
-  const int64_t kv_off = static_cast<int64_t>(tile.batch) * kv_stride_b + static_cast<int64_t>(head_kv) * kv_stride_h;
+  const int64_t k_off = static_cast<int64_t>(tile.batch) * kv_stride_b + static_cast<int64_t>(head_kv) * kv_stride_h;
+  const int64_t v_off = static_cast<int64_t>(tile.batch) * v_stride_b + static_cast<int64_t>(head_kv) * v_stride_h;
 
   // Keys [0, kv_end) can be attended by some row of this block; later keys are never loaded.
   int kv_end = len_kv;
@@ -62,8 +64,8 @@ extern "C" __global__ void __launch_bounds__(kBlockThreads, 1) fused_attention(
 
   if (threadIdx.x < kLoadThreads) {
     warpgroup_registers_decrease<kLoadRegisters>();
-    load_q_and_kv(pipe, sQ, sK, sV, Q + q_off, q_stride_s, m0, len_q, K + kv_off, V + kv_off, kv_stride_s, len_kv,
-                  n_tiles);
+    load_q_and_kv(pipe, sQ, sK, sV, Q + q_off, q_stride_s, m0, len_q, K + k_off, kv_stride_s, V + v_off, v_stride_s,
+                  len_kv, n_tiles);
   } else {
     warpgroup_registers_increase<kMmaRegisters>();
     const int warp = threadIdx.x / 32 - kLoadThreads / 32, lane = threadIdx.x % 32;
@@ -80,6 +82,7 @@ extern "C" __global__ void __launch_bounds__(kBlockThreads, 1) fused_attention(
     named_barrier_sync(kMmaDoneBarrier, kMmaThreads);  // sQ becomes the output staging buffer
     stage_output(sQ, o, row_sum, warp, lane);
     named_barrier_sync(kMmaDoneBarrier, kMmaThreads);
-    store_output_by_mma_threads(O + q_off, sQ, q_stride_s, m0, len_q, threadIdx.x - kLoadThreads);
+    store_output(O + static_cast<int64_t>(tile.batch) * o_stride_b + static_cast<int64_t>(tile.head) * o_stride_h, sQ,
+                 o_stride_s, m0, len_q, threadIdx.x - kLoadThreads);
   }
 }

@@ -10,7 +10,15 @@ struct FragmentCoords {
   int col0;  // first key of the thread in the tile (absolute)
 };
 
-// Turn raw Q.K into softmax inputs: scale (when the mask is additive), add the bias, and set masked keys to -inf.
+// Gemma-2's logit soft-capping of a raw Q.K score, in log2 units: cap * tanh(scale * s / cap) * log2(e), with
+// tanh(y) = 1 - 2 / (1 + e^(2y)) on ex2 (accurate to ~1e-6 absolute, where tanh.approx's 2^-11 relative error times
+// the cap would move fp16 outputs past their tolerance); e^(2y) = inf gives 1, 0 gives -1.
+__device__ __forceinline__ float softcap_log2(float s) {
+  const float e = exp2_approx(s * (2.f * kScaleLog2 / kSoftcap));
+  return kSoftcap * kLog2e * (1.f - __fdividef(2.f, 1.f + e));
+}
+
+// Turn raw Q.K into softmax inputs: scale (when the mask is additive) or soft-cap, add the bias, and set masked keys to -inf.
 // `check_bounds` is false for tiles wholly inside the causal and length limits (only the explicit mask applies).
 __device__ __forceinline__ void mask_scores(float (&s)[kMAtoms][kNTiles][4], FragmentCoords c, bool check_bounds,
                                             int kv_end, int causal_offset, int len_q, const mask_t* mask_row_base,
@@ -30,7 +38,8 @@ __device__ __forceinline__ void mask_scores(float (&s)[kMAtoms][kNTiles][4], Fra
         for (int e = 0; e < 2; ++e) {
           const int col = c.col0 + nt * 8 + e;
           float& v = s[mt][nt][half * 2 + e];
-          if (kPrescale) v *= kScaleLog2;
+          if (kHasSoftcap) v = softcap_log2(v);
+          else if (kPrescale) v *= kScaleLog2;
 #if MASK_KIND != MASK_NONE
           if (row_valid && col < kv_end) {
             const mask_t m = mrow[static_cast<int64_t>(col) * mask_stride_k];

@@ -32,9 +32,6 @@ from trt_fusedattn.contract import AttrSpec, OpContract, TensorSpec
 
 LAYOUTS = ("BSHD", "BHSD")
 CAUSAL_ALIGNMENTS = ("top_left", "bottom_right")
-# Head dims the kernels have a tile of their own for; any other head dim up to MAX_HEAD_DIM runs on the tile of
-# the next larger one, padded with zeros in shared memory (plan.py).
-HEAD_DIMS = (16, 32, 64, 96, 128, 256)
 MAX_HEAD_DIM = 256      # Q/K and V head dims the kernels take on every path
 MAX_HEAD_DIM_PORTABLE = 512  # ... and on the mma.sync path, which also takes 257-512 (correct, not tuned)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from trt_fusedattn.launcher.arch import WGMMA_ARCHES, shared_limit
 from trt_fusedattn.launcher.plan import LaunchPlan
-from trt_fusedattn.plugins.attention.contract import HEAD_DIMS
+from trt_fusedattn.plugins.attention.contract import head_dim_problem
 
 SOURCE = Path(__file__).with_name("attention.cu")
 SOURCE_WARP_SPECIALIZED = Path(__file__).with_name("attention_sm90.cu")
@@ -21,9 +21,12 @@ MASK_KINDS = {None: 0, "additive": 1, "bool": 2}
 LOG2E = 1.4426950408889634
 
 # Tile per head dim: (BLOCK_M, BLOCK_N, NUM_WARPS, Q_IN_REGISTERS, KV_STAGES), chosen by H100 timings
-# (NOTES.md) among those ptxas builds without register spills.
+# (NOTES.md) among those ptxas builds without register spills. Other head dims (and D_qk != D_v) take the tile of
+# the smallest key >= both head dims padded to 16; 257-512 take TILE_LARGE (O alone is D_v / 2 registers a
+# thread there, so it spills: correct, not fast).
 TILES = {16: (128, 128, 4, 1, 2), 32: (128, 64, 4, 0, 2), 64: (128, 64, 4, 1, 2), 96: (128, 64, 8, 0, 2), 128: (128, 64, 4, 0, 2),
          256: (128, 32, 8, 0, 2)}
+TILE_LARGE = (64, 16, 4, 0, 2)
 # A mask's per-element loads need registers: masked specializations use 16 query rows per warp.
 TILES_MASKED = {16: (128, 128, 8, 0, 2), 32: (128, 64, 8, 0, 2), 64: (128, 64, 8, 0, 2), 96: (128, 64, 8, 0, 2), 128: (128, 64, 8, 0, 2),
                 256: (128, 32, 8, 0, 2)}
@@ -64,13 +67,20 @@ RESCALE_THRESHOLD = "8.0f"
 
 
 def shared_mem_bytes(head_dim: int, block_m: int, block_n: int, stages: int, wgmma: bool = False,
-                     overlap: bool = False) -> int:
-    """Q tile + ``stages`` K and V tiles (what attention.cu lays out): rows padded by 16 bytes for mma.sync;
-    unpadded (swizzled) for wgmma, plus the slack that aligns them to 1024 bytes, and a third V tile with
-    WGMMA_OVERLAP."""
+                     overlap: bool = False, head_dim_v: int | None = None) -> int:
+    """Q tile + ``stages`` K and V tiles (what attention.cu lays out): for mma.sync rows of the head dim padded to
+    16, plus 16 bytes (and at least the output staging, kBlockM rows of V's pitch, which reuses them); unpadded
+    (swizzled) for wgmma, plus the slack that aligns them to 1024 bytes, and a third V tile with WGMMA_OVERLAP."""
     if wgmma:
         return (block_m + (2 * stages + int(overlap)) * block_n) * head_dim * 2 + WGMMA_SMEM_ALIGN - 16
-    return (block_m + 2 * stages * block_n) * (head_dim + 8) * 2
+    pitch_qk, pitch_v = (-(-d // 16) * 16 + 8 for d in (head_dim, head_dim_v or head_dim))
+    return max(block_m * pitch_qk + stages * block_n * (pitch_qk + pitch_v), block_m * pitch_v) * 2
+
+
+def _float_literal(x: float) -> str:
+    """A C++ float literal of ``x`` to 9 significant digits (``30`` -> ``30.0f``: ``30f`` does not parse)."""
+    text = f"{x:.9g}"
+    return text + ("f" if any(c in text for c in ".en") else ".0f")
 
 
 def _bshd(shape, layout: str):
@@ -128,9 +138,10 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
     batch, len_q, heads_q, dim = _bshd(q_shape, layout)
     kb, len_kv, heads_kv, kdim = _bshd(k_shape, layout)
     vb, vlen, vheads, vdim = _bshd(v_shape, layout)
-    if not isinstance(dim, int) or dim not in HEAD_DIMS:
-        raise ValueError(f"FusedAttention kernel supports head dims {HEAD_DIMS}, got {dim} (it must be static)")
-    for what, a, b in (("Q and K head dims", dim, kdim), ("Q and V head dims", dim, vdim), ("Q and K batch", batch, kb),
+    problem = head_dim_problem(dim, vdim)
+    if problem:
+        raise ValueError(f"FusedAttention kernel: {problem}")
+    for what, a, b in (("Q and K head dims", dim, kdim), ("Q and K batch", batch, kb),
                        ("K and V batch", kb, vb), ("K and V lengths", len_kv, vlen), ("K and V heads", heads_kv, vheads)):
         _check_equal(what, a, b)
     if isinstance(heads_q, int) and isinstance(heads_kv, int) and heads_q % heads_kv:
@@ -156,10 +167,13 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
     table = TILES_MASKED if mask_kind is not None else TILES
     if small_smem:
         table = {**table, 256: TILES_SMALL_SMEM[256]}
-    wgmma = int((tuning or {}).get("WGMMA", WGMMA_BY_DEFAULT and arch in WGMMA_ARCHES and dim in WGMMA_TILES))
-    if wgmma and (arch not in WGMMA_ARCHES or dim not in WGMMA_TILES):
+    padded = max(-(-dim // 16) * 16, -(-vdim // 16) * 16)
+    tile_key = min((d for d in table if d >= padded), default=None)
+    wgmma_ok = arch in WGMMA_ARCHES and dim in WGMMA_TILES and vdim == dim
+    wgmma = int((tuning or {}).get("WGMMA", WGMMA_BY_DEFAULT and wgmma_ok))
+    if wgmma and not wgmma_ok:
         raise ValueError(f"FusedAttention: the wgmma mainloop runs on {', '.join(WGMMA_ARCHES)} for head dims "
-                         f"{sorted(WGMMA_TILES)}, not {arch} head dim {dim}; use WGMMA=0")
+                         f"{sorted(WGMMA_TILES)} (Q/K and V alike), not {arch} head dims {dim}/{vdim}; use WGMMA=0")
     ws = int((tuning or {}).get("WARP_SPECIALIZED", wgmma and "WGMMA" not in (tuning or {}) and mask_kind is None
                                 and dim in WARP_SPECIALIZED_DEFAULT_HEAD_DIMS))
     if ws and not wgmma:
@@ -167,7 +181,7 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
                          f"needs WGMMA=1 ({', '.join(WGMMA_ARCHES)}, head dims {sorted(WGMMA_TILES)})")
     ws_table = WARP_SPECIALIZED_TILES_MASKED if mask_kind is not None else WARP_SPECIALIZED_TILES
     block_m, block_n, warps, q_in_registers, stages = (ws_table[dim] if ws else WGMMA_TILES[dim] if wgmma
-                                                       else table[dim])
+                                                       else table[tile_key] if tile_key else TILE_LARGE)
     tune = {"WARP_SPECIALIZED": ws, "WGMMA": wgmma, "BLOCK_M": block_m, "BLOCK_N": block_n, "NUM_WARPS": warps, "Q_IN_REGISTERS": q_in_registers,
             "KV_STAGES": stages, "RESCALE_THRESHOLD": RESCALE_THRESHOLD,
             "MIN_BLOCKS_PER_SM": WGMMA_MIN_BLOCKS_PER_SM[dim] if wgmma and not ws and mask_kind is None else 1,
@@ -182,35 +196,43 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
     if tune["WARP_SPECIALIZED"] and (tune["WGMMA_OVERLAP"] or (block_m, warps) != (128, 8)):
         raise ValueError("FusedAttention: the warp-specialized kernel has its own overlap (WGMMA_OVERLAP=0) and two MMA "
                          "warpgroups (BLOCK_M=128, NUM_WARPS=8)")
-    smem = shared_mem_bytes(dim, block_m, block_n, stages, bool(wgmma), bool(tune["WGMMA_OVERLAP"]))
-    while not wgmma and smem > shared_limit(arch) and block_n > 16 and "BLOCK_N" not in (tuning or {}):
+    smem = shared_mem_bytes(dim, block_m, block_n, stages, bool(wgmma), bool(tune["WGMMA_OVERLAP"]), vdim)
+    while not wgmma and smem > shared_limit(arch) and not {"BLOCK_N", "KV_STAGES"} & set(tuning or {}):
         # GPUs with 99 KB per block (sm_86, sm_89, sm_120): halve the K/V tile until the stages fit (hd128: 128x32,
-        # 68 KB instead of 128x64's 104,448 B)
-        block_n //= 2
-        tune["BLOCK_N"] = block_n
-        smem = shared_mem_bytes(dim, block_m, block_n, stages)
+        # 68 KB instead of 128x64's 104,448 B), then keep one K/V stage (head dims 257-512)
+        if block_n > 16:
+            block_n //= 2
+        elif stages == 2:
+            stages = 1
+        else:
+            break
+        tune["BLOCK_N"], tune["KV_STAGES"] = block_n, stages
+        smem = shared_mem_bytes(dim, block_m, block_n, stages, head_dim_v=vdim)
     if tune["WARP_SPECIALIZED"]:
         smem += pipeline_barrier_bytes(stages)
     if smem > shared_limit(arch):
         raise ValueError(f"FusedAttention: tile {block_m}x{block_n} at head dim {dim} needs {smem} B of shared memory, "
                          f"more than {arch} has")
-    if float(attrs.get("softcap", 0.0)):
-        raise ValueError("FusedAttention: the kernels do not take softcap yet (the reference does); leave the site "
-                         "unfused")
+    softcap = float(attrs.get("softcap", 0.0))
+    if softcap < 0:
+        raise ValueError(f"FusedAttention: softcap must be >= 0 (0: no cap), got {softcap}")
     scale = float(attrs.get("scale", 0.0)) or 1.0 / math.sqrt(dim)
     causal = int(attrs.get("causal", 0))
     defines = {
         "HEAD_DIM": dim,
+        "HEAD_DIM_V": vdim,
+        "SOFTCAP": _float_literal(softcap),
         "DTYPE_BF16": int(q_dtype == "bfloat16"),
         "CAUSAL": causal,
         "CAUSAL_BOTTOM_RIGHT": int(causal and attrs.get("causal_alignment", "top_left") == "bottom_right"),
         "MASK_KIND": MASK_KINDS[mask_kind],
         "HAS_KEY_LENGTHS": int(lengths_shape is not None),
-        "SCALE_LOG2": f"{scale * LOG2E:.9g}f",
+        "SCALE_LOG2": _float_literal(scale * LOG2E),
         **tune,
     }
     scalars = (batch, heads_q, heads_kv, len_q, len_kv,
-               *_strides(len_q, heads_q, dim, layout), *_strides(len_kv, heads_kv, dim, layout))
+               *_strides(len_q, heads_q, dim, layout), *_strides(len_kv, heads_kv, dim, layout),
+               *_strides(len_kv, heads_kv, vdim, layout), *_strides(len_q, heads_q, vdim, layout))
     if mask_kind is not None:
         scalars += _mask_strides(mask_shape, batch, heads_q, len_q, len_kv)
     ws = tune["WARP_SPECIALIZED"]

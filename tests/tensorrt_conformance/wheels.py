@@ -9,6 +9,7 @@ machine without PyPI) is used as it is. Nothing is vendored in the repository.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -64,5 +65,5 @@ def plugin_sources(version: str) -> Path:
     try:
         staging.rename(target)
     except OSError:  # another process extracted it first
-        pass
+        shutil.rmtree(staging, ignore_errors=True)
     return target

@@ -278,8 +278,12 @@ def _check_tensors(model: onnx.ModelProto, path: Path) -> list[Path]:
     return files
 
 
-# ModelProto's fields: number -> protobuf wire type (0 varint, 2 length-delimited).
-_MODEL_FIELDS = {1: 0, 2: 2, 3: 2, 4: 2, 5: 0, 6: 2, 7: 2, 8: 2, 14: 2, 20: 2, 25: 2, 26: 2}
+# ModelProto's fields: number -> protobuf wire type (0 varint, 2 length-delimited); fields a newer ONNX
+# may add are let through with any valid wire type (0 varint, 1 fixed64, 2 length-delimited, 5 fixed32).
+_MODEL_FIELDS = {f.number: 2 if f.type in (FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_MESSAGE,
+                                           FieldDescriptor.TYPE_BYTES) else 0
+                 for f in onnx.ModelProto.DESCRIPTOR.fields}
+_FIXED_BYTES = {1: 8, 5: 4}
 
 
 def _looks_like_onnx(path: Path, size: int) -> bool:
@@ -304,17 +308,19 @@ def _looks_like_onnx(path: Path, size: int) -> bool:
 
     while pos < len(head) and fields < 16:
         tag = varint()
-        if tag is None or _MODEL_FIELDS.get(tag >> 3) != tag & 7:
+        if tag is None or tag >> 3 == 0 or _MODEL_FIELDS.get(tag >> 3, tag & 7) != tag & 7:
             return False
-        value = varint()
-        if value is None:
-            return False
-        if tag & 7 == 2:
-            if pos + value > size:
+        if tag & 7 in _FIXED_BYTES:
+            pos += _FIXED_BYTES[tag & 7]
+        elif tag & 7 in (0, 2):
+            value = varint()
+            if value is None or (tag & 7 == 2 and pos + value > size):
                 return False
-            pos += value
+            pos += value if tag & 7 == 2 else 0
+        else:
+            return False
         fields += 1
-    return True
+    return pos <= size
 
 
 def _check_text(message, path: Path) -> None:

@@ -116,14 +116,15 @@ def test_a_signal_during_the_save_leaves_nothing(signum, places, capsys, monkeyp
 
     monkeypatch.setattr(io, "_write_external", write_then_signal)
     before = _snapshot(folder)
-    code, err, _ = run_case(Case([path, "-o", folder / "out.onnx", "--report", folder / "r.json", "-q"], 0), folder, capsys)
+    args = [path, "-o", folder / "out.onnx", "--report", folder / "r.json", "-q"]
+    code, err, _ = run_case(Case(args, 0), folder, capsys)
     assert code == 128 + signum and err.strip() == (f"fuse-onnx: error: stopped by {signal.Signals(signum).name}; "
                                                     f"no partial output was left")
     assert _snapshot(folder) == before
     assert signal.getsignal(signal.SIGTERM) is not cli._stop  # handlers restored after main
 
 
-def _console(*args, env=None, timeout=300):
+def _console(*args, env=None):
     script = shutil.which("fuse-onnx") or pytest.fail("the fuse-onnx console script is not installed")
     return subprocess.Popen([script, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env)
@@ -135,17 +136,14 @@ def test_sigterm_to_the_console_script_cleans_up(places):
     folder, _ = places
     path = external(mlp(), folder)
     before = _snapshot(folder)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).parent),
-                                                                    os.environ.get("PYTHONPATH")])))
-    # The child stops itself in the middle of writing the data file (sitecustomize-free: a -c wrapper).
+    # The child pauses in the middle of writing the data file, so the signal lands there.
     code = (f"import os, signal, sys; from trt_fusedattn import io, cli\n"
             f"write = io._write_external\n"
             f"def slow(stubs, data_path):\n"
             f"    write(stubs, data_path); print('writing', flush=True); signal.pause()\n"
             f"io._write_external = slow\n"
             f"sys.exit(cli.main({[str(path), '-o', str(folder / 'out.onnx'), '-q']!r}))\n")
-    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env=env)
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert child.stdout.readline().strip() == "writing"
     assert any(p.name.startswith(".out.onnx.") for p in folder.iterdir())  # the staging folder exists now
     child.send_signal(signal.SIGTERM)

@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from _file_audit import audited, outside, python_roots
 from _pipeline_models import SAMPLES

@@ -279,7 +279,8 @@ def main(argv=None) -> int:
             print(f"fuse-onnx: error: {err.filename}: {err.strerror or err}; check the path and its permissions",
                   file=sys.stderr)
             return 2
-        print(f"fuse-onnx: error: internal error ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); "
+        first = str(err).splitlines()[0] if str(err) else ""
+        print(f"fuse-onnx: error: internal error ({type(err).__name__}: {first}); "
               f"rerun with --debug and report the traceback", file=sys.stderr)  # a bug
         return 70
     finally:

@@ -5,6 +5,12 @@ The CLI prints ``fuse-onnx: error: <message>`` for any of them and exits with ``
 from __future__ import annotations
 
 
+def first_line(err: BaseException) -> str:
+    """The first line of an exception's message (its type name when empty): what a one-line error quotes."""
+    lines = str(err).strip().splitlines()
+    return lines[0] if lines else type(err).__name__
+
+
 class FuseError(Exception):
     """Base of the user-facing errors; ``str(err)`` is the one-line message."""
 

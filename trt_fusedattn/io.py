@@ -32,7 +32,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError, EncodeError
 from onnx import helper, numpy_helper
 
-from trt_fusedattn.errors import InputError
+from trt_fusedattn.errors import InputError, first_line
 
 PROTOBUF_LIMIT = 2**31 - 1          # bytes a serialized ModelProto may hold
 EXTERNAL_THRESHOLD = 1024           # tensors of at least this many bytes go to the data file
@@ -366,7 +366,7 @@ def load_model(path) -> tuple[onnx.ModelProto, bool]:
         raise InputError(f"{path}: cannot be read ({err.strerror or err}); check the path and its "
                          f"permissions") from None
     except (DecodeError, RuntimeError, ValueError) as err:
-        raise InputError(f"{path}: is not an ONNX model or is truncated/corrupt ({_first_line(err)}); "
+        raise InputError(f"{path}: is not an ONNX model or is truncated/corrupt ({first_line(err)}); "
                          f"export it again") from None
     _check_text(model, path)
     files = _check_tensors(model, path)
@@ -378,7 +378,7 @@ def load_model(path) -> tuple[onnx.ModelProto, bool]:
         onnx.checker.check_model(checked)
     except (onnx.checker.ValidationError, RuntimeError, ValueError) as err:
         raise InputError(f"{path}: is not a valid ONNX model, it may be truncated or corrupt "
-                         f"({_first_line(err)}); export it again") from None
+                         f"({first_line(err)}); export it again") from None
     if files:
         _point_external_data(model, files)
     return model, bool(files)
@@ -387,11 +387,6 @@ def load_model(path) -> tuple[onnx.ModelProto, bool]:
 def data_files(model: onnx.ModelProto) -> set[Path]:
     """The files the external tensors of a model loaded by ``load_model`` read."""
     return {Path(_external_info(t)[0]) for t in all_tensors(model) if t.data_location == onnx.TensorProto.EXTERNAL}
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return text[0] if text else type(err).__name__
 
 
 class Staged:
@@ -516,7 +511,7 @@ def _write_proto(model: onnx.ModelProto, path: Path) -> None:
     try:
         data = model.SerializeToString()
     except (ValueError, EncodeError) as err:  # protobuf refuses > 2 GB
-        raise InputError(f"the model is too large to save in one file ({_first_line(err)}); "
+        raise InputError(f"the model is too large to save in one file ({first_line(err)}); "
                          f"save with external data") from None
     with open(path, "wb") as f:
         f.write(data)

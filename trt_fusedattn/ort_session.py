@@ -37,7 +37,7 @@ from onnx import TensorProto, helper
 
 from trt_fusedattn import io
 from trt_fusedattn.contract import DOMAIN, OpContract
-from trt_fusedattn.errors import FuseError
+from trt_fusedattn.errors import FuseError, first_line
 from trt_fusedattn.plugins import CONTRACTS
 
 MAX_IR_VERSION = 13
@@ -101,7 +101,7 @@ def _evaluator(contract: OpContract, sig: _Signature) -> Callable:
         try:
             return run(*arrays, attributes=attributes)
         except BaseException as err:  # raised through onnxruntime it would abort the process: kept instead
-            _FAILURES.append(f"{contract.qualified_name} ({type(err).__name__}: {_first_line(err)})")
+            _FAILURES.append(f"{contract.qualified_name} ({type(err).__name__}: {first_line(err)})")
             empty = tuple(np.zeros(0, helper.tensor_dtype_to_np_dtype(_carrier(t))) for t in sig.output_types)
             return empty if len(empty) > 1 else empty[0]
 
@@ -189,7 +189,7 @@ def element_types(model: onnx.ModelProto) -> dict[str, int]:
         try:
             inferred = onnx.shape_inference.infer_shapes(io.skeleton(model)[0], strict_mode=False)
         except (onnx.shape_inference.InferenceError, RuntimeError, ValueError) as err:
-            raise FuseError(f"ONNX shape inference fails on the model ({_first_line(err)}): its declared shapes "
+            raise FuseError(f"ONNX shape inference fails on the model ({first_line(err)}): its declared shapes "
                             f"or types conflict; export it again") from None
         graph = inferred.graph
         types = {v.name: v.type.tensor_type.elem_type
@@ -227,7 +227,7 @@ def check_custom_node(node: onnx.NodeProto, contract: OpContract, version: int |
     try:
         contract.node_attributes(node)
     except (ValueError, TypeError, KeyError, UnicodeDecodeError) as err:
-        raise FuseError(f"{where}: {_first_line(err)}; the model is corrupt, fuse the original again") from None
+        raise FuseError(f"{where}: {first_line(err)}; the model is corrupt, fuse the original again") from None
 
 
 def bridged_model(model: onnx.ModelProto, reference_ops=()) -> onnx.ModelProto:
@@ -324,18 +324,13 @@ def session(model: onnx.ModelProto) -> ort.InferenceSession:
         raise FuseError(f"onnxruntime cannot load the model: {_ort_message(err)}") from err
 
 
-def _first_line(err: BaseException) -> str:
-    lines = str(err).strip().splitlines()
-    return lines[0] if lines else type(err).__name__
-
-
 _ORT_PREFIX = re.compile(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ")
 _ORT_NODE = re.compile(r"Non-zero status code returned while running (\S+) node\. Name:'([^']*)' Status Message: (.*)")
 
 
 def _ort_message(err: BaseException) -> str:
     """onnxruntime's message, short: the node and the reason, without its source path and C++ signature."""
-    text = _ORT_PREFIX.sub("", _first_line(err))
+    text = _ORT_PREFIX.sub("", first_line(err))
     node = _ORT_NODE.match(text)
     if node:
         op, name, status = node.groups()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 
-from trt_fusedattn.errors import TensorRTUnavailable
+from trt_fusedattn.errors import TensorRTUnavailable, first_line
 
 MIN_VERSION = (10, 9)  # AOT Python plugins and the ONNX parser's AOT plugin support (TensorRT 10.9 release notes)
 INSTALL_HINT = ("pip install 'tensorrt>=10.9' (NVIDIA's full wheel, with the builder libraries; its AOT plugins "
@@ -19,8 +19,8 @@ INSTALL_HINT = ("pip install 'tensorrt>=10.9' (NVIDIA's full wheel, with the bui
 
 
 def _first_line(exc: Exception) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0][:120]}" if text else type(exc).__name__
+    """The exception's type and the start of its first line (TensorRT's import errors run long)."""
+    return f"{type(exc).__name__}: {first_line(exc)[:120]}"
 
 
 @functools.lru_cache(maxsize=None)

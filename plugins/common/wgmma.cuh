@@ -67,13 +67,16 @@ __device__ __forceinline__ void fence_operands(uint32_t (&a)[N][4]) {
 #define WGMMA_SS_IMMEDIATES "p, 1, 1, 0, 0;\n}\n"
 #endif
 #define WGMMA_REGS_16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
-#define WGMMA_REGS_32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
+#define WGMMA_REGS_32                                                                                   \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
     "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
-#define WGMMA_REGS_64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
+#define WGMMA_REGS_64                                                                                   \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
     "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, " \
     "%41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, " \
     "%61, %62, %63}"
-#define WGMMA_REGS_128 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
+#define WGMMA_REGS_128                                                                                   \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
     "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, " \
     "%41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, " \
     "%61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, " \
@@ -87,14 +90,15 @@ __device__ __forceinline__ void fence_operands(uint32_t (&a)[N][4]) {
 #define WGMMA_ACC_N256(j) WGMMA_ACC_N128(j), WGMMA_ACC_N128(j + 16)
 // One m64nN k-step, A and B from descriptors: the accumulators are operands 0..N/2-1, the descriptors IA and IB,
 // the accumulate flag IP (SCALE_D: "r" for a run-time value, "n" for a compile-time one).
-#define WGMMA_SS(N, REGS, ACC, IA, IB, IP, SCALE_D)                                                                 \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #IP ", 0;\n"                                                 \
-               "wgmma.mma_async.sync.aligned." WGMMA_SS_SHAPE(N) " " REGS ", %" #IA ", %" #IB ", " WGMMA_SS_IMMEDIATES \
+#define WGMMA_SS(N, REGS, ACC, IA, IB, IP, SCALE_D)                                                   \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #IP ", 0;\n"                                   \
+               "wgmma.mma_async.sync.aligned." WGMMA_SS_SHAPE(N) " " REGS ", %" #IA ", %" #IB ", " \
+               WGMMA_SS_IMMEDIATES                                                                  \
                : ACC : "l"(a_desc), "l"(b_desc), SCALE_D)
-#define WGMMA_SS_EVERY_N(SCALE_D)                                                        \
-  if constexpr (N == 32) WGMMA_SS(32, WGMMA_REGS_16, WGMMA_ACC_N32(0), 16, 17, 18, SCALE_D);       \
-  else if constexpr (N == 64) WGMMA_SS(64, WGMMA_REGS_32, WGMMA_ACC_N64(0), 32, 33, 34, SCALE_D);  \
-  else if constexpr (N == 128) WGMMA_SS(128, WGMMA_REGS_64, WGMMA_ACC_N128(0), 64, 65, 66, SCALE_D); \
+#define WGMMA_SS_EVERY_N(SCALE_D)                                                                     \
+  if constexpr (N == 32) WGMMA_SS(32, WGMMA_REGS_16, WGMMA_ACC_N32(0), 16, 17, 18, SCALE_D);         \
+  else if constexpr (N == 64) WGMMA_SS(64, WGMMA_REGS_32, WGMMA_ACC_N64(0), 32, 33, 34, SCALE_D);    \
+  else if constexpr (N == 128) WGMMA_SS(128, WGMMA_REGS_64, WGMMA_ACC_N128(0), 64, 65, 66, SCALE_D);  \
   else WGMMA_SS(256, WGMMA_REGS_128, WGMMA_ACC_N256(0), 128, 129, 130, SCALE_D)
 
 // d (64 x N, fp32) = (accumulate ? d : 0) + A (64 x k, smem) * B (k x N, smem, stored N x k), both K-major; one
@@ -113,17 +117,22 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t a_desc, 
 // MN-major: stored 16 x N with N contiguous, hence the transpose flag 1); 16-bit element types only.
 template <int N>
 __device__ __forceinline__ void wgmma_rs_b_mn_major(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t b_desc) {
-  static_assert(N == 64 || N == 128, "wgmma_rs: N must be 64 or 128");
+  static_assert(N == 64 || N == 128 || N == 256, "wgmma_rs: N must be 64, 128 or 256");
   if constexpr (N == 64) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32" WGMMA_F16_TYPES " " WGMMA_REGS_32
                  ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
                  : WGMMA_ACC_N64(0) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "n"(1));
-  } else {
+  } else if constexpr (N == 128) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n128k16.f32" WGMMA_F16_TYPES " " WGMMA_REGS_64
                  ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
                  : WGMMA_ACC_N128(0) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "n"(1));
+  } else {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32" WGMMA_F16_TYPES " " WGMMA_REGS_128
+                 ", {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"
+                 : WGMMA_ACC_N256(0) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "n"(1));
   }
 }
 

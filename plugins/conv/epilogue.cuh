@@ -62,8 +62,10 @@ struct tanh { static __device__ __forceinline__ float apply(float x, float, floa
 #endif
 #if HAS_RESIDUAL
 #define RESIDUAL_PARAM , const elem_t* __restrict__ residual
+#define RESIDUAL_ARG residual
 #else
 #define RESIDUAL_PARAM
+#define RESIDUAL_ARG nullptr
 #endif
 
 // y = act(acc * scale[ch] + shift[ch]); absent inputs are compiled out. FP8 kernels define INPUT_SCALE (the
@@ -98,6 +100,15 @@ __device__ __forceinline__ ElemVec<VEC> load_vec(const elem_t* __restrict__ p, l
   ElemVec<VEC> v;
   v.bits = __ldg(reinterpret_cast<const typename VecBits<VEC>::type*>(p + offset));
   return v;
+}
+
+// The residual's VEC channels at `offset` into `res` (HAS_RESIDUAL; nothing to read otherwise).
+template <int VEC>
+__device__ __forceinline__ void load_residual(ElemVec<VEC>& res, const elem_t* __restrict__ residual,
+                                              long long offset) {
+#if HAS_RESIDUAL
+  res = load_vec<VEC>(residual, offset);
+#endif
 }
 
 // Finish VEC consecutive output channels of one pixel from their activated values: residual add and

@@ -7,7 +7,10 @@
 // on the tensor cores; the epilogue (epilogue.cuh) runs on the accumulators, stages the tile through shared memory and
 // leaves as OUT_VEC-wide stores, with the residual read the same way.
 //
-// The kernel below is the schedule; each role has its file:
+// The kernel below is the schedule: a TileLoader fetch()es tiles kAhead ahead of the MMAs and land()s them; each
+// tile's MMAs run through the main loop's wait_tiles_landed / mma_tile_begin / mma_tile_end / mma_drain (the mma.sync
+// and wgmma main loops give the same interface); FP8 quantizes A one tile ahead between begin and end; then the split
+// and cluster sums and the epilogue. Each role has its file:
 //   implicit_gemm_config.cuh        defines, operand types, tile geometry, the swizzled tile layout
 //   implicit_gemm_load.cuh          global -> shared tile loads (cp.async, or the element gather), TAPS_INNER order
 //   implicit_gemm_quantize.cuh      FP8: X quantized to e4m3 on its way to the MMAs
@@ -30,6 +33,7 @@
 #include "implicit_gemm_config.cuh"
 #include "implicit_gemm_load.cuh"
 #include "implicit_gemm_reduction.cuh"
+#include "common/cluster.cuh"
 #if WGMMA
 #include "implicit_gemm_mainloop_sm90.cuh"
 #else
@@ -85,12 +89,8 @@ fused_conv_implicit_gemm(const x_t* __restrict__ x, const op_t* __restrict__ w S
 #pragma unroll
   for (int st = 0; st < kAhead; ++st) {
     if (st < k_tiles) {
-#if IN_VEC == 8
-      loader.load(stages + st * kStageBytes, k0_of(st), x, w, H, W, C, Kgemm, cg_div);
-#else
-      loader.gather(k0_of(st), x, w, H, W, C, Cg, Kgemm, cg_div);
-      loader.store(stages + st * kStageBytes);
-#endif
+      loader.fetch(stages + st * kStageBytes, k0_of(st), x, w, H, W, C, Cg, Kgemm, cg_div);
+      loader.land(stages + st * kStageBytes);
     }
     cp_async_commit();
   }
@@ -102,61 +102,32 @@ fused_conv_implicit_gemm(const x_t* __restrict__ x, const op_t* __restrict__ w S
 #endif
 
   for (int it = 0; it < k_tiles; ++it) {
-    cp_async_wait<kAhead - 1 - kQuantAhead>();  // tile it (and it + 1 when A is quantized ahead) has landed
-#if WGMMA
-    fence_async_proxy();  // this thread's tile writes, seen by wgmma
-#endif
+    wait_tiles_landed<kAhead - 1 - kQuantAhead>();  // tile it (and it + 1 when A is quantized ahead) has landed
     // Everyone's tile data is visible, and every MMA that read the stage loaded next has finished.
     group_barrier(group);
     const int ahead = it + kAhead;
     unsigned char* stage = stages + (it % STAGES) * kStageBytes;
-#if IN_VEC == 8
-    if (ahead < k_tiles) loader.load(stages + (ahead % STAGES) * kStageBytes, k0_of(ahead), x, w, H, W, C, Kgemm,
-                                     cg_div);
-    cp_async_commit();
-#else
-    if (ahead < k_tiles) loader.gather(k0_of(ahead), x, w, H, W, C, Cg, Kgemm, cg_div);
-#endif
+    if (ahead < k_tiles)
+      loader.fetch(stages + (ahead % STAGES) * kStageBytes, k0_of(ahead), x, w, H, W, C, Cg, Kgemm, cg_div);
+    if (TileLoader::kAsync) cp_async_commit();
 #if QUANTIZE_A
     const unsigned char* a_tile = a8 + (it % kA8Tiles) * kA8Bytes;
 #else
     const unsigned char* a_tile = stage;
 #endif
-#if WGMMA
-    wgmma_tile_issue(acc, a_tile, stage + kAStageBytes, warp >> 2);
-#endif
+    mma_tile_begin(acc, a_tile, stage + kAStageBytes, warp);
 #if QUANTIZE_A
     if (it + 1 < k_tiles)
       quantize_a_tile(a8 + ((it + 1) % kA8Tiles) * kA8Bytes, stages + ((it + 1) % STAGES) * kStageBytes, group_tid);
 #endif
-#if WGMMA
-    wgmma_tile_wait<1>(acc);  // the previous tile's MMAs are done: its stage may be loaded after the next barrier
-#else
-    mma_stage(acc, a_tile, stage + kAStageBytes, row_base, col_base, lane);
-#endif
-#if IN_VEC != 8
-    if (ahead < k_tiles) loader.store(stages + (ahead % STAGES) * kStageBytes);
-#endif
+    mma_tile_end(acc, a_tile, stage + kAStageBytes, row_base, col_base, lane);
+    if (ahead < k_tiles) loader.land(stages + (ahead % STAGES) * kStageBytes);
   }
-#if WGMMA
-  wgmma_tile_wait<0>(acc);
-#endif
+  mma_drain(acc);
   cp_async_wait<0>();
   __syncthreads();
 
-#if SPLIT_K > 1
-  // Sum the groups' partial accumulators into group 0's.
-  {
-    float* partial = reinterpret_cast<float*>(smem_raw);
-    if (group > 0) store_partial(acc, partial + (group - 1) * kAccRegs * kGroupThreads, group_tid);
-    __syncthreads();
-    if (group == 0)
-#pragma unroll
-      for (int s = 0; s < SPLIT_K - 1; ++s)
-        add_partial(acc, partial + s * kAccRegs * kGroupThreads, group_tid);
-    __syncthreads();
-  }
-#endif
+  sum_split_groups(acc, smem_raw, group, group_tid);
 #if CLUSTER_K > 1
   // Sum the cluster's partial tiles into rank 0's group 0 through distributed shared memory; the other CTAs wait
   // until rank 0 has read their shared memory, then leave.
@@ -215,9 +186,7 @@ fused_conv_implicit_gemm(const x_t* __restrict__ x, const op_t* __restrict__ w S
       const int row = idx / kVecsPerRow, col = (idx % kVecsPerRow) * OUT_VEC;
       ok[j] = m0 + row < M && n0 + col < Kg;
       offset[j] = (long long)(m0 + row) * K + channel0 + col;
-#if HAS_RESIDUAL
-      if (ok[j]) res[j] = load_vec<OUT_VEC>(residual, offset[j]);
-#endif
+      if (ok[j]) load_residual<OUT_VEC>(res[j], RESIDUAL_ARG, offset[j]);
     }
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {

@@ -84,3 +84,12 @@ __device__ __forceinline__ int smem_offset(int row, int byte) {
   const int swizzle = CHUNKS >= 8 ? (row & 7) : ((row >> 1) & 3);
   return (row * CHUNKS + ((byte >> 4) ^ swizzle)) * 16 + (byte & 15);
 }
+
+// Barrier over one reduction group's threads (named barrier 1 + group; 0 is __syncthreads').
+__device__ __forceinline__ void group_barrier(int group) {
+  if (SPLIT_K == 1) {
+    __syncthreads();
+  } else {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(group + 1), "n"(kGroupThreads) : "memory");
+  }
+}

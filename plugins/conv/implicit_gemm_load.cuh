@@ -1,4 +1,6 @@
-// Global -> shared memory tile loads of the implicit GEMM. The lowered input matrix exists only tile by tile in
+// Global -> shared memory tile loads of the implicit GEMM: a TileLoader fetch()es a reduction tile (cp.async into its
+// stage, or the element gather into registers) and land()s it (the gather's store into the stage, after the tile's
+// MMAs; nothing for cp.async). The lowered input matrix exists only tile by tile in
 // shared memory: each thread precomputes, once, the input offset and the top-left input coordinate of the output
 // pixels it loads for, and per reduction tile turns kg into (r, s, c) with one fast division by Cg (fast_divmod.cuh).
 //
@@ -59,6 +61,7 @@ struct RowOrigin {
 // (8 elem_t or 16 e4m3, so FP8 needs a reduction length that is a multiple of 16) and kBRows rows.
 // Both land in the stage in the A tile's and the MMA operand's swizzled layouts.
 struct TileLoader {
+  static constexpr bool kAsync = true;  // tiles land by cp.async groups: commit after each fetch
   static constexpr int kAChunks = BLOCK_K * int(sizeof(x_t)) / 16;
   static constexpr int kBCols = kChunks;
   static constexpr int kRows = BLOCK_M * kAChunks / kGroupThreads;
@@ -91,8 +94,9 @@ struct TileLoader {
     }
   }
 
-  __device__ __forceinline__ void load(unsigned char* stage, int k0, const x_t* x, const op_t* w, int H, int W,
-                                       int C, int Kgemm, const FastDivmod& cg_div) {
+  // Start the copies of the reduction tile at k0 into `stage`.
+  __device__ __forceinline__ void fetch(unsigned char* stage, int k0, const x_t* x, const op_t* w, int H, int W,
+                                        int C, int /*Cg*/, int Kgemm, const FastDivmod& cg_div) {
     const int kg = k0 + chunk * (16 / int(sizeof(x_t)));
     int c;
     const int rs = cg_div.divmod(kg, &c);
@@ -116,11 +120,14 @@ struct TileLoader {
       cp_async_16(b_base + smem_offset<kChunks>(row, b_col * 16), ok ? w + b_offset[j] + kb : w, ok ? 16 : 0);
     }
   }
+  // The copies land in shared memory by themselves (cp_async_wait).
+  __device__ __forceinline__ void land(unsigned char* /*stage*/) const {}
 };
 #else
 // Element gather for channel counts that are not multiples of 8: thread owns one A row (and one B row) and a run
 // of kA (kB) consecutive reduction indices, walked incrementally through (r, s, c).
 struct TileLoader {
+  static constexpr bool kAsync = false;  // tiles land when stored: no cp.async groups
   static constexpr int kASegs = kGroupThreads / BLOCK_M, kA = BLOCK_K / kASegs;
   static constexpr int kBSegs = kGroupThreads / BLOCK_N, kB = BLOCK_K / kBSegs;
   static_assert(kGroupThreads % BLOCK_M == 0 && kGroupThreads % BLOCK_N == 0 && kA % 8 == 0 && kB % 8 == 0,
@@ -141,8 +148,9 @@ struct TileLoader {
     b_offset = (g * Kg + n0 + b_row) * Kgemm;
   }
 
-  __device__ __forceinline__ void gather(int k0, const elem_t* x, const op_t* w, int H, int W, int C, int Cg,
-                                         int Kgemm, const FastDivmod& cg_div) {
+  // Load the reduction tile at k0 into registers (stored into its stage by land()).
+  __device__ __forceinline__ void fetch(unsigned char* /*stage*/, int k0, const elem_t* x, const op_t* w, int H,
+                                        int W, int C, int Cg, int Kgemm, const FastDivmod& cg_div) {
     const elem_t zero = from_float(0.f);
     int kg = k0 + a_seg * kA, c;
     const int rs = cg_div.divmod(kg, &c);
@@ -159,7 +167,7 @@ struct TileLoader {
     for (int j = 0; j < kB; ++j) b_vals[j] = b_ok && kb + j < Kgemm ? w[b_offset + kb + j] : op_t(0);
   }
 
-  __device__ __forceinline__ void store(unsigned char* stage) const {
+  __device__ __forceinline__ void land(unsigned char* stage) const {
     constexpr int kOp = int(sizeof(op_t));
 #pragma unroll
     for (int j = 0; j < kA / 8; ++j)

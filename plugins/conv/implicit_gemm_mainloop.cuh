@@ -2,6 +2,7 @@
 // B columns of the swizzled tiles with ldmatrix and issues m16n8k16 (float16/bfloat16) or m16n8k32 (e4m3) MMAs,
 // fp32 accumulate.
 #pragma once
+#include "common/cp_async.cuh"
 #include "common/ldmatrix.cuh"
 #include "common/mma_sync.cuh"
 #include "common/smem.cuh"
@@ -42,3 +43,18 @@ __device__ __forceinline__ void mma_stage(float (&acc)[kMI][kNI][4], const unsig
       for (int ni = 0; ni < kNI; ++ni) mma_k32bytes(acc[mi][ni], a[mi], b[ni]);
   }
 }
+
+// The interface both main loops give the kernel (implicit_gemm_mainloop_sm90.cuh has the wgmma one).
+// All but the kNewest most recent tile loads have landed in this thread's stages (the caller then syncs the group).
+template <int kNewest>
+__device__ __forceinline__ void wait_tiles_landed() { cp_async_wait<kNewest>(); }
+
+// A tile's MMAs in two steps around the FP8 quantize of the next tile: mma.sync runs them all in the second.
+__device__ __forceinline__ void mma_tile_begin(float (&)[kMI][kNI][4], const unsigned char*, const unsigned char*,
+                                               int) {}
+__device__ __forceinline__ void mma_tile_end(float (&acc)[kMI][kNI][4], const unsigned char* a_tile,
+                                             const unsigned char* b_tile, int row_base, int col_base, int lane) {
+  mma_stage(acc, a_tile, b_tile, row_base, col_base, lane);
+}
+// Every MMA has finished (the accumulators are final).
+__device__ __forceinline__ void mma_drain(float (&)[kMI][kNI][4]) {}

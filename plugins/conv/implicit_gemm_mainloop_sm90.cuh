@@ -5,6 +5,7 @@
 // the next tile is waited for and issued (wait_group 1), so loads run STAGES - 2 tiles ahead. The accumulators keep
 // the m16n8 fragment layout per warp, so split groups and the epilogue are shared with the mma.sync path.
 #pragma once
+#include "common/cp_async.cuh"
 #include "common/smem.cuh"
 #include "common/wgmma.cuh"
 #include "implicit_gemm_config.cuh"
@@ -34,3 +35,25 @@ __device__ __forceinline__ void wgmma_tile_wait(float (&acc)[kMI][kNI][4]) {
 #pragma unroll
   for (int mi = 0; mi < kMI; ++mi) fence_operands(acc[mi]);
 }
+
+// The interface both main loops give the kernel (as implicit_gemm_mainloop.cuh's).
+// All but the kNewest most recent tile loads have landed in this thread's stages, and this thread's tile writes are
+// visible to wgmma (async proxy); the caller then syncs the group.
+template <int kNewest>
+__device__ __forceinline__ void wait_tiles_landed() {
+  cp_async_wait<kNewest>();
+  fence_async_proxy();
+}
+
+// A tile's MMAs in two steps around the FP8 quantize of the next tile: issue them; then wait for the previous tile's
+// (one tile stays in flight; its stage may be loaded after the next barrier).
+__device__ __forceinline__ void mma_tile_begin(float (&acc)[kMI][kNI][4], const unsigned char* a_tile,
+                                               const unsigned char* b_tile, int warp) {
+  wgmma_tile_issue(acc, a_tile, b_tile, warp >> 2);
+}
+__device__ __forceinline__ void mma_tile_end(float (&acc)[kMI][kNI][4], const unsigned char*, const unsigned char*,
+                                             int, int, int) {
+  wgmma_tile_wait<1>(acc);
+}
+// Every MMA has finished (the accumulators are final).
+__device__ __forceinline__ void mma_drain(float (&acc)[kMI][kNI][4]) { wgmma_tile_wait<0>(acc); }

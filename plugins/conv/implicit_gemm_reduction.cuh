@@ -6,20 +6,11 @@
 // of deep, narrow layers (3x3 over 256+ channels at 7x7/14x14) without a workspace or second kernel.
 // CLUSTER_K > 1 (sm_90): the reduction is split over a thread-block cluster of CLUSTER_K CTAs along grid.z (a
 // compile-time cluster shape, so the launch itself is plain); CTA rank r takes the r-th contiguous slice of the
-// reduction tiles, and rank 0 sums the others' partial tiles from their shared memory (DSMEM) before the epilogue.
+// reduction tiles, and rank 0 sums the others' partial tiles from their shared memory (DSMEM) before the epilogue
+// (in the kernel body, where the other CTAs return; store_partial lays out their partial tiles).
 // Deep layers with few output tiles (3x3 over 512 channels at 7x7) fill the GPU without a workspace.
 #pragma once
-#include "common/cluster.cuh"
 #include "implicit_gemm_config.cuh"
-
-// Barrier over one reduction group's threads (named barrier 1 + group; 0 is __syncthreads').
-__device__ __forceinline__ void group_barrier(int group) {
-  if (SPLIT_K == 1) {
-    __syncthreads();
-  } else {
-    asm volatile("bar.sync %0, %1;\n" ::"r"(group + 1), "n"(kGroupThreads) : "memory");
-  }
-}
 
 // A group's accumulators as one partial tile in shared memory, in fragment order (consecutive threads, consecutive
 // words: conflict-free), for the split groups' and the cluster's sums.
@@ -31,4 +22,19 @@ __device__ __forceinline__ void store_partial(const float (&acc)[kMI][kNI][4], f
 __device__ __forceinline__ void add_partial(float (&acc)[kMI][kNI][4], const float* partial, int group_tid) {
 #pragma unroll
   for (int i = 0; i < kAccRegs; ++i) (&acc[0][0][0])[i] += partial[i * kGroupThreads + group_tid];
+}
+
+// Sum the split groups' partial accumulators into group 0's (SPLIT_K > 1; nothing otherwise).
+__device__ __forceinline__ void sum_split_groups(float (&acc)[kMI][kNI][4], unsigned char* smem, int group,
+                                                 int group_tid) {
+#if SPLIT_K > 1
+  float* partial = reinterpret_cast<float*>(smem);
+  if (group > 0) store_partial(acc, partial + (group - 1) * kAccRegs * kGroupThreads, group_tid);
+  __syncthreads();
+  if (group == 0)
+#pragma unroll
+    for (int s = 0; s < SPLIT_K - 1; ++s)
+      add_partial(acc, partial + s * kAccRegs * kGroupThreads, group_tid);
+  __syncthreads();
+#endif
 }

@@ -31,10 +31,11 @@ class FloorDim:
     symbol: str
     offset: int = 0
     divisor: int = 1
+    opaque: bool = False  # the symbol names one unknown dim of one tensor (equal only to itself), not a model dim
 
     def window(self, add: int, stride: int) -> FloorDim:
         """``floor((self + add) / stride)``."""
-        return FloorDim(self.symbol, self.offset + add * self.divisor, self.divisor * stride)
+        return FloorDim(self.symbol, self.offset + add * self.divisor, self.divisor * stride, self.opaque)
 
     def __str__(self) -> str:
         inner = f"{self.symbol}{self.offset:+d}" if self.offset else self.symbol
@@ -43,7 +44,8 @@ class FloorDim:
 
 def describe(dims: list | None) -> list | None:
     """Dims as reports show them: ints, symbolic dims as text, None where unknown."""
-    return None if dims is None else [str(d) if isinstance(d, FloorDim) else d for d in dims]
+    return None if dims is None else [None if isinstance(d, FloorDim) and d.opaque else str(d)
+                                      if isinstance(d, FloorDim) else d for d in dims]
 
 
 def _window(dim, add: int, stride: int):
@@ -55,8 +57,8 @@ def _window(dim, add: int, stride: int):
 class TensorShapes:
     """Shapes of one graph's tensors, made at the start of a family's pass.
 
-    Proofs: ``of`` (dims int, FloorDim or None; onnx inference completes the shapes of ``wanted`` tensors),
-    ``same``, ``report``. Static dims: ``dim``, ``rank``, ``report_recorded`` read the shapes as the graph records
+    Proofs: ``of`` (dims int or FloorDim, an unknown dim an opaque FloorDim of its own; onnx inference completes
+    the shapes of ``wanted`` tensors), ``same``, ``report``. Static dims: ``dim``, ``rank``, ``report_recorded`` read the shapes as the graph records
     them now, completed (``symbolic=True``) by onnxruntime's symbolic inference of the graph as it was when this
     object was made (inferred on first use) and by Reshape targets."""
 
@@ -79,9 +81,10 @@ class TensorShapes:
         if derived is not None and None not in derived:
             return derived
         recorded = self.recorded.get(tensor.name)
-        if recorded is None:
-            return derived
-        return [FloorDim(d) if isinstance(d, str) else d for d in recorded]
+        dims = derived if recorded is None else [FloorDim(d) if isinstance(d, str) else d for d in recorded]
+        # an unknown dim stands for itself: two tensors computed from one through shape-keeping ops share it
+        return None if dims is None else [FloorDim(f"{tensor.name}[{axis}]", opaque=True) if d is None else d
+                                          for axis, d in enumerate(dims)]
 
     def report(self, tensor: gs.Tensor) -> list | None:
         """The dims as a Site shows them (``describe``)."""
@@ -160,7 +163,23 @@ class TensorShapes:
             return self._windowed(node)
         if node.op in _BROADCASTING and len(node.inputs) == 2:
             return self._broadcast(*node.inputs)
+        shape_of = producer(node.inputs[1]) if node.op == "Reshape" else None
+        if is_op(shape_of, "Shape") and "start" not in shape_of.attrs and "end" not in shape_of.attrs:
+            return self.of(shape_of.inputs[0])  # Reshape(y, Shape(x)): back to x's shape (GroupNorm's export)
+        if node.op == "Concat":
+            return self._concatenated(node)
         return None
+
+    def _concatenated(self, node: gs.Node) -> list | None:
+        """A Concat's shape where its inputs provably agree off the axis and their sizes on it are ints."""
+        parts = [self.of(t) for t in node.inputs]
+        if any(p is None or len(p) != len(parts[0]) for p in parts):
+            return None
+        axis = node.attrs.get("axis", 0) % len(parts[0])
+        others = [[d for i, d in enumerate(p) if i != axis] for p in parts]
+        if not all(same_shape(others[0], o) for o in others) or not all(isinstance(p[axis], int) for p in parts):
+            return None
+        return [sum(p[axis] for p in parts) if i == axis else d for i, d in enumerate(parts[0])]
 
     def _windowed(self, node: gs.Node) -> list | None:
         x = self.of(node.inputs[0])

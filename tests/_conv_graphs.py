@@ -285,9 +285,16 @@ def affine_case() -> onnx.ModelProto:
 
 
 def weight_producer_case(op_type: str) -> onnx.ModelProto:
-    """Conv whose weights a node computes from an initializer: Cast (float32 -> float16, in a float16 graph) or
-    DequantizeLinear (int8 Q/DQ, float32 graph)."""
+    """Conv whose weights a node computes from an initializer: Cast (float32 -> float16, in a float16 graph),
+    CastLike (as onnxscript writes weights and literals: the weights and the erf GELU's constants cast like the
+    input) or DequantizeLinear (int8 Q/DQ, float32 graph)."""
     b = GraphBuilder(np.float16 if op_type == "Cast" else np.float32)
+    if op_type == "CastLike":
+        w = b.op("CastLike", [b.const(b.rng.standard_normal((6, 4, 3, 3)) / 6, np.float64), "x"])
+        conv = b.op("Conv", ["x", w, b.random((6,), 0.5)], pads=[1, 1, 1, 1])
+        like = [b.op("CastLike", [b.const(value, np.float64), conv]) for value in (1.4142135, 1.0, 0.5)]
+        gate = b.op("Mul", [like[2], b.op("Add", [b.op("Erf", [b.op("Div", [conv, like[0]])]), like[1]])])
+        return b.model({"x": [2, 4, 6, 6]}, {b.op("Mul", [conv, gate]): None})
     if op_type == "Cast":
         w = b.op("Cast", [b.const(b.rng.standard_normal((6, 4, 3, 3)) / 6, np.float32)], to=onnx.TensorProto.FLOAT16)
     else:

@@ -16,7 +16,8 @@ from trt_fusedattn.verification import verify
 import _conv_graphs as graphs
 
 SAMPLES = Path(__file__).resolve().parents[1] / "models" / "samples"
-CONV_SAMPLES = sorted(p for family in ("resnet", "mobilenetv2", "vit") for p in SAMPLES.glob(f"{family}_*.onnx"))
+CONV_SAMPLES = sorted(p for family in ("resnet", "mobilenetv2", "vit", "levit", "unet")
+                      for p in SAMPLES.glob(f"{family}_*.onnx"))
 
 
 def fuse_conv(model: onnx.ModelProto):
@@ -277,7 +278,7 @@ def test_every_conv_of_the_samples_is_fused(path):
     fused, sites = fuse_and_verify(model)
     convs = [n for n in model.graph.node if n.op_type == "Conv"]
     assert convs and len(sites) == len(convs) and all(s.fused for s in sites), [s.reason for s in sites]
-    cnn = not path.stem.startswith("vit")  # in ViT the Adds and activations belong to the transformer
+    cnn = path.stem.startswith(("resnet", "mobilenetv2"))  # elsewhere Adds and activations are the transformer's
     absorbed = {"Conv", "Pad", "BatchNormalization"} | ({"Add", "Relu", "Clip"} if cnn else set())
     assert not absorbed & set(op_types(fused)), op_types(fused)
     if cnn:
@@ -286,6 +287,8 @@ def test_every_conv_of_the_samples_is_fused(path):
     if path.stem.startswith("resnet"):
         assert all(s.details["post_activation"] == "relu" for s in sites if s.details["residual"])
         assert all(s.details["bn_folded"] == ("_bn_" in path.stem) for s in sites)
+    if path.stem.startswith("unet"):  # each residual block's Add, proved of the output's shape in both exports
+        assert sum(bool(s.details["residual"]) for s in sites) == 3, [s.details.get("chain_end") for s in sites]
     if path.stem.startswith("mobilenetv2"):
         assert sum(s.details["activation"] == "clip(0, 6)" for s in sites) == 35
 
@@ -297,6 +300,14 @@ def test_per_channel_affine_arithmetic_folds_into_weights_and_shift():
 def test_weights_cast_from_float32_are_folded():
     fused, sites = fuse_and_verify(graphs.weight_producer_case("Cast"))
     assert only(sites).fused and initializer(fused, only(fused_nodes(fused)).input[1]).dtype == np.float16
+
+
+def test_weights_and_literals_cast_like_the_input_are_folded():
+    """onnxscript's CastLike(constant, x): the weights fold, and the GELU's constants do not count as readers."""
+    fused, sites = fuse_and_verify(graphs.weight_producer_case("CastLike"))
+    site = only(sites)
+    assert site.fused and site.details["activation"] == "gelu", site
+    assert op_types(fused) == ["FusedConv"]
 
 
 def test_quantized_weights_are_left_alone():

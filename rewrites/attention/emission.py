@@ -9,8 +9,8 @@ from onnx import TensorProto, helper
 
 from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION
 from trt_fusedattn.rewrites._graph import numpy_dtype, unique_name
-from trt_fusedattn.rewrites.attention.match import (FOLDED_KEY_TRANSPOSE, HEAD_SPLIT, KEY_TRANSPOSE, Match, Operand,
-                                                    Output, Shared)
+from trt_fusedattn.rewrites.attention.match import (FOLDED_KEY_TRANSPOSE, HEAD_SPLIT, KEY_TRANSPOSE, FilledMask, Match,
+                                                    Operand, Output, Shared)
 
 
 class _Emitter:
@@ -93,11 +93,14 @@ def _mask_input(match: Match, emit: _Emitter, qtype) -> tuple[gs.Tensor | None, 
     """The one mask tensor to pass (combining several), and its kind for the report."""
     keep, heads = None, match.folded_heads
     keep_masks, float_masks = list(match.keep_masks), list(match.float_masks)
-    for mask, kind in match.folded_masks:  # [B*H, L_q, L_kv] terms of folded scores, split to [B, H, L_q, L_kv]
-        if kind == "keep":
+    for mask in match.folded_masks:  # [B*H, L_q, L_kv] terms of folded scores, split to [B, H, L_q, L_kv]
+        if isinstance(mask, FilledMask):
+            float_masks.append(FilledMask(emit.unfold(mask.keep, heads, "keep"), mask.negate, mask.fill))
+        elif isinstance(mask, tuple):
             keep_masks.append((emit.unfold(mask[0], heads, "keep"), mask[1]))
         else:
             float_masks.append(emit.unfold(mask, heads, "bias"))
+    float_masks = [_additive(m, emit, qtype) if isinstance(m, FilledMask) else m for m in float_masks]
     if keep_masks:
         parts = [emit.shared_node("Not", [t], "keep", np.dtype(bool)) if negate else t for t, negate in keep_masks]
         keep = parts[0]
@@ -121,6 +124,18 @@ def _mask_input(match: Match, emit: _Emitter, qtype) -> tuple[gs.Tensor | None, 
     for part in masks[1:]:
         mask = emit.shared_node("Add", [mask, part], "mask", qtype or numpy_dtype(mask))
     return mask, "float"
+
+
+def _additive(mask: FilledMask, emit: _Emitter, qtype) -> gs.Tensor:
+    """Where(keep, 0, fill) in Q's dtype (fill where ``keep`` is False, or True when ``negate``), once for all
+    layers."""
+    key = ("filled", id(mask.keep), mask.negate, mask.fill, qtype.str)
+    if key not in emit.shared.nodes:
+        zero, fill = (gs.Constant(unique_name(f"{emit.base}/{what}", emit.taken), np.array(value, qtype))
+                      for what, value in (("zero", 0.0), ("fill", mask.fill)))
+        emit.shared.nodes[key] = emit.node("Where", [mask.keep, *((fill, zero) if mask.negate else (zero, fill))],
+                                           "filled_mask", qtype)
+    return emit.shared.nodes[key]
 
 
 def _route_output(out: Output, layout: str, emit: _Emitter, qtype) -> gs.Tensor:

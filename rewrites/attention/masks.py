@@ -14,7 +14,7 @@ from trt_fusedattn.rewrites import CannotFuse
 from trt_fusedattn.rewrites._graph import (constant_value, is_op, is_present, is_standard, numpy_dtype, producer,
                                            scalar_value, unique_name)
 from trt_fusedattn.rewrites._shapes import TensorShapes
-from trt_fusedattn.rewrites.attention.match import Match, Shared
+from trt_fusedattn.rewrites.attention.match import FilledMask, Match, Shared
 
 MASKED_FILL_LIMIT = -1.0e4          # a fill at or below this removes a key from the softmax (exp underflows)
 
@@ -176,8 +176,15 @@ def _comparison_causal(tensor: gs.Tensor, negate: bool) -> float | None:
 
 
 def classify_masks(match: Match, lq, lkv, shared: Shared, shapes: TensorShapes) -> None:
-    """Turn recognized causal triangles into ``causal`` and drop all-pass constants."""
-    keeps = [part for keep in match.keep_masks for part in _split_and(*keep)]
+    """Turn recognized causal triangles into ``causal`` and drop all-pass constants; a Where with a finite fill
+    that is more than that stays additive (``FilledMask``)."""
+    keeps, filled = [], []
+    for keep in match.keep_masks:
+        parts, fill = _split_and(*keep), match.fills.get(id(keep[0]))
+        if fill is not None and not all(_absorbed(part, match, lq, lkv, shapes) for part in parts):
+            filled.append(FilledMask(*keep, fill))
+        else:
+            keeps.extend(parts)
     floats = []
     for mask in match.float_masks:
         value = constant_value(mask)
@@ -212,7 +219,16 @@ def classify_masks(match: Match, lq, lkv, shared: Shared, shapes: TensorShapes) 
         if constant is not None and constant.all():
             continue
         rest.append((tensor, negate))
-    match.float_masks, match.keep_masks = floats, rest
+    match.float_masks, match.keep_masks = floats + filled, rest
+
+
+def _absorbed(part, match: Match, lq, lkv, shapes: TensorShapes) -> bool:
+    """Whether a keep-mask factor becomes ``causal`` (consistent with the site's) or is an all-pass constant."""
+    alignment = _causal_of(part, lq, lkv, shapes)
+    if alignment:
+        return not match.causal or match.causal_alignment == alignment
+    constant = _constant_keep(*part)
+    return constant is not None and bool(constant.all())
 
 
 def _causal_of(part, lq, lkv, shapes: TensorShapes) -> str | None:
@@ -235,9 +251,11 @@ def _causal_of(part, lq, lkv, shapes: TensorShapes) -> str | None:
 
 def check_masks(match: Match, shapes: TensorShapes) -> None:
     """The masks left after classification are ones FusedAttention broadcasts (rank 2 to 4, dtypes known)."""
-    if match.float_masks and match.keep_masks and numpy_dtype(match.q.any()) is None:
-        raise CannotFuse("the site has an additive and a boolean mask and Q's dtype is unknown")
-    for mask in match.float_masks + [t for t, _ in match.keep_masks]:
+    if numpy_dtype(match.q.any()) is None and (match.float_masks and match.keep_masks or any(
+            isinstance(m, FilledMask) for m in match.float_masks + match.folded_masks)):
+        raise CannotFuse("the site's masks need an additive form in Q's dtype and Q's dtype is unknown")
+    for mask in [m.keep if isinstance(m, FilledMask) else m for m in match.float_masks] + \
+            [t for t, _ in match.keep_masks]:
         rank = shapes.rank(mask)
         if rank is None:
             raise CannotFuse(f"the rank of mask '{mask.name}' is unknown; run shape inference first")

@@ -36,6 +36,17 @@ class Operand:
         return 0 if getattr(self, layout.lower()) is not None else 1
 
 
+@dataclass(frozen=True)
+class FilledMask:
+    """Where(keep, S, fill) with a finite ``fill`` (finfo.min): masked scores become ``fill``, so a query row with no
+    key left averages V. Passed as the additive mask Where(keep, 0, fill), which does the same (``negate``:
+    ``keep`` is True where masked)."""
+
+    keep: gs.Tensor
+    negate: bool
+    fill: float
+
+
 @dataclass
 class Output:
     """The attention output: the tensor consumers read ([B,H,S,D] or, for 3-D Attention, [B,S,H*D]) and the
@@ -68,9 +79,11 @@ class Match:
     scale: float = 0.0                 # 0: the contract's 1/sqrt(D)
     float_masks: list = field(default_factory=list)
     keep_masks: list = field(default_factory=list)  # (tensor, negate): boolean, True = attend (after negate)
+    fills: dict = field(default_factory=dict)  # id(keep tensor) -> the finite fill of its Where (else -inf)
     softcap: float = 0.0               # > 0: scores capped as softcap * tanh(s / softcap) before the masks
     folded_heads: int | None = None    # heads of scores computed as [B*H, L_q, L_kv] (1: none split off)
-    folded_masks: list = field(default_factory=list)  # (tensor, kind) added to the folded scores, kind "float"/"keep"
+    folded_masks: list = field(default_factory=list)  # [B*H,L,L] masks of folded scores: tensors, (keep, negate),
+    #                                                   FilledMasks
     causal: int = 0
     causal_alignment: str = "top_left"
     key_lengths: gs.Tensor | None = None   # valid keys per batch (int64 [B] from ONNX Attention's nonpad_kv_seqlen)

@@ -14,7 +14,7 @@ from trt_fusedattn.rewrites._graph import (consumers, is_graph_output, is_op, is
                                            producer, scalar_value)
 from trt_fusedattn.rewrites._shapes import TensorShapes
 from trt_fusedattn.rewrites.attention.masks import MASKED_FILL_LIMIT
-from trt_fusedattn.rewrites.attention.match import FOLDED_KEY_TRANSPOSE, Match, Operand, Output
+from trt_fusedattn.rewrites.attention.match import FOLDED_KEY_TRANSPOSE, FilledMask, Match, Operand, Output
 from trt_fusedattn.rewrites.attention.operands import (FLOAT_DTYPES, peel_float_cast, peel_scale, scalar_factor,
                                                        trace_bhsd, trace_keys, trace_output)
 
@@ -97,16 +97,16 @@ def _is_masked_fill(value: float | None) -> bool:
 def _walk_scores(softmax: gs.Node, graph: gs.Graph, match: Match, shapes: TensorShapes) -> gs.Node:
     """From the Softmax input up to the Q·Kᵀ MatMul, recording scales, the softcap, masks, Casts and the Reshape
     that splits heads folded into the batch ([B*H,L,L] -> [B,H,L,L]); returns the MatMul."""
-    tensor, scale, masks, fold = softmax.inputs[0], 1.0, [], None
+    tensor, scale, masks, fold, reader = softmax.inputs[0], 1.0, [], None, softmax
     while True:
         node = producer(tensor)
         if node is None:
             raise CannotFuse("the Softmax input is not computed from a MatMul (not attention)")
-        readers = consumers(tensor)
-        if len(readers) != 1 or is_graph_output(tensor, graph):
-            others = sorted({n.op for n in readers if n is not softmax} | ({"graph output"} if
-                            is_graph_output(tensor, graph) else set()))
-            raise CannotFuse(f"the attention scores '{tensor.name}' are also read by {', '.join(others)}")
+        others = [n for n in consumers(tensor) if n is not reader and not _sizes_only(n, reader, graph)]
+        if others or is_graph_output(tensor, graph):
+            names = sorted({n.op for n in others} | ({"graph output"} if is_graph_output(tensor, graph) else set()))
+            raise CannotFuse(f"the attention scores '{tensor.name}' are also read by {', '.join(names)}")
+        reader = node
         if is_op(node, "MatMul"):
             match.scale = scale
             _file_masks(match, masks, fold, shapes.rank(tensor), shapes)
@@ -155,14 +155,38 @@ def _walk_scores(softmax: gs.Node, graph: gs.Graph, match: Match, shapes: Tensor
                 raise CannotFuse(f"Where '{node.name}' masks the scores inside the softcap's Tanh")
             if _reaches_scores(a) and _is_masked_fill(scalar_value(b)):
                 masks.append(((cond, False), "keep", fold is not None))
-                tensor = a
+                tensor, fill = a, scalar_value(b)
             elif _reaches_scores(b) and _is_masked_fill(scalar_value(a)):
                 masks.append(((cond, True), "keep", fold is not None))
-                tensor = b
+                tensor, fill = b, scalar_value(a)
             else:
                 raise CannotFuse(f"Where '{node.name}' does not fill masked scores with -inf or a large negative")
+            if fill != -math.inf:
+                match.fills[id(cond)] = fill
         else:
             raise _not_attention_step(node)
+
+
+_SIZE_STEPS = {"Gather", "Slice", "Unsqueeze", "Squeeze", "Concat", "Cast", "Mul", "Div", "Add", "Sub"}
+
+
+def _sizes_only(node: gs.Node, reshape: gs.Node, graph: gs.Graph) -> bool:
+    """Whether ``node`` is a Shape whose value only goes, through shape arithmetic, into the target of
+    ``reshape`` (a Reshape the site replaces, as TorchScript sizes ``scores.view(-1, H, L, L)``)."""
+    if not is_op(node, "Shape") or not is_op(reshape, "Reshape"):
+        return False
+    frontier = list(node.outputs)
+    while frontier:
+        tensor = frontier.pop()
+        if is_graph_output(tensor, graph):
+            return False
+        for reader in consumers(tensor):
+            if reader is reshape and reshape.inputs[1] is tensor and reshape.inputs[0] is not tensor:
+                continue
+            if not (is_standard(reader) and reader.op in _SIZE_STEPS):
+                return False
+            frontier.extend(reader.outputs)
+    return True
 
 
 def _file_masks(match: Match, masks: list, fold: gs.Node | None, rank: int | None, shapes: TensorShapes) -> None:
@@ -176,7 +200,8 @@ def _file_masks(match: Match, masks: list, fold: gs.Node | None, rank: int | Non
     for mask, kind, past_fold in masks:
         tensor = mask if kind == "float" else mask[0]
         if rank == 3 and (past_fold or fold is None) and shapes.rank(tensor) == 3 and shapes.dim(tensor, 0) != 1:
-            match.folded_masks.append((mask, kind))
+            fill = match.fills.get(id(tensor)) if kind == "keep" else None
+            match.folded_masks.append(mask if fill is None else FilledMask(*mask, fill))
         elif kind == "float":
             match.float_masks.append(mask)
         else:
@@ -200,8 +225,10 @@ def _walk_probabilities(softmax: gs.Node, graph: gs.Graph, match: Match, shapes:
                 raise CannotFuse(f"Dropout '{node.name}' on the probabilities runs in training mode")
             tensor = node.outputs[0]
             continue
-        if len(readers) == 1 and is_op(readers[0], "Reshape") and folds and shapes.rank(readers[0].outputs[0]) == 3:
-            folds, tensor = False, readers[0].outputs[0]
+        unfold = next((n for n in readers if is_op(n, "Reshape") and n.inputs[0] is tensor), None)
+        if folds and unfold is not None and shapes.rank(unfold.outputs[0]) == 3 and all(
+                n is unfold or _sizes_only(n, unfold, graph) for n in readers):
+            folds, tensor = False, unfold.outputs[0]
             continue
         guard = _nan_guard(tensor, readers)
         if guard is not None:

@@ -11,6 +11,7 @@ import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.ir.tensor import LazyValues
 
 from trt_fusedattn import io
+from trt_fusedattn.calibration import DEFAULT_SOURCE, Method, calibrate, parse_method
 from trt_fusedattn.errors import InputError
 from trt_fusedattn.plugins import CONTRACTS
 from trt_fusedattn.report import Report
@@ -52,13 +53,21 @@ def check_families(only) -> None:
         raise InputError(f"unknown rewrite family {', '.join(sorted(unknown))}; choose from {', '.join(FAMILIES)}")
 
 
-def fuse(model_or_path, only=None, *, consume: bool = False) -> tuple[onnx.ModelProto, Report]:
+def fuse(model_or_path, only=None, *, consume: bool = False, precision: str | None = None,
+         calibration: str | int = DEFAULT_SOURCE, calib_method: Method | str = "max", dims=None,
+         quiet: bool = True) -> tuple[onnx.ModelProto, Report]:
     """Rewrite every attention and convolution site of a model (ModelProto or path) into our custom ops.
 
     ``only``: family names to run (default all of ``FAMILIES``). ``consume=True`` lets the pass change the
-    given ModelProto instead of copying it (saves the memory of a large model). Returns the fused model and
-    the report of every site found; a model with nothing to fuse comes back unchanged but for shape info."""
+    given ModelProto instead of copying it (saves the memory of a large model). ``precision="fp8"``: every
+    FusedConv that has an FP8 kernel is made FP8 with scales calibrated on the original model (``calibration``:
+    an .npz path or ``random:N``; ``calib_method``: see ``calibration.parse_method``; ``dims`` sizes random
+    inputs; progress on stderr unless ``quiet``). Convs of a Q/DQ-quantized model are FP8 whatever the
+    precision. Returns the fused model and the report of every site found; a model with nothing to fuse comes
+    back unchanged but for shape info."""
     check_families(only)
+    if precision == "fp8":
+        consume = False  # calibration runs the original
     if isinstance(model_or_path, onnx.ModelProto):
         where = "<in memory>"
         model = model_or_path if consume else onnx.ModelProto()
@@ -69,7 +78,11 @@ def fuse(model_or_path, only=None, *, consume: bool = False) -> tuple[onnx.Model
         model = io.load_model(model_or_path)[0]
     check_opset(model, where)
     fused, sites = rewrite(model, only)
-    return fused, Report(model=where, sites=sites)
+    report = Report(model=where, sites=sites)
+    if precision == "fp8":
+        method = parse_method(calib_method) if isinstance(calib_method, str) else calib_method
+        report.notes.extend(calibrate(model, fused, sites, calibration, method, dims, quiet))
+    return fused, report
 
 
 def rewrite(model: onnx.ModelProto, only=None) -> tuple[onnx.ModelProto, list]:

@@ -45,7 +45,8 @@ def _randomize_affine(model: torch.nn.Module, generator: torch.Generator) -> Non
     them to 0 and 1), so that folding or dropping them is really tested."""
     with torch.no_grad():
         for module in model.modules():
-            is_norm = isinstance(module, (torch.nn.BatchNorm2d, torch.nn.LayerNorm)) or type(module).__name__.endswith("RMSNorm")
+            is_norm = isinstance(module, (torch.nn.BatchNorm2d, torch.nn.LayerNorm, torch.nn.GroupNorm)) or \
+                type(module).__name__.endswith("RMSNorm")
             if is_norm and getattr(module, "weight", None) is not None:
                 module.weight.copy_(1 + 0.2 * torch.randn(module.weight.shape, generator=generator))
             if isinstance(getattr(module, "bias", None), torch.nn.Parameter):
@@ -197,3 +198,128 @@ def mobilenetv2(depth_multiplier: float = 0.25, image_size: int = 64, finegraine
     axes = {name: {0: "batch"} for name in ("pixel_values", *outputs)}
     return _build("mobilenetv2", transformers.MobileNetV2Model, config, seed, dtype, ("pixel_values",), outputs,
                   _image_inputs(3, image_size, dtype), axes)
+
+
+def deberta_v2(layers: int = 2, hidden: int = 32, heads: int = 2, vocab: int = 128, max_positions: int = 128,
+               dtype: torch.dtype = torch.float32, seed: int = 0) -> Sample:
+    """DebertaV2Model: disentangled attention, with the heads folded into the batch ([B*H, L, L] scores) and
+    content-to-position and position-to-content terms added to the scores before the mask."""
+    config = transformers.DebertaV2Config(
+        vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+        intermediate_size=2 * hidden, max_position_embeddings=max_positions, relative_attention=True,
+        pos_att_type=["p2c", "c2p"], max_relative_positions=max_positions, position_biased_input=False)
+    inputs, outputs = ("input_ids", "attention_mask"), ("last_hidden_state",)
+    return _build("deberta_v2", transformers.DebertaV2Model, config, seed, dtype, inputs, outputs,
+                  _text_inputs(vocab, inputs), _text_axes(inputs, outputs))
+
+
+def gemma2(layers: int = 2, hidden: int = 64, heads: int = 4, kv_heads: int = 2, vocab: int = 128,
+           max_positions: int = 128, dtype: torch.dtype = torch.float32, seed: int = 0) -> Sample:
+    """Gemma2Model: logit softcapping (cap * tanh(s / cap) before the mask), a query scale that is not
+    1/sqrt(D) (query_pre_attn_scalar), GQA, alternating sliding-window and global layers. Eager attention: the
+    softcap exists only there."""
+    config = transformers.Gemma2Config(
+        vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+        num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=hidden // heads,
+        max_position_embeddings=max_positions, query_pre_attn_scalar=24, attn_logit_softcapping=5.0,
+        final_logit_softcapping=None, sliding_window=4, use_cache=False, attn_implementation="eager")
+    inputs, outputs = ("input_ids", "attention_mask", "position_ids"), ("last_hidden_state",)
+    return _build("gemma2", transformers.Gemma2Model, config, seed, dtype, inputs, outputs,
+                  _text_inputs(vocab, inputs), _text_axes(inputs, outputs))
+
+
+def mixtral(layers: int = 2, hidden: int = 64, heads: int = 4, kv_heads: int = 2, experts: int = 4,
+            vocab: int = 128, max_positions: int = 128, dtype: torch.dtype = torch.float32, seed: int = 0) -> Sample:
+    """MixtralModel: mixture-of-experts layers whose routers are Softmaxes that are not attention, beside causal
+    GQA self-attention."""
+    config = transformers.MixtralConfig(
+        vocab_size=vocab, hidden_size=hidden, intermediate_size=hidden, num_hidden_layers=layers,
+        num_attention_heads=heads, num_key_value_heads=kv_heads, num_local_experts=experts, num_experts_per_tok=2,
+        max_position_embeddings=max_positions, use_cache=False, attn_implementation="eager",
+        experts_implementation="batched_mm")  # every expert on every token, then the routed ones kept: traceable
+    inputs, outputs = ("input_ids", "attention_mask", "position_ids"), ("last_hidden_state",)
+    return _build("mixtral", transformers.MixtralModel, config, seed, dtype, inputs, outputs,
+                  _text_inputs(vocab, inputs), _text_axes(inputs, outputs))
+
+
+def levit(image_size: int = 64, hidden_sizes: tuple[int, ...] = (24, 32, 48), heads: tuple[int, ...] = (2, 3, 4),
+          key_dim: tuple[int, ...] = (8, 8, 8), dtype: torch.dtype = torch.float32, seed: int = 0) -> Sample:
+    """LevitModel: a conv+BN stem, then attention whose value head dim (attention_ratio * key_dim) differs from
+    the query/key head dim, with a learned position bias added to the scores, and subsampling attention."""
+    config = transformers.LevitConfig(
+        image_size=image_size, hidden_sizes=list(hidden_sizes), num_attention_heads=list(heads), depths=[1, 1, 1],
+        key_dim=list(key_dim), attention_ratio=[2, 2, 2], mlp_ratio=[2, 2, 2],
+        down_ops=[["Subsample", key_dim[0], hidden_sizes[0] // key_dim[0], 4, 2, 2],
+                  ["Subsample", key_dim[0], hidden_sizes[1] // key_dim[0], 4, 2, 2]])
+    outputs = ("last_hidden_state",)
+    axes = {name: {0: "batch"} for name in ("pixel_values", *outputs)}
+    return _build("levit", transformers.LevitModel, config, seed, dtype, ("pixel_values",), outputs,
+                  _image_inputs(3, image_size, dtype), axes)
+
+
+class _ResBlock(torch.nn.Module):
+    """A diffusion UNet's residual block: GroupNorm, SiLU, 3x3 conv, twice, plus the input (1x1 conv when the
+    channel count changes)."""
+
+    def __init__(self, channels: int, out_channels: int, groups: int):
+        super().__init__()
+        self.norm1, self.norm2 = torch.nn.GroupNorm(groups, channels), torch.nn.GroupNorm(groups, out_channels)
+        self.conv1 = torch.nn.Conv2d(channels, out_channels, 3, padding=1)
+        self.conv2 = torch.nn.Conv2d(out_channels, out_channels, 3, padding=1)
+        self.shortcut = torch.nn.Conv2d(channels, out_channels, 1) if channels != out_channels else torch.nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.conv1(torch.nn.functional.silu(self.norm1(x)))
+        return self.conv2(torch.nn.functional.silu(self.norm2(h))) + self.shortcut(x)
+
+
+class _SpatialAttention(torch.nn.Module):
+    """Self-attention over the pixels of a feature map, heads of ``head_dim`` (Stable Diffusion 1.5: 40/80/160)."""
+
+    def __init__(self, channels: int, head_dim: int, groups: int):
+        super().__init__()
+        self.norm, self.heads = torch.nn.GroupNorm(groups, channels), channels // head_dim
+        self.qkv, self.out = torch.nn.Linear(channels, 3 * channels), torch.nn.Linear(channels, channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, c, h, w = x.shape
+        tokens = self.norm(x).flatten(2).transpose(1, 2)
+        q, k, v = (t.unflatten(-1, (self.heads, -1)).transpose(1, 2) for t in self.qkv(tokens).chunk(3, dim=-1))
+        o = torch.nn.functional.scaled_dot_product_attention(q, k, v).transpose(1, 2).flatten(2)
+        return x + self.out(o).transpose(1, 2).reshape(b, c, h, w)
+
+
+class _TinyUNet(torch.nn.Module):
+    """conv_in, a residual block, a stride-2 downsample, a residual block with attention, nearest upsample, the
+    skip concatenated, a residual block with a 1x1 shortcut, conv_out."""
+
+    def __init__(self, channels: int, head_dim: int, groups: int):
+        super().__init__()
+        c = channels
+        self.conv_in, self.down_block = torch.nn.Conv2d(4, c, 3, padding=1), _ResBlock(c, c, groups)
+        self.down = torch.nn.Conv2d(c, c, 3, stride=2, padding=1)
+        self.mid_block, self.attention = _ResBlock(c, 2 * c, groups), _SpatialAttention(2 * c, head_dim, groups)
+        self.up = torch.nn.Conv2d(2 * c, c, 3, padding=1)
+        self.up_block, self.conv_out = _ResBlock(2 * c, c, groups), torch.nn.Conv2d(c, 4, 3, padding=1)
+
+    def forward(self, sample: torch.Tensor) -> dict[str, torch.Tensor]:
+        skip = self.down_block(self.conv_in(sample))
+        h = self.attention(self.mid_block(self.down(skip)))
+        h = self.up(torch.nn.functional.interpolate(h, scale_factor=2.0, mode="nearest"))
+        return {"out_sample": self.conv_out(self.up_block(torch.cat([h, skip], dim=1)))}
+
+
+def unet(channels: int = 20, head_dim: int = 40, dtype: torch.dtype = torch.float32, seed: int = 0) -> Sample:
+    """A tiny diffusion UNet (plain torch: the diffusers package is not a dependency): residual blocks whose adds
+    FusedConv absorbs, spatial attention with Stable Diffusion's head dim 40, dynamic height and width."""
+    torch.manual_seed(seed)
+    model = _TinyUNet(channels, head_dim, groups=4)
+    _randomize_affine(model, torch.Generator().manual_seed(seed + 1))
+    model = TensorOutputs(model, ("sample",), ("out_sample",)).eval().to(dtype)
+
+    def make(batch: int, seq: int, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
+        side = 2 * max(2, seq)  # even: the downsample and the upsample meet again
+        return (torch.randn(batch, 4, side, side, generator=generator).to(dtype),)
+
+    axes = {"sample": {0: "batch", 2: "height", 3: "width"}, "out_sample": {0: "batch", 2: "height", 3: "width"}}
+    return Sample("unet", model, make, ("sample",), ("out_sample",), axes, dtype)

@@ -14,9 +14,9 @@ from trt_fusedattn.rewrites._graph import (attribute_text, constant_value, is_op
 
 # Ops whose first output has the shape of their first input.
 _SHAPE_PRESERVING = {
-    "Abs", "BatchNormalization", "Cast", "Clip", "Dropout", "Elu", "Erf", "Exp", "Gelu", "HardSigmoid", "HardSwish",
-    "Identity", "InstanceNormalization", "LayerNormalization", "LeakyRelu", "Log", "Mish", "Neg", "Relu", "Selu",
-    "Sigmoid", "Softmax", "Softplus", "Sqrt", "Swish", "Tanh",
+    "Abs", "BatchNormalization", "Cast", "Clip", "Dropout", "Elu", "Erf", "Exp", "Gelu", "GroupNormalization",
+    "HardSigmoid", "HardSwish", "Identity", "InstanceNormalization", "LayerNormalization", "LeakyRelu", "Log", "Mish",
+    "Neg", "RMSNormalization", "Relu", "Selu", "Sigmoid", "Softmax", "Softplus", "Sqrt", "Swish", "Tanh",
 }
 _BROADCASTING = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min"}
 _WINDOWED = {"Conv", "MaxPool", "AveragePool"}

@@ -141,6 +141,16 @@ def _wgmma_cases():
             for d, t in ((64, "bfloat16"), (128, "float16")):
                 cases.append(AttentionCase(f"wg-causal-{al}-{lq}x{lkv}-hd{d}", len_q=lq, len_kv=lkv, dim=d, dtype=t,
                                            causal=1, alignment=al, tuning=wg))
+    cases += [  # head dim 256 (wgmma N = 256 for P V, 64-key tiles)
+        AttentionCase("wg-hd256-bfloat16", dim=256, tuning=wg),
+        AttentionCase("wg-hd256-float16-causal-br", dim=256, dtype="float16", len_q=300, len_kv=1000, causal=1,
+                      alignment="bottom_right", tuning=wg),
+        AttentionCase("wg-hd256-len7x300-keylen", dim=256, len_q=7, len_kv=300, key_lengths=True, tuning=wg),
+        AttentionCase("wg-hd256-additive-gqa", dim=256, mask="additive", heads_q=8, heads_kv=2, dtype="float16",
+                      tuning=wg),
+        AttentionCase("wg-hd256-bool-bhsd-causal", dim=256, mask="bool", layout="BHSD", len_q=200, len_kv=200,
+                      causal=1, tuning=wg),
+    ]
     cases += [
         AttentionCase("wg-softcap-hd64", scale=0.9, softcap=5.0, len_q=300, len_kv=700, dtype="float16", tuning=wg),
         AttentionCase("wg-softcap-additive-hd128", dim=128, softcap=2.0, mask="additive", tuning=wg),
@@ -206,7 +216,8 @@ def _warp_specialized_cases():
     over the wgmma mainloop's feature cases (every feature, lengths 1..16534 so the K/V pipeline wraps its stages
     many times), the short ones also under compute-sanitizer."""
     ws = (("WARP_SPECIALIZED", 1),)
-    small = {"ws-hd64-float16", "ws-hd128-bfloat16", "ws-len1x1-hd64", "ws-causal-bottom_right-100x300-hd64",
+    small = {"ws-hd64-float16", "ws-hd128-bfloat16", "ws-hd256-bfloat16", "ws-len1x1-hd64",
+             "ws-causal-bottom_right-100x300-hd64",
              "ws-key-lengths-hd64", "ws-additive-full-hd64", "ws-bool-keylen-bhsd-hd128"}
     cases = [replace(c, name="ws-" + c.name[3:], tuning=ws) for c in WGMMA_CASES if c.tuning == (("WGMMA", 1),)]
     return [replace(c, small=c.name in small) for c in cases]

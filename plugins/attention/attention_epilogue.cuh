@@ -36,3 +36,26 @@ __device__ __forceinline__ void store_output(elem_t* out, const elem_t* sO, int6
           *reinterpret_cast<const bits_t*>(sO + row * kRowPitchV + v * kVec);
   }
 }
+
+// The warp-specialized kernel's store: this thread's rows of O / rowsum (rows row0 and row0 + 8 of a 16-row warp
+// slice, two adjacent columns per n8 block) straight from registers to global memory, 4 bytes per store; a quad of
+// lanes covers 16 contiguous bytes of a row. No shared memory, so no barrier between the two MMA warpgroups or
+// against the loads (O is a small share of the bytes next to the products).
+template <int kM>
+__device__ __forceinline__ void store_output_from_registers(elem_t* out, const float (&o)[kM][kDTiles][4],
+                                                            const float (&row_sum)[kM][2], int64_t stride, int row0,
+                                                            int len_q, int lane) {
+  static_assert(kM == 1 && kHeadDimV % 8 == 0, "16-row warp slices of a head dim in whole n8 blocks");
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const float l = quad_sum(row_sum[0][half]);
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const int row = row0 + half * 8;
+    if (row < len_q) {
+      uint32_t* dst = reinterpret_cast<uint32_t*>(out + row * stride + (lane % 4) * 2);
+#pragma unroll
+      for (int dt = 0; dt < kDTiles; ++dt)
+        dst[dt * 4] = pack_elem2(o[0][dt][half * 2] * inv, o[0][dt][half * 2 + 1] * inv);
+    }
+  }
+}

@@ -10,27 +10,6 @@
 #include "attention_pipeline_sm90.cuh"
 #include "attention_mainloop_sm90.cuh"
 
-// Rows [row0, row0 + ROWS) of a [len, HEAD_DIM] matrix (row stride `stride`) into a swizzled tile by the load
-// warpgroup (thread `tid` of kLoadThreads); rows >= len are zero-filled.
-template <int ROWS>
-__device__ __forceinline__ void load_tile_by_loaders(elem_t* smem, const elem_t* base, int64_t stride, int row0,
-                                                     int len, int tid) {
-  constexpr int kRowsPerStep = kLoadThreads / kChunksPerRow;
-  static_assert(kLoadThreads % kChunksPerRow == 0 && kRowsPerStep % 8 == 0 && ROWS % kRowsPerStep == 0,
-                "a loader thread keeps its row % 8 (its swizzle) in every step");
-  const int row = tid / kChunksPerRow, chunk = tid % kChunksPerRow;
-  const elem_t* src = base + (row0 + row) * stride + chunk * 8;
-  const int64_t step = kRowsPerStep * stride;
-  const uint32_t dst = smem_addr(smem) + (chunk / 8) * (ROWS * kSwizzleRowBytes) + row * kSwizzleRowBytes +
-                       (((chunk % 8) ^ (row % 8)) * 16);
-#pragma unroll
-  for (int i = 0; i < ROWS / kRowsPerStep; ++i) {
-    const bool valid = row0 + row + i * kRowsPerStep < len;
-    cp_async_16(dst + i * kRowsPerStep * kSwizzleRowBytes, valid ? src : base, valid ? 16 : 0);
-    src += step;
-  }
-}
-
 // This loader thread's copies so far, all but the newest group, have landed: make them visible to wgmma, then
 // count this thread's arrival on `full`.
 __device__ __forceinline__ void publish_all_but_newest(uint32_t full) {
@@ -46,17 +25,17 @@ __device__ __forceinline__ void load_q_and_kv(const KVPipeline& pipe, elem_t* sQ
                                               const elem_t* k_base, int64_t k_stride, const elem_t* v_base,
                                               int64_t v_stride, int len_kv, int n_tiles) {
   const int tid = threadIdx.x;
-  load_tile_by_loaders<kBlockM>(sQ, q_base, q_stride, m0, len_q, tid);
+  load_tile_swizzled<kBlockM, kLoadThreads>(sQ, q_base, q_stride, m0, len_q, tid);
   cp_async_commit();
   for (int step = 0; step < n_tiles; ++step) {
     const int n0 = (n_tiles - 1 - step) * kBlockN;
     const int s = KVPipeline::stage(step);
     pipe.acquire_k(step);
-    load_tile_by_loaders<kBlockN>(sK + s * kKTileElems, k_base, k_stride, n0, len_kv, tid);
+    load_tile_swizzled<kBlockN, kLoadThreads>(sK + s * kKTileElems, k_base, k_stride, n0, len_kv, tid);
     cp_async_commit();
     publish_all_but_newest(step == 0 ? pipe.full_q() : pipe.full_v(KVPipeline::stage(step - 1)));
     pipe.acquire_v(step);
-    load_tile_by_loaders<kBlockN>(sV + s * kVTileElems, v_base, v_stride, n0, len_kv, tid);
+    load_tile_swizzled<kBlockN, kLoadThreads>(sV + s * kVTileElems, v_base, v_stride, n0, len_kv, tid);
     cp_async_commit();
     publish_all_but_newest(pipe.full_k(s));
   }

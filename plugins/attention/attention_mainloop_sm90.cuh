@@ -20,8 +20,8 @@
 #include "common/smem.cuh"
 #include "common/wgmma.cuh"
 
-static_assert((kHeadDim == 64 || kHeadDim == 128) && kHeadDimV == kHeadDim,
-              "the wgmma mainloop serves head dims 64 and 128 (the same for Q/K and V)");
+static_assert((kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256) && kHeadDimV == kHeadDim,
+              "the wgmma mainloop serves head dims 64, 128 and 256 (the same for Q/K and V)");
 static_assert(kBlockN == 64 || kBlockN == 128, "the wgmma mainloop takes BLOCK_N 64 or 128");
 static_assert(kWarpRows == 16 && kMAtoms == 1 && kWarps % 4 == 0, "the wgmma mainloop needs BLOCK_M = 16 * NUM_WARPS "
               "(one warpgroup per 64 query rows)");
@@ -46,25 +46,36 @@ __device__ __forceinline__ void wait_tiles_landed() {
   fence_async_proxy();
 }
 
-// Copy rows [row0, row0 + ROWS) of a [len, HEAD_DIM] matrix (row stride `stride` elements) into the swizzled tile;
-// rows >= len are zero-filled so they add nothing to P V and make no NaN.
-template <int ROWS, int DIM>
-__device__ __forceinline__ void load_tile_async(elem_t* smem, const elem_t* base, int64_t stride, int row0, int len) {
-  static_assert(DIM == kHeadDim, "the wgmma tiles have one head dim");
-  constexpr int kRowsPerStep = kThreads / kChunksPerRow;  // each step copies whole rows
-  static_assert(kThreads % kChunksPerRow == 0 && kRowsPerStep % 8 == 0 && ROWS % kRowsPerStep == 0,
-                "a thread keeps its row % 8 (its swizzle) in every step");
-  const int row = threadIdx.x / kChunksPerRow, chunk = threadIdx.x % kChunksPerRow;
+// Copy rows [row0, row0 + ROWS) of a [len, HEAD_DIM] matrix (row stride `stride` elements) into the swizzled tile
+// by THREADS threads (this one is `tid`); rows >= len are zero-filled so they add nothing to P V and make no NaN.
+// A thread copies one 16-byte chunk of every (THREADS / chunks per row)-th row: with 8k rows per step it keeps its
+// row % 8 (its swizzle) throughout; with 4 (head dim 256 by one warpgroup) row % 8 alternates by XOR 4, since adding
+// 4 modulo 8 flips bit 2.
+template <int ROWS, int THREADS>
+__device__ __forceinline__ void load_tile_swizzled(elem_t* smem, const elem_t* base, int64_t stride, int row0, int len,
+                                                   int tid) {
+  constexpr int kRowsPerStep = THREADS / kChunksPerRow;
+  static_assert(THREADS % kChunksPerRow == 0 && kRowsPerStep % 4 == 0 && ROWS % kRowsPerStep == 0,
+                "whole rows per step, 4 or a multiple of 8 of them");
+  const int row = tid / kChunksPerRow, chunk = tid % kChunksPerRow;
   const elem_t* src = base + (row0 + row) * stride + chunk * 8;  // one running pointer (few live registers)
   const int64_t step = kRowsPerStep * stride;
-  const uint32_t dst = smem_addr(smem) + (chunk / 8) * (ROWS * kSwizzleRowBytes) + row * kSwizzleRowBytes +
-                       (((chunk % 8) ^ (row % 8)) * 16);
+  const uint32_t dst = smem_addr(smem) + (chunk / 8) * (ROWS * kSwizzleRowBytes) + row * kSwizzleRowBytes;
 #pragma unroll
   for (int i = 0; i < ROWS / kRowsPerStep; ++i) {
     const bool valid = row0 + row + i * kRowsPerStep < len;
-    cp_async_16(dst + i * kRowsPerStep * kSwizzleRowBytes, valid ? src : base, valid ? 16 : 0);
+    const int swizzle = (row % 8) ^ ((i * kRowsPerStep) % 8);
+    cp_async_16(dst + i * kRowsPerStep * kSwizzleRowBytes + (((chunk % 8) ^ swizzle) * 16), valid ? src : base,
+                valid ? 16 : 0);
     src += step;
   }
+}
+
+// The single-role kernel's tile loads: every thread of the block.
+template <int ROWS, int DIM>
+__device__ __forceinline__ void load_tile_async(elem_t* smem, const elem_t* base, int64_t stride, int row0, int len) {
+  static_assert(DIM == kHeadDim, "the wgmma tiles have one head dim");
+  load_tile_swizzled<ROWS, kThreads>(smem, base, stride, row0, len, threadIdx.x);
 }
 
 // The A operand of S = Q K^T: this warpgroup's 64 rows of the Q tile in shared memory, as a wgmma descriptor.

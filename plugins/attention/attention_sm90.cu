@@ -4,7 +4,7 @@
 //   over through mbarriers (attention_pipeline_sm90.cuh); it gives most of its registers away (setmaxnreg);
 // - warpgroups 1 and 2 compute (attention_mma_warpgroups_sm90.cuh), 64 query rows each, with wgmma, intra-warpgroup
 //   overlap of the softmax with P V, and ping-pong turns between them;
-// then both normalize and store O (attention_epilogue.cuh). Masking, online softmax, tile scheduling and the
+// then each normalizes and stores its rows of O straight from registers (attention_epilogue.cuh). Masking, online softmax, tile scheduling and the
 // argument list are those of attention.cu, so the plan only switches the source.
 #include "attention_tile_scheduler.cuh"
 #include "attention_load_sm90.cuh"
@@ -17,7 +17,6 @@ constexpr int kBlockThreads = kLoadThreads + kMmaThreads;
 // 40 * 128 + 232 * 256 = 64512 of the SM's 65536 registers.
 constexpr int kLoadRegisters = 24;
 constexpr int kMmaRegisters = 240;
-constexpr int kMmaDoneBarrier = 3;  // both MMA warpgroups are done with shared memory (ids 1-2: their turns)
 
 extern "C" __global__ void __launch_bounds__(kBlockThreads, 1) fused_attention(
     const elem_t* __restrict__ Q, const elem_t* __restrict__ K, const elem_t* __restrict__ V,
@@ -79,10 +78,8 @@ extern "C" __global__ void __launch_bounds__(kBlockThreads, 1) fused_attention(
 #endif
     float o[1][kDTiles][4], row_sum[1][2];
     mma_warpgroup_mainloop(pipe, sQ, sK, sV, n_tiles, lim, warp, lane, o, row_sum);
-    named_barrier_sync(kMmaDoneBarrier, kMmaThreads);  // sQ becomes the output staging buffer
-    stage_output(sQ, o, row_sum, warp, lane);
-    named_barrier_sync(kMmaDoneBarrier, kMmaThreads);
-    store_output(O + static_cast<int64_t>(tile.batch) * o_stride_b + static_cast<int64_t>(tile.head) * o_stride_h, sQ,
-                 o_stride_s, m0, len_q, threadIdx.x - kLoadThreads);
+    store_output_from_registers(
+        O + static_cast<int64_t>(tile.batch) * o_stride_b + static_cast<int64_t>(tile.head) * o_stride_h, o, row_sum,
+        o_stride_s, m0 + warp * kWarpRows + lane / 4, len_q, lane);
   }
 }

@@ -36,10 +36,12 @@ TILES_SMALL_SMEM = {**TILES, 256: (64, 16, 4, 0, 2)}
 # sm_90a: (BLOCK_M, BLOCK_N, NUM_WARPS, Q_IN_REGISTERS, KV_STAGES); masks use the same tiles (16 rows per warp already).
 # Head dim 64 runs two blocks per SM (<= 128 registers, 50 KB smem each) so one block's softmax overlaps the other's
 # wgmmas (without a mask: an additive mask's loads would spill at 128 registers); head dim 128 one block of 128x128 (about 160-210 registers). Predictions, not yet timed (NOTES.md).
-WGMMA_TILES = {64: (128, 64, 8, 0, 2), 128: (128, 128, 8, 0, 2)}
-WGMMA_MIN_BLOCKS_PER_SM = {64: 2, 128: 1}
+WGMMA_TILES = {64: (128, 64, 8, 0, 2), 128: (128, 128, 8, 0, 2), 256: (128, 64, 8, 0, 2)}
+WGMMA_MIN_BLOCKS_PER_SM = {64: 2, 128: 1, 256: 1}
+# Head dims whose default on sm_90a is a wgmma kernel (256 since its first H100 run: 2x the mma.sync path).
+WGMMA_DEFAULT_HEAD_DIMS = (64, 128, 256)
 # FA3's intra-warpgroup overlap (P V of tile t+1 during the softmax of tile t; NOTES.md): off until timed.
-WGMMA_OVERLAP = {64: 0, 128: 0}
+WGMMA_OVERLAP = {64: 0, 128: 0, 256: 0}
 WGMMA_SMEM_ALIGN = 1024  # its swizzled tiles start 1024-byte aligned: the kernel rounds its smem base up
 # The wgmma mainloop is the default on sm_90a for head dims 64/128: tests/test_attention_sm90_gpu.py passed on the
 # H100 (70/70, 2026-11-22) and it ran 1.19-1.50x FA2 (benchmarks/results/attention_h100_wgmma.md).
@@ -48,12 +50,13 @@ WGMMA_BY_DEFAULT = True
 # intra-warpgroup overlap, FlashAttention-3's design): its tiles, and its K/V pipeline's mbarriers (full Q, full and
 # empty K and V per stage, 8 bytes each) after the tiles.
 # It is the default (when the tuning does not force WGMMA) where it passed the GPU tests and timed faster than the wgmma
-# mainloop at every point: head dim 128 without a mask (H100, 2026-11-24: 1.08-1.31x; NOTES.md). Head dim 64 timed
-# the same as the wgmma mainloop (0.93-1.03x) and masked tiles are untimed: those stay on the wgmma mainloop.
-WARP_SPECIALIZED_TILES = {64: (128, 128, 8, 0, 2), 128: (128, 128, 8, 0, 2)}
+# mainloop at every point: head dims 128 and 256 without a mask (H100, 2026-11-24: hd128 1.08-1.31x, hd256 1.0-1.15x
+# at seq >= 2k; NOTES.md). Head dim 64 timed about the same as the wgmma mainloop and masked tiles are untimed: those
+# stay on the wgmma mainloop.
+WARP_SPECIALIZED_TILES = {64: (128, 128, 8, 0, 2), 128: (128, 128, 8, 0, 2), 256: (128, 64, 8, 0, 2)}
 # an additive mask's loads at head dim 128 spill (40 B) with 128-key tiles at the MMA warpgroups' 240 registers
 WARP_SPECIALIZED_TILES_MASKED = {**WARP_SPECIALIZED_TILES, 128: (128, 64, 8, 0, 2)}
-WARP_SPECIALIZED_DEFAULT_HEAD_DIMS = (128,)
+WARP_SPECIALIZED_DEFAULT_HEAD_DIMS = (128, 256)
 LOAD_WARPGROUP_THREADS = 128
 
 
@@ -170,7 +173,8 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
     padded = max(-(-dim // 16) * 16, -(-vdim // 16) * 16)
     tile_key = min((d for d in table if d >= padded), default=None)
     wgmma_ok = arch in WGMMA_ARCHES and dim in WGMMA_TILES and vdim == dim
-    wgmma = int((tuning or {}).get("WGMMA", WGMMA_BY_DEFAULT and wgmma_ok))
+    wgmma = int((tuning or {}).get("WGMMA", WGMMA_BY_DEFAULT and wgmma_ok and
+                                   (dim in WGMMA_DEFAULT_HEAD_DIMS or bool((tuning or {}).get("WARP_SPECIALIZED")))))
     if wgmma and not wgmma_ok:
         raise ValueError(f"FusedAttention: the wgmma mainloop runs on {', '.join(WGMMA_ARCHES)} for head dims "
                          f"{sorted(WGMMA_TILES)} (Q/K and V alike), not {arch} head dims {dim}/{vdim}; use WGMMA=0")

@@ -113,28 +113,23 @@ def _mask_input(match: Match, emit: _Emitter, qtype) -> tuple[gs.Tensor | None, 
     masks = [mask if qtype is None or numpy_dtype(mask) in (None, qtype) else
              emit.shared_node("Cast", [mask], "mask_cast", qtype, {"to": helper.np_dtype_to_tensor_dtype(qtype)})
              for mask in float_masks]
-    if keep is not None:  # both kinds: the boolean one in additive form (-inf where masked), once for all layers
-        key = ("keep_additive", id(keep), qtype.str)
-        if key not in emit.shared.nodes:
-            zero, neg_inf = (gs.Constant(unique_name(f"{emit.base}/{what}", emit.taken), np.array(value, qtype))
-                             for what, value in (("zero", 0.0), ("neg_inf", -np.inf)))
-            emit.shared.nodes[key] = emit.node("Where", [keep, zero, neg_inf], "keep_additive", qtype)
-        masks.append(emit.shared.nodes[key])
+    if keep is not None:  # both kinds: the boolean one in additive form (-inf where masked)
+        masks.append(_additive(FilledMask(keep, False, -np.inf), emit, qtype, "keep_additive"))
     mask = masks[0]
     for part in masks[1:]:
         mask = emit.shared_node("Add", [mask, part], "mask", qtype or numpy_dtype(mask))
     return mask, "float"
 
 
-def _additive(mask: FilledMask, emit: _Emitter, qtype) -> gs.Tensor:
+def _additive(mask: FilledMask, emit: _Emitter, qtype, what: str = "filled_mask") -> gs.Tensor:
     """Where(keep, 0, fill) in Q's dtype (fill where ``keep`` is False, or True when ``negate``), once for all
     layers."""
-    key = ("filled", id(mask.keep), mask.negate, mask.fill, qtype.str)
+    key = ("additive", id(mask.keep), mask.negate, mask.fill, qtype.str)
     if key not in emit.shared.nodes:
         zero, fill = (gs.Constant(unique_name(f"{emit.base}/{what}", emit.taken), np.array(value, qtype))
                       for what, value in (("zero", 0.0), ("fill", mask.fill)))
         emit.shared.nodes[key] = emit.node("Where", [mask.keep, *((fill, zero) if mask.negate else (zero, fill))],
-                                           "filled_mask", qtype)
+                                           what, qtype)
     return emit.shared.nodes[key]
 
 

@@ -33,7 +33,7 @@ from typing import Callable, Mapping
 import numpy as np
 import onnx
 import onnxruntime as ort
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from trt_fusedattn import io
 from trt_fusedattn.contract import DOMAIN, OpContract
@@ -239,6 +239,7 @@ def bridged_model(model: onnx.ModelProto, reference_ops=()) -> onnx.ModelProto:
         if (node.domain, node.op_type) in _BY_OP:
             check_custom_node(node, _BY_OP[node.domain, node.op_type], versions.get(node.domain))
     types = element_types(copy)
+    weights = {t.name: t for t in copy.graph.initializer}
     nodes = []
     for node in copy.graph.node:
         contract = _BY_OP.get((node.domain, node.op_type))
@@ -262,7 +263,13 @@ def bridged_model(model: onnx.ModelProto, reference_ops=()) -> onnx.ModelProto:
                          tuple(types[i] for i in inputs if i), tuple(types[o] for o in outputs))
         carried_in = []
         for name in filter(None, inputs):
-            if types[name] in _CARRIED_AS_FLOAT:
+            if name in weights and types[name] in _CARRIED_AS_FLOAT:  # converted here: below opset 19 a Cast
+                if f"{name}__float" not in weights:                     # from float8 is not a valid node
+                    weights[f"{name}__float"] = numpy_helper.from_array(
+                        numpy_helper.to_array(weights[name]).astype(np.float32), f"{name}__float")
+                    copy.graph.initializer.append(weights[f"{name}__float"])
+                name = f"{name}__float"
+            elif types[name] in _CARRIED_AS_FLOAT:
                 nodes.append(helper.make_node("Cast", [name], [f"{name}__float_{node.name}"], to=TensorProto.FLOAT))
                 name = f"{name}__float_{node.name}"
             carried_in.append(name)
@@ -311,6 +318,10 @@ def session(model: onnx.ModelProto) -> ort.InferenceSession:
     options = ort.SessionOptions()
     options.register_custom_ops_library(get_library_path())
     options.log_severity_level = 4  # fatal only: its errors reach the user as our one-line messages
+    if any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph.node):
+        # onnxruntime's extended QDQ fusions are written for INT8: on FP8 Q/DQ they compute wrong results
+        # (a Q/DQ ResNet: 100% error) or fail to load (Clip -> QuantizeLinear); the basic level is exact
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     try:
         if io.tensor_bytes(model) <= io.PROTOBUF_LIMIT // 2:
             return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])

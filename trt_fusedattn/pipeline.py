@@ -16,6 +16,7 @@ from trt_fusedattn.errors import InputError
 from trt_fusedattn.plugins import CONTRACTS
 from trt_fusedattn.report import Report
 from trt_fusedattn.rewrites import FAMILIES, run_all
+from trt_fusedattn.rewrites.conv import qdq
 
 # Default-domain opsets the rewrites read: from 13 (Softmax over one axis, Split/Squeeze/Unsqueeze axes as
 # inputs) to the newest this onnx package knows.
@@ -66,8 +67,6 @@ def fuse(model_or_path, only=None, *, consume: bool = False, precision: str | No
     precision. Returns the fused model and the report of every site found; a model with nothing to fuse comes
     back unchanged but for shape info."""
     check_families(only)
-    if precision == "fp8":
-        consume = False  # calibration runs the original
     if isinstance(model_or_path, onnx.ModelProto):
         where = "<in memory>"
         model = model_or_path if consume else onnx.ModelProto()
@@ -77,11 +76,15 @@ def fuse(model_or_path, only=None, *, consume: bool = False, precision: str | No
         where = str(model_or_path)
         model = io.load_model(model_or_path)[0]
     check_opset(model, where)
+    original = None
+    if precision == "fp8":  # calibration runs the original; the pass turns ``model`` into the fused model
+        method = parse_method(calib_method) if isinstance(calib_method, str) else calib_method
+        original = onnx.ModelProto()
+        original.CopyFrom(model)
     fused, sites = rewrite(model, only)
     report = Report(model=where, sites=sites)
-    if precision == "fp8":
-        method = parse_method(calib_method) if isinstance(calib_method, str) else calib_method
-        report.notes.extend(calibrate(model, fused, sites, calibration, method, dims, quiet))
+    if original is not None:
+        report.notes.extend(calibrate(original, fused, sites, calibration, method, dims, quiet))
     return fused, report
 
 
@@ -94,7 +97,9 @@ def rewrite(model: onnx.ModelProto, only=None) -> tuple[onnx.ModelProto, list]:
         values = getattr(tensor, "_values", None)
         if isinstance(values, LazyValues) and values.tensor.data_location == onnx.TensorProto.EXTERNAL:
             tensor._values = _ExternalValues(values.tensor)
+    quantized = qdq.dequantize_weights(graph) if only is None or "conv" in only else {}
     sites = run_all(graph, only)
+    qdq.absorb(graph, sites, quantized)
     graph.cleanup().toposort()
     used = {(n.domain, n.op) for n in graph.nodes}
     opsets = [o for o in model.opset_import]

@@ -1,0 +1,97 @@
+"""FP8 QuantizeLinear/DequantizeLinear pairs written into a model, in the pattern NVIDIA Model Optimizer's FP8
+ONNX export writes around a Conv: X through Q -> DQ (float8e4m3fn, one scale), W as a float8e4m3fn constant
+through DQ with one scale per output channel (axis 0).
+
+Two uses: the FP8-emulating twin of an original model, which verification compares a calibrated FP8 fused
+model with (the same roundings at the same places, so what is left is the fusion's own error), and the Q/DQ
+models the tests feed to the rewrite.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+QDQ_OPSET = 19  # the first opset whose QuantizeLinear/DequantizeLinear take float8e4m3fn
+
+
+@dataclass(frozen=True)
+class ConvScales:
+    """FP8 scales of one Conv: X per tensor, W per output channel (of the Conv's own W, before any folding)."""
+
+    x: float
+    w: np.ndarray
+
+
+def with_qdq_opset(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` importing at least opset ``QDQ_OPSET`` (converted by onnx's version converter)."""
+    version = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if version >= QDQ_OPSET:
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)
+        return copy
+    return onnx.version_converter.convert_version(model, QDQ_OPSET)
+
+
+def insert_conv_qdq(model: onnx.ModelProto, scales: dict[str, ConvScales], *, quantize_weights: bool = False,
+                    ) -> onnx.ModelProto:
+    """A copy of ``model`` with FP8 Q/DQ on the X and W of each Conv named in ``scales``.
+
+    W becomes a float8e4m3fn initializer read by a DequantizeLinear (Model Optimizer's compressed form), or
+    with ``quantize_weights`` its float initializer read by QuantizeLinear -> DequantizeLinear (the uncompressed
+    form). A tensor read by several of the Convs gets one Q/DQ pair, as the export writes it."""
+    from trt_fusedattn.calibration import quantize_weights as to_e4m3
+
+    model = with_qdq_opset(model)
+    graph = model.graph
+    weights = {t.name: t for t in graph.initializer}
+    zero = numpy_helper.from_array(np.zeros((), _e4m3()), "fp8_zero_point")
+    graph.initializer.append(zero)
+    nodes, quantized = [], {}
+    for node in graph.node:
+        conv = scales.get(node.name) if node.op_type == "Conv" else None
+        if conv is None:
+            nodes.append(node)
+            continue
+        x = node.input[0]
+        if x not in quantized:
+            quantized[x] = f"{x}_dq"
+            graph.initializer.append(numpy_helper.from_array(np.array(conv.x, np.float32), f"{x}_scale"))
+            nodes += [helper.make_node("QuantizeLinear", [x, f"{x}_scale", zero.name], [f"{x}_q"],
+                                       name=f"{x}_QuantizeLinear"),
+                      helper.make_node("DequantizeLinear", [f"{x}_q", f"{x}_scale", zero.name], [quantized[x]],
+                                       name=f"{x}_DequantizeLinear")]
+        w_name = node.input[1]
+        w = numpy_helper.to_array(weights[w_name])
+        w_scale = np.asarray(conv.w, np.float32)
+        graph.initializer.append(numpy_helper.from_array(w_scale, f"{node.name}_w_scale"))
+        zeros = numpy_helper.from_array(np.zeros(len(w_scale), _e4m3()), f"{node.name}_w_zero_point")
+        graph.initializer.append(zeros)
+        if quantize_weights:
+            nodes.append(helper.make_node("QuantizeLinear", [w_name, f"{node.name}_w_scale", zeros.name],
+                                          [f"{node.name}_w_q"], name=f"{node.name}_w_QuantizeLinear", axis=0))
+        else:
+            graph.initializer.append(numpy_helper.from_array(to_e4m3(w, w_scale), f"{node.name}_w_q"))
+        nodes.append(helper.make_node("DequantizeLinear", [f"{node.name}_w_q", f"{node.name}_w_scale", zeros.name],
+                                      [f"{node.name}_w_dq"], name=f"{node.name}_w_DequantizeLinear", axis=0))
+        node.input[0], node.input[1] = quantized[x], f"{node.name}_w_dq"
+        nodes.append(node)
+    del graph.node[:]
+    graph.node.extend(nodes)
+    used = {name for node in graph.node for name in node.input}
+    kept = [t for t in graph.initializer if t.name in used]
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
+    return model
+
+
+def _e4m3():
+    import ml_dtypes
+
+    return ml_dtypes.float8_e4m3fn
+
+
+def is_fp8(elem_type: int) -> bool:
+    return elem_type == TensorProto.FLOAT8E4M3FN

@@ -14,6 +14,8 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable, Sequence
 
@@ -161,6 +163,18 @@ def precompile(plans: Iterable[LaunchPlan], arch: str | None = None, *, device: 
         list(pool.map(lambda k: _load_function(k[0], arch, k[1], k[2], device), kernels))
 
 
+@functools.lru_cache(maxsize=None)
+def _libcuda():
+    """The driver library through ctypes, for the two calls of a repeated launch (cuCtxGetCurrent, cuLaunchKernel):
+    about 1 us each there against several through cuda-python's wrappers."""
+    driver()  # initialised, with cuda-python's error if there is no driver
+    lib = ctypes.CDLL("libcuda.so.1" if sys.platform != "win32" else "nvcuda.dll")
+    lib.cuCtxGetCurrent.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
+    lib.cuLaunchKernel.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
+    lib.cuCtxGetCurrent.restype = lib.cuLaunchKernel.restype = ctypes.c_int
+    return lib
+
+
 def _as_int(value, what: str) -> int:
     if isinstance(value, bool) or not hasattr(value, "__index__"):
         raise LaunchError(f"{what} is {value!r}: the direct launcher needs plain ints (plan made with int shapes)")
@@ -190,24 +204,56 @@ def kernel_arguments(pointers_in: Sequence, scalars: Sequence, pointers_out: Seq
     return args + [ctypes.c_uint64(int(getattr(p, "ptr", p))) for p in pointers_out]
 
 
+class PreparedLaunch:
+    """One plan's kernel, loaded on one device, with its grid, block, shared memory and int32 scalars converted once:
+    a call fills in only the pointers and launches. The direct API keeps one per shape, so a repeated call costs a
+    few microseconds of Python instead of a plan and argument conversion (issue 10: <= 15 us per call)."""
+
+    def __init__(self, plan: LaunchPlan, arch: str | None, n_inputs: int, n_outputs: int, *, device: int = 0):
+        arch = arch or device_arch(device)
+        grid = tuple(_as_int(g, f"grid[{i}]") for i, g in enumerate(plan.grid))
+        block = tuple(_as_int(b, f"block[{i}]") for i, b in enumerate(plan.block))
+        self.grid, self.block = (grid + (1, 1))[:3], (block + (1, 1))[:3]
+        self.shared = _as_int(plan.shared_mem, "shared_mem")
+        self.device, self.kernel = device, plan.kernel
+        self.inputs = [ctypes.c_uint64(0) for _ in range(n_inputs)]
+        self.outputs = [ctypes.c_uint64(0) for _ in range(n_outputs)]
+        self._args = self.inputs + kernel_arguments((), plan.scalars, ()) + self.outputs  # alive as long as params
+        self.params = (ctypes.c_void_p * len(self._args))(*[ctypes.addressof(a) for a in self._args])
+        self.function = None
+        if 0 not in self.grid:  # an empty grid launches nothing (and needs no module)
+            _, self.function, opted_in = _load_function(str(plan.source), arch, tuple(sorted(plan.defines.items())),
+                                                        plan.kernel, device)
+            with current_context(device):
+                _allow_shared_memory(self.function, opted_in, self.shared, device)
+            self._handle, self._context = int(self.function), int(primary_context(device))
+        self._lock = threading.Lock()  # the pointer slots are shared: fill and launch as one step
+
+    def __call__(self, pointers_in: Sequence, pointers_out: Sequence, stream: int = 0) -> None:
+        present = [p for p in pointers_in if p is not None]
+        if len(present) != len(self.inputs) or len(pointers_out) != len(self.outputs):
+            raise LaunchError(f"{self.kernel} was prepared for {len(self.inputs)} inputs and {len(self.outputs)} "
+                              f"outputs, got {len(present)} and {len(pointers_out)}")
+        if self.function is None:
+            return
+        lib, current = _libcuda(), ctypes.c_void_p()
+        with self._lock:
+            for slot, p in zip(self.inputs + self.outputs, present + list(pointers_out)):
+                slot.value = int(getattr(p, "ptr", p))
+            lib.cuCtxGetCurrent(ctypes.byref(current))
+            with contextlib.nullcontext() if current.value == self._context else current_context(self.device):
+                err = lib.cuLaunchKernel(self._handle, *self.grid, *self.block, self.shared, stream,
+                                         ctypes.addressof(self.params), None)
+        if err:
+            drv = driver()
+            raise LaunchError(f"cuLaunchKernel({self.kernel}, grid={self.grid}, block={self.block}, "
+                              f"shared={self.shared}) failed: {_error_text(drv, drv.CUresult(err))}")
+
+
 def launch(plan: LaunchPlan, arch: str | None, pointers_in: Sequence, pointers_out: Sequence, *,
            stream: int = 0, device: int = 0) -> None:
     """Compile (cached), load (once) and launch ``plan``'s kernel on ``stream`` (a raw CUstream handle, 0 for the
     legacy default) of ``device``. Pointers are ints or DeviceArrays; ``arch`` None means the device's. An empty
     grid (a zero-sized dimension) launches nothing. Asynchronous, like any kernel launch."""
-    arch = arch or device_arch(device)
-    grid = tuple(_as_int(g, f"grid[{i}]") for i, g in enumerate(plan.grid))
-    block = tuple(_as_int(b, f"block[{i}]") for i, b in enumerate(plan.block))
-    grid, block = (grid + (1, 1))[:3], (block + (1, 1))[:3]
-    shared = _as_int(plan.shared_mem, "shared_mem")
-    args = kernel_arguments(pointers_in, plan.scalars, pointers_out)
-    if 0 in grid:
-        return
-    defines = tuple(sorted(plan.defines.items()))
-    _, function, opted_in = _load_function(str(plan.source), arch, defines, plan.kernel, device)
-    drv = driver()
-    params = (ctypes.c_void_p * len(args))(*[ctypes.addressof(a) for a in args])
-    with current_context(device):
-        _allow_shared_memory(function, opted_in, shared, device)
-        check(drv.cuLaunchKernel(function, *grid, *block, shared, drv.CUstream(stream), ctypes.addressof(params), 0),
-              f"cuLaunchKernel({plan.kernel}, grid={grid}, block={block}, shared={shared})")
+    prepared = PreparedLaunch(plan, arch, sum(p is not None for p in pointers_in), len(pointers_out), device=device)
+    prepared(pointers_in, pointers_out, stream)

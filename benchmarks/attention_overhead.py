@@ -1,0 +1,81 @@
+"""Host overhead of one ``trt_fusedattn.attention`` call beside torch SDPA's, same inputs, same run (issue 10: <= 15
+us per call), and a check that the call is capturable in a CUDA graph.
+
+Overhead = host wall time of enqueuing N calls back to back (no synchronization inside the loop; the queue holds
+them), divided by N, median of 7 repeats, after warm-up (compile, load, plan caches). The problem is small enough
+that the GPU never holds the host back.
+
+    python benchmarks/attention_overhead.py [--out benchmarks/results/attention_overhead_h100.md]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+import trt_fusedattn
+from attention import versions  # benchmarks/attention.py (run from benchmarks/ or with it on sys.path)
+
+SHAPES = (("tiny 1x16x1x64", (1, 16, 1, 64)), ("ViT-L/16 32x197x16x64", (32, 197, 16, 64)))
+
+
+def host_us_per_call(fn, calls: int = 200, repeats: int = 7) -> float:
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        samples.append((time.perf_counter() - start) / calls * 1e6)
+        torch.cuda.synchronize()
+    return statistics.median(samples)
+
+
+def graph_replay_matches(q, k, v) -> bool:
+    """Capture one API call into a CUDA graph, replay it on new inputs, compare with a direct call."""
+    out = torch.empty_like(q)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        trt_fusedattn.attention(q, k, v, out=out)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        trt_fusedattn.attention(q, k, v, out=out)
+    for t in (q, k, v):
+        t.copy_(torch.randn_like(t))
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    return bool(torch.allclose(out, trt_fusedattn.attention(q, k, v), atol=1e-3, rtol=1e-3))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out")
+    args = parser.parse_args()
+    rows = []
+    for name, shape in SHAPES:
+        q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
+        out = torch.empty_like(q)
+        ours_alloc = host_us_per_call(lambda: trt_fusedattn.attention(q, k, v))
+        ours_out = host_us_per_call(lambda: trt_fusedattn.attention(q, k, v, out=out))
+        sdpa = host_us_per_call(lambda: torch.nn.functional.scaled_dot_product_attention(qt, kt, vt))
+        rows.append(f"| {name} | {ours_alloc:.1f} | {ours_out:.1f} | {sdpa:.1f} | {graph_replay_matches(q, k, v)} |")
+        print(rows[-1], flush=True)
+    text = (f"# Host overhead per call, microseconds\n\n{versions()}\n\n"
+            "| shape (bf16, BSHD) | trt_fusedattn.attention | ... with out= | torch SDPA (default backend) | "
+            "CUDA graph capture + replay matches |\n|---|---|---|---|---|\n" + "\n".join(rows) + "\n")
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -122,15 +122,21 @@ class FakeDeviceArray:
                                              version=version)
 
 
+@pytest.fixture
+def made_up_pointers(monkeypatch):
+    """The made-up pointers own no device: on a GPU machine the driver would refuse to be asked about them."""
+    monkeypatch.setattr(arr, "_pointer_device", lambda ptr: 0)
+
+
 @pytest.mark.parametrize("typestr,dtype", [("<f2", "float16"), ("<V2", "bfloat16"), ("<f4", "float32"),
                                            ("<i4", "int32"), ("|b1", "bool"), ("|V1", "float8_e4m3fn")])
-def test_cuda_array_interface_dtypes(typestr, dtype):
+def test_cuda_array_interface_dtypes(typestr, dtype, made_up_pointers):
     a = arr.device_array(FakeDeviceArray((2, 3), typestr), "x")
     assert (a.dtype, a.shape, a.strides, a.ptr) == (dtype, (2, 3), (3, 1), 0x7F0000001000)
     assert a.is_contiguous()
 
 
-def test_cuda_array_interface_byte_strides_become_element_strides():
+def test_cuda_array_interface_byte_strides_become_element_strides(made_up_pointers):
     # a [4, 6] float16 view of every other column of a [4, 12] array
     a = arr.device_array(FakeDeviceArray((4, 6), "<f2", strides=(24, 4)), "k")
     assert a.strides == (12, 2) and not a.is_contiguous()

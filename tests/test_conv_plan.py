@@ -55,7 +55,7 @@ def _resolve(value, env):
 def test_plan_sizes_grid_and_scalars(case: ConvCase):
     plan = case.plan("sm_90a")
     p, q = case.out_hw
-    assert plan.scalars == (case.n, case.h, case.w, case.c, case.k, p, q, case.pad, case.pad)
+    assert plan.scalars == (case.n, case.h, case.w, case.c, case.k, p, q, case.pad, case.pad, case.c)
     pixels = case.n * p * q
     if case.groups == case.c and case.groups > 1:
         assert plan.source == DEPTHWISE and plan.block == (256, 1, 1)
@@ -93,7 +93,7 @@ def test_one_dimensional_conv_maps_to_height_one():
     attrs = FUSED_CONV.resolve(dict(strides=[2], pads=[1, 2], dilations=[1]))
     plan = plan_conv([(4, 16, 37), (32, 5, 16), None, None, None], ["float16"] * 2 + [None] * 3, attrs, "sm_80")
     q = (37 + 3 - 4 - 1) // 2 + 1
-    assert plan.scalars == (4, 1, 37, 16, 32, 1, q, 0, 1)
+    assert plan.scalars == (4, 1, 37, 16, 32, 1, q, 0, 1, 16)
     assert (plan.defines["KH"], plan.defines["KW"], plan.defines["STRIDE_W"]) == (1, 5, 2)
 
 
@@ -152,8 +152,14 @@ def test_tensorrt_formats_hwc8_accepted_when_it_is_nhwc():
         plan_conv(case.shapes(), case.dtypes(), case.attrs(), "sm_90a",
                   formats=("LINEAR", "LINEAR", "LINEAR", None, "HWC8", "HWC8"))
     stem = ConvCase("stem", 1, 3, 16, 16, 64, 7, 7, stride=2, pad=3)
-    with pytest.raises(ValueError, match="multiple of 8"):
-        plan_conv(stem.shapes(), stem.dtypes(), stem.attrs(), "sm_90a",
+    padded = plan_conv(stem.shapes(), stem.dtypes(), stem.attrs(), "sm_90a",
+                       formats=("HWC8", "LINEAR", "LINEAR", None, None, "HWC8"))
+    dense = stem.plan("sm_90a")
+    assert padded.scalars == dense.scalars[:-1] + (8,) and dense.scalars[-1] == 3  # X's pixel stride: 8 in HWC8
+    assert padded.defines == dense.defines  # one PTX for both
+    rgb = ConvCase("rgb", 1, 16, 8, 8, 3, 3, 3, pad=1)
+    with pytest.raises(ValueError, match="output channels"):
+        plan_conv(rgb.shapes(), rgb.dtypes(), rgb.attrs(), "sm_90a",
                   formats=("HWC8", "LINEAR", "LINEAR", None, None, "HWC8"))
 
 

@@ -8,7 +8,8 @@
 // Compile-time: DTYPE_BF16, KH, KW, STRIDE_H, STRIDE_W, DIL_H, DIL_W, CH_MULT, DW_VEC (DW_VEC > 1 needs
 // CH_MULT == 1), CHUNKS, and the epilogue's defines.
 // Arguments (AOT plugin ABI): x [N,H,W,C], w [K,KH,KW,1], shift?, scale?, residual? [N,P,Q,K];
-// int32 N, H, W, C, K, P, Q, pad_h, pad_w; y [N,P,Q,K].
+// int32 N, H, W, C, K, P, Q, pad_h, pad_w, x_stride (X's pixel stride: C, or C padded to 8 in TensorRT's HWC8);
+// y [N,P,Q,K].
 #include "common/element.cuh"
 #include "fast_divmod.cuh"
 #include "epilogue.cuh"
@@ -23,7 +24,7 @@ static_assert(DW_VEC == 1 || CH_MULT == 1, "vector loads need one output channel
 extern "C" __global__ void __launch_bounds__(kThreads)
 fused_conv_depthwise(const elem_t* __restrict__ x, const elem_t* __restrict__ w SHIFT_PARAM SCALE_PARAM
                      RESIDUAL_PARAM, int N, int H, int W, int C, int K, int P, int Q, int pad_h, int pad_w,
-                     elem_t* __restrict__ y) {
+                     int x_stride, elem_t* __restrict__ y) {
   __shared__ float taps[kTaps * kChannels];
   const int tid = threadIdx.x;
   const int k_block = blockIdx.y * kChannels;
@@ -43,7 +44,7 @@ fused_conv_depthwise(const elem_t* __restrict__ x, const elem_t* __restrict__ w 
   const int p = q_div.divmod(pq, &q);
   const int h0 = p * STRIDE_H - pad_h, w0 = q * STRIDE_W - pad_w;
   const int channel = CH_MULT == 1 ? k : k / CH_MULT;
-  const elem_t* x_pixel = x + (n * H) * W * C + channel;
+  const elem_t* x_pixel = x + (n * H) * W * x_stride + channel;
 
   float acc[DW_VEC];
 #pragma unroll
@@ -57,7 +58,7 @@ fused_conv_depthwise(const elem_t* __restrict__ x, const elem_t* __restrict__ w 
       const int wi = w0 + s * DIL_W;
       if (unsigned(wi) >= unsigned(W)) continue;
       ElemVec<DW_VEC> in;
-      in.bits = __ldg(reinterpret_cast<const typename VecBits<DW_VEC>::type*>(x_pixel + (h * W + wi) * C));
+      in.bits = __ldg(reinterpret_cast<const typename VecBits<DW_VEC>::type*>(x_pixel + (h * W + wi) * x_stride));
       const float* tap = taps + (r * KW + s) * kChannels + chunk * DW_VEC;
 #pragma unroll
       for (int e = 0; e < DW_VEC; ++e) acc[e] = fmaf(to_float(in.e[e]), tap[e], acc[e]);

@@ -28,7 +28,8 @@
 // STRIDE_H, STRIDE_W, DIL_H, DIL_W, GROUPS, BLOCK_M, BLOCK_N, BLOCK_K (32|64; FP8: 64|128), WARPS_M, WARPS_N, SPLIT_K,
 // STAGES (per group), IN_VEC, OUT_VEC, and the epilogue's defines.
 // Arguments (AOT plugin ABI): x [N,H,W,C] (X_E4M3: e4m3), w [K,KH,KW,C/G] (FP8: e4m3), shift?, scale?, residual?
-// [N,P,Q,K]; int32 N, H, W, C, K, P, Q, pad_h, pad_w; y [N,P,Q,K]. Tensors must hold < 2^31 elements.
+// [N,P,Q,K]; int32 N, H, W, C, K, P, Q, pad_h, pad_w, x_stride (X's pixel stride: C, or C padded to 8 / 16 in
+// TensorRT's HWC8 / HWC16); y [N,P,Q,K]. Tensors must hold < 2^31 elements.
 #include "epilogue.cuh"
 #include "implicit_gemm_config.cuh"
 #include "implicit_gemm_load.cuh"
@@ -50,7 +51,7 @@
 extern "C" __global__ void __launch_bounds__(kThreads) CLUSTER_ATTRIBUTE
 fused_conv_implicit_gemm(const x_t* __restrict__ x, const op_t* __restrict__ w SHIFT_PARAM SCALE_PARAM
                          RESIDUAL_PARAM, int N, int H, int W, int C, int K, int P, int Q, int pad_h, int pad_w,
-                         elem_t* __restrict__ y) {
+                         int x_stride, elem_t* __restrict__ y) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];  // wgmma's swizzle atoms: 512/1024-byte aligned
 
   const int tid = threadIdx.x, lane = tid & 31;
@@ -71,7 +72,7 @@ fused_conv_implicit_gemm(const x_t* __restrict__ x, const op_t* __restrict__ w S
   unsigned char* a8 = stages + STAGES * kStageBytes;  // the ring of quantized A tiles
 #endif
 
-  TileLoader loader(group_tid, m0, n0, g, M, Kg, Kgemm, H, W, C, Cg, pad_h, pad_w, pq_div, q_div);
+  TileLoader loader(group_tid, m0, n0, g, M, Kg, Kgemm, H, W, x_stride, Cg, pad_h, pad_w, pq_div, q_div);
 
   float acc[kMI][kNI][4];
 #pragma unroll
@@ -89,7 +90,7 @@ fused_conv_implicit_gemm(const x_t* __restrict__ x, const op_t* __restrict__ w S
 #pragma unroll
   for (int st = 0; st < kAhead; ++st) {
     if (st < k_tiles) {
-      loader.fetch(stages + st * kStageBytes, k0_of(st), x, w, H, W, C, Cg, Kgemm, cg_div);
+      loader.fetch(stages + st * kStageBytes, k0_of(st), x, w, H, W, x_stride, Cg, Kgemm, cg_div);
       loader.land(stages + st * kStageBytes);
     }
     cp_async_commit();
@@ -108,7 +109,7 @@ fused_conv_implicit_gemm(const x_t* __restrict__ x, const op_t* __restrict__ w S
     const int ahead = it + kAhead;
     unsigned char* stage = stages + (it % STAGES) * kStageBytes;
     if (ahead < k_tiles)
-      loader.fetch(stages + (ahead % STAGES) * kStageBytes, k0_of(ahead), x, w, H, W, C, Cg, Kgemm, cg_div);
+      loader.fetch(stages + (ahead % STAGES) * kStageBytes, k0_of(ahead), x, w, H, W, x_stride, Cg, Kgemm, cg_div);
     if (TileLoader::kAsync) cp_async_commit();
 #if QUANTIZE_A
     const unsigned char* a_tile = a8 + (it % kA8Tiles) * kA8Bytes;

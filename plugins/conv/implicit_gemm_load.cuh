@@ -41,17 +41,18 @@ __device__ __forceinline__ op8_bits_t a_operand8(const elem_t* v) {
 }
 
 // The input pixel window of one output row m: element offset of (n, h0, w0, group's first channel) and h0, w0.
+// x_stride is X's pixel stride: C, or C padded to 8 / 16 when TensorRT gives X as HWC8 / HWC16.
 // Rows past M get an h0 no filter tap can bring inside the image.
 struct RowOrigin {
   int offset, h0, w0;
   __device__ __forceinline__ RowOrigin(int m, int M, const FastDivmod& pq_div, const FastDivmod& q_div, int H, int W,
-                                       int C, int pad_h, int pad_w, int channel0) {
+                                       int x_stride, int pad_h, int pad_w, int channel0) {
     int pq, q;
     const int n = pq_div.divmod(m, &pq);
     const int p = q_div.divmod(pq, &q);
     const int h = p * STRIDE_H - pad_h;
     w0 = q * STRIDE_W - pad_w;
-    offset = ((n * H + h) * W + w0) * C + channel0;
+    offset = ((n * H + h) * W + w0) * x_stride + channel0;
     h0 = m < M ? h : -(1 << 28);
   }
 };
@@ -73,13 +74,13 @@ struct TileLoader {
   int chunk, row0, b_col, b_row0;
 
   __device__ __forceinline__ TileLoader(int tid, int m0, int n0, int g, int M, int Kg, int Kgemm, int H, int W,
-                                        int C, int Cg, int pad_h, int pad_w, const FastDivmod& pq_div,
+                                        int x_stride, int Cg, int pad_h, int pad_w, const FastDivmod& pq_div,
                                         const FastDivmod& q_div) {
     chunk = tid % kAChunks;
     row0 = tid / kAChunks;
 #pragma unroll
     for (int i = 0; i < kRows; ++i) {
-      const RowOrigin o(m0 + row0 + i * (kGroupThreads / kAChunks), M, pq_div, q_div, H, W, C, pad_h, pad_w,
+      const RowOrigin o(m0 + row0 + i * (kGroupThreads / kAChunks), M, pq_div, q_div, H, W, x_stride, pad_h, pad_w,
                         g * Cg);
       a_offset[i] = o.offset; a_h0[i] = o.h0; a_w0[i] = o.w0;
     }
@@ -96,13 +97,13 @@ struct TileLoader {
 
   // Start the copies of the reduction tile at k0 into `stage`.
   __device__ __forceinline__ void fetch(unsigned char* stage, int k0, const x_t* x, const op_t* w, int H, int W,
-                                        int C, int /*Cg*/, int Kgemm, const FastDivmod& cg_div) {
+                                        int x_stride, int /*Cg*/, int Kgemm, const FastDivmod& cg_div) {
     const int kg = k0 + chunk * (16 / int(sizeof(x_t)));
     int c;
     const int rs = cg_div.divmod(kg, &c);
     const int r = rs / KW, s = rs - (rs / KW) * KW;
     const int dh = r * DIL_H, dw = s * DIL_W;
-    const int delta = (dh * W + dw) * C + c;
+    const int delta = (dh * W + dw) * x_stride + c;
     const bool k_ok = kg < Kgemm;
     const unsigned a_base = smem_addr(stage), b_base = smem_addr(stage + kAStageBytes);
 #pragma unroll
@@ -139,9 +140,9 @@ struct TileLoader {
   op_t b_vals[kB];
 
   __device__ __forceinline__ TileLoader(int tid, int m0, int n0, int g, int M, int Kg, int Kgemm, int H, int W,
-                                        int C, int Cg, int pad_h, int pad_w, const FastDivmod& pq_div,
+                                        int x_stride, int Cg, int pad_h, int pad_w, const FastDivmod& pq_div,
                                         const FastDivmod& q_div)
-      : a(m0 + tid % BLOCK_M, M, pq_div, q_div, H, W, C, pad_h, pad_w, g * Cg) {
+      : a(m0 + tid % BLOCK_M, M, pq_div, q_div, H, W, x_stride, pad_h, pad_w, g * Cg) {
     a_row = tid % BLOCK_M; a_seg = tid / BLOCK_M;
     b_row = tid % BLOCK_N; b_seg = tid / BLOCK_N;
     b_ok = n0 + b_row < Kg;
@@ -150,7 +151,7 @@ struct TileLoader {
 
   // Load the reduction tile at k0 into registers (stored into its stage by land()).
   __device__ __forceinline__ void fetch(unsigned char* /*stage*/, int k0, const elem_t* x, const op_t* w, int H,
-                                        int W, int C, int Cg, int Kgemm, const FastDivmod& cg_div) {
+                                        int W, int x_stride, int Cg, int Kgemm, const FastDivmod& cg_div) {
     const elem_t zero = from_float(0.f);
     int kg = k0 + a_seg * kA, c;
     const int rs = cg_div.divmod(kg, &c);
@@ -159,7 +160,7 @@ struct TileLoader {
     for (int j = 0; j < kA; ++j) {
       const int h = a.h0 + r * DIL_H, wi = a.w0 + s * DIL_W;
       const bool ok = kg + j < Kgemm && unsigned(h) < unsigned(H) && unsigned(wi) < unsigned(W);
-      a_vals[j] = ok ? x[a.offset + (r * DIL_H * W + s * DIL_W) * C + c] : zero;
+      a_vals[j] = ok ? x[a.offset + (r * DIL_H * W + s * DIL_W) * x_stride + c] : zero;
       if (++c == Cg) { c = 0; if (++s == KW) { s = 0; ++r; } }
     }
     const int kb = k0 + b_seg * kB;

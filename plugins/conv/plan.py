@@ -263,10 +263,10 @@ def output_shape_conv(input_shapes, attrs) -> tuple:
 CHANNELS_LAST_FORMATS = {"float16": ("HWC8", 8), "bfloat16": ("HWC8", 8), "float8_e4m3fn": ("HWC16", 16)}
 
 
-def check_formats(formats, dtypes, geo: dict) -> None:
-    """TensorRT's formats (X, W, shift, scale, residual, Y; with X's and Y's dtypes): the kernels read NHWC, which
-    ``HWC8`` (16-bit) and ``HWC16`` (e4m3) are exactly when the channel count is a multiple of 8 / 16 (the formats
-    pad channels up to it)."""
+def check_formats(formats, dtypes, geo: dict) -> int:
+    """TensorRT's formats (X, W, shift, scale, residual, Y; with X's and Y's dtypes) -> X's pixel stride. The
+    kernels read NHWC: ``HWC8`` (16-bit) and ``HWC16`` (e4m3) are NHWC with channels padded to a multiple of 8 /
+    16, which the kernels skip for X (its pixel stride is a scalar argument) but not for the residual and Y."""
     x_dtype, y_dtype = dtypes
     for name, fmt, channels, dtype in (("X", formats[0], geo["C"], x_dtype),
                                        ("residual", formats[4], geo["K"], y_dtype), ("Y", formats[5], geo["K"], y_dtype)):
@@ -276,10 +276,14 @@ def check_formats(formats, dtypes, geo: dict) -> None:
         if fmt != wanted:
             raise ValueError(f"FusedConv reads {name} ({dtype}) channels-last; TensorRT offered {fmt} "
                              f"(ask for {wanted})")
-        if channels % multiple:
+        if name != "X" and channels % multiple:
             raise ValueError(f"FusedConv {name} has {channels} channels: {wanted} pads them to a multiple of "
-                             f"{multiple}, which the kernels' NHWC indexing does not skip (give the layer "
-                             f"{multiple}k channels)")
+                             f"{multiple}, which the kernels write and read unpadded (give the layer "
+                             f"{multiple}k output channels)")
+    if formats[0] is None:
+        return geo["C"]
+    multiple = CHANNELS_LAST_FORMATS.get(x_dtype, ("HWC8", 8))[1]
+    return -(-geo["C"] // multiple) * multiple
 
 
 def check_fp8(x_dtype, w_dtype, input_scale: float, arch: str) -> None:
@@ -304,8 +308,9 @@ def plan_conv(input_shapes, input_dtypes, attrs, arch: str, *, formats=None, til
               block_k: int | None = None, stages: int | None = None, mma: str | None = None,
               cluster: int | None = None, taps_inner: bool | None = None) -> LaunchPlan:
     """The FusedConv launch (kernel arguments: ``X, W, shift?, scale?, residual?``, then int32
-    ``N, H, W, C, K, P, Q, pad_h, pad_w``, then ``Y``). ``formats``: TensorRT's tensor formats (contract inputs,
-    then Y; None from the direct launcher, whose arrays are checked channels-last by the API).
+    ``N, H, W, C, K, P, Q, pad_h, pad_w, x_stride``, then ``Y``; ``x_stride`` is X's pixel stride: C, or C padded
+    to 8 / 16 in TensorRT's HWC8 / HWC16). ``formats``: TensorRT's tensor formats (contract inputs, then Y; None
+    from the direct launcher, whose arrays are checked dense channels-last by the API).
     ``tile``/``block_k``/``stages``/``mma``/``cluster``/``taps_inner``: implicit-GEMM overrides (a ``GEMM_TILES``
     name, BLOCK_K, pipeline depth, main loop, cluster split of the reduction, reduction order), for tuning only:
     see ``gemm_tile``."""
@@ -327,8 +332,7 @@ def plan_conv(input_shapes, input_dtypes, attrs, arch: str, *, formats=None, til
     if residual_shape is not None and input_dtypes[4] != y_dtype:
         raise ValueError(f"residual must have the output's dtype {y_dtype}; got {input_dtypes[4]}")
     geo = conv_geometry(x_shape, w_shape, attrs)
-    if formats is not None:
-        check_formats(formats, (x_dtype, y_dtype), geo)
+    x_stride = geo["C"] if formats is None else check_formats(formats, (x_dtype, y_dtype), geo)
     for name, shape in (("shift", shift_shape), ("scale", scale_shape)):
         if shape is not None and isinstance(shape[0], int) and shape[0] != geo["K"]:
             raise ValueError(f"{name} has {shape[0]} entries; W has K={geo['K']} output channels")
@@ -338,7 +342,8 @@ def plan_conv(input_shapes, input_dtypes, attrs, arch: str, *, formats=None, til
                "DIL_H": geo["dilations"][0], "DIL_W": geo["dilations"][1],
                **epilogue_defines(attrs, shift_shape is not None, scale_shape is not None,
                                   residual_shape is not None)}
-    scalars = (geo["N"], geo["H"], geo["W"], geo["C"], geo["K"], geo["P"], geo["Q"], geo["pads"][0], geo["pads"][1])
+    scalars = (geo["N"], geo["H"], geo["W"], geo["C"], geo["K"], geo["P"], geo["Q"], geo["pads"][0], geo["pads"][1],
+               x_stride)
     pixels = geo["N"] * geo["P"] * geo["Q"]
     x_e4m3 = x_dtype == "float8_e4m3fn"
     if fp8:

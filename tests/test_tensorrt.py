@@ -287,17 +287,25 @@ def test_a_float32_custom_node_is_refused_in_one_line_or_cast_when_a_precision_i
         prepare.prepare_model(prepared, "fp16")
 
 
-def test_a_stem_conv_gets_its_channels_padded_to_eight():
+def test_an_rgb_output_conv_computes_eight_channels_and_slices_three():
+    """HWC8 pads Y's channels to 8 and the kernels write Y unpadded: K % 8 != 0 runs as K rounded up to 8."""
     rng = np.random.default_rng()
-    w = rng.standard_normal((16, 3, 3, 3)).astype(np.float16)
-    node = FUSED_CONV.make_node(["x", "w"], ["y"], name="stem", pads=[1, 1, 1, 1])
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, 3, 8, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT16, None)],
-                              initializer=[onnx.numpy_helper.from_array(w, "w")])
+    w = rng.standard_normal((3, 3, 3, 16)).astype(np.float16)
+    shift = rng.standard_normal(3).astype(np.float32)
+    node = FUSED_CONV.make_node(["x", "w", "shift", "", "r"], ["y"], name="to_rgb", pads=[1, 1, 1, 1])
+    value = lambda n, c: helper.make_tensor_value_info(n, TensorProto.FLOAT16, [1, c, 8, 8])  # noqa: E731
+    graph = helper.make_graph([node], "g", [value("x", 16), value("r", 3)], [value("y", 3)],
+                              initializer=[onnx.numpy_helper.from_array(w, "w"),
+                                           onnx.numpy_helper.from_array(shift, "shift")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), FUSED_CONV.opset()])
-    prepared = prepare.prepare_model(model)
-    pad, conv = prepared.graph.node
+    notes = []
+    prepared = prepare.prepare_model(model, None, notes)
+    assert [n.op_type for n in prepared.graph.node] == ["Pad", "FusedConv", "Slice"]
+    pad, conv, cut = prepared.graph.node
     weights = {t.name: onnx.numpy_helper.to_array(t) for t in prepared.graph.initializer}
-    assert pad.op_type == "Pad" and list(weights[pad.input[1]]) == [0, 0, 0, 0, 0, 5, 0, 0]
-    padded = weights[conv.input[1]]
-    assert padded.shape == (16, 3, 3, 8) and np.array_equal(padded[..., :3], w) and not padded[..., 3:].any()
+    assert weights[conv.input[1]].shape == (8, 3, 3, 16) and np.array_equal(weights[conv.input[1]][:3], w)
+    assert not weights[conv.input[1]][3:].any() and not weights[conv.input[2]][3:].any()
+    assert list(weights[pad.input[1]]) == [0, 0, 0, 0, 0, 5, 0, 0] and conv.input[3] == pad.output[0]
+    assert list(weights[cut.input[2]]) == [3] and list(weights[cut.input[3]]) == [1] and cut.output[0] == "y"
+    assert notes == ["FusedConv node 'to_rgb': 3 output channels computed as 8 (zero weights) and sliced back "
+                     "(TensorRT's HWC8 pads channels to 8)"]

@@ -68,16 +68,28 @@ def own_precision(model: onnx.ModelProto) -> str | None:
     return "fp16" if types.get(first.input[0]) == TensorProto.FLOAT else None
 
 
+def _formats(op, formats) -> dict:
+    """The ``formats=`` keyword the TensorRT layer passes a plan that takes it."""
+    return {"formats": formats} if "formats" in inspect.signature(op.plan).parameters else {}
+
+
 def check_launches(build_result, expected_ops: set, arch: str = ARCH) -> None:
-    """Every plugin node got a kernel whose launch, evaluated at the input sizes of two runs, equals the direct
-    launcher's plan at those shapes, from one PTX (the plan's compile-time choices do not depend on the
-    run-time dims); the PTX entry takes the AOT parameter list (K1); shared memory fits the building GPU."""
+    """Every plugin node got a kernel whose launch, evaluated at the input sizes of two runs, equals the op's plan
+    at those shapes and TensorRT's formats, from one PTX: the same defines at both sizes and as the direct
+    launcher's plan (dense arrays, no formats), so the engine runs the kernel the GPU tests run (a padded HWC8
+    input differs only in the pixel-stride scalar); the PTX entry takes the AOT parameter list (K1); shared
+    memory fits the building GPU."""
     assert build_result.launches, "no plugin node was built"
     assert {launch.op.contract.name for launch in build_result.launches} >= expected_ops
     for launch in build_result.launches:
-        plans = [launch.op.plan(shapes, launch.input_dtypes, launch.attrs, arch)
+        formats = tuple(launch.formats[sum(s is not None for s in launch.input_shapes[:i])]
+                        if shape is not None else None for i, shape in enumerate(launch.input_shapes))
+        formats += (launch.formats[-1],)
+        plans = [launch.op.plan(shapes, launch.input_dtypes, launch.attrs, arch, **_formats(launch.op, formats))
                  for shapes in (launch.input_shapes, launch.other_shapes)]
-        assert plans[0].defines == plans[1].defines and plans[0].kernel == plans[1].kernel == launch.kernel
+        direct = launch.op.plan(launch.input_shapes, launch.input_dtypes, launch.attrs, arch)
+        assert plans[0].defines == plans[1].defines == direct.defines, "TensorRT and the direct launcher differ"
+        assert plans[0].kernel == plans[1].kernel == launch.kernel
         for other, plan in enumerate(plans):
             got = {k: launch.value(e, bool(other)) for k, e in launch.launch.items()}
             assert (got["grid_x"], got["grid_y"], got["grid_z"]) == (tuple(plan.grid) + (1, 1))[:3], launch.node

@@ -163,14 +163,14 @@ def observed_shapes(model: onnx.ModelProto, dims: dict | None) -> dict:
 
 class _Shapes:
     """Element types and dims of the prepared model's tensors as TensorRT sees them: a dim equal in two runs of
-    the fused model at different input sizes is a build-time constant, others are named run-time dims (valued
+    the fused model at different input sizes (the second doubles every named dim) is a build-time constant, others are named run-time dims (valued
     from the first run); the outputs of plugin nodes are the plugin's own ``get_output_shapes`` expressions, as
-    in TensorRT. Tensors ``prepare_model`` adds (Cast, Unsqueeze, Squeeze, QuantizeLinear, Pad) follow their
+    in TensorRT. Tensors ``prepare_model`` adds (Cast, Unsqueeze, Squeeze, QuantizeLinear, Pad, Slice) follow their
     input."""
 
     def __init__(self, fused: onnx.ModelProto, prepared: onnx.ModelProto, dims: dict):
         self.first = observed_shapes(fused, dims)
-        self.second = observed_shapes(fused, {k: v + 1 for k, v in dims.items()})
+        self.second = observed_shapes(fused, {k: 2 * v for k, v in dims.items()})  # doubled: UNets stay even
         self.producers = {o: n for n in prepared.graph.node for o in n.output}
         self.initializers = {t.name: t for t in prepared.graph.initializer}
         self.prepared_init = {t.name: (t.data_type, tuple(t.dims)) for t in prepared.graph.initializer}
@@ -195,6 +195,9 @@ class _Shapes:
             return elem, shape[:2] + shape[3:]
         if node.op_type == "QuantizeLinear":
             return onnx.TensorProto.FLOAT8E4M3FN, shape
+        if node.op_type == "Slice":
+            ends = [int(e) for e in onnx.numpy_helper.to_array(self.initializers[node.input[2]])]
+            return elem, shape[:1] + (ends[0],) + shape[2:]
         if node.op_type == "Pad":
             pads = [int(p) for p in onnx.numpy_helper.to_array(self.initializers[node.input[1]])]
             return elem, tuple(d + pads[i] + pads[i + len(shape)] for i, d in enumerate(shape))

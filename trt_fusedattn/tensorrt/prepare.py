@@ -9,9 +9,10 @@
 - is 2-D when it is a 1-D FusedConv: TensorRT's channels-last formats vectorize the third dimension from the
   end, which for [N, C, W] would be N, so X and residual get an Unsqueeze to [N, C, 1, W], W (OHWI) to
   [K, 1, kW, C/G], the attributes a leading 1 / 0, and the output a Squeeze back to [N, K, W];
-- has a multiple of 8 input channels: TensorRT's HWC8 pads channels to 8 and our kernels take the pixel stride
-  to be C, so a FusedConv with group 1 and C % 8 != 0 (a 3-channel stem) gets X zero-padded by a Pad to the
-  next multiple of 8 and W zero-padded alike (the same sums);
+- writes a multiple of 8 output channels: TensorRT's HWC8 pads channels to 8 and our kernels write Y (and read
+  the residual) unpadded, so a group-1 FusedConv with K % 8 != 0 (an RGB output layer) computes K rounded up
+  to 8 channels with zero weights, shift and scale in the extra ones (a Pad gives the residual zero channels)
+  and a Slice keeps the first K; X needs nothing: its padded pixel stride is a kernel argument;
 - reads FP8 weights through a QuantizeLinear: TensorRT treats FP8 as a quantized type that exists only as the
   output of a quantization (onnx-tensorrt ``docs/operators.md``), so an float8_e4m3fn initializer feeding our
   node becomes its float16 copy (exact: every e4m3 value is a float16) quantized with scale 1 (exact again)
@@ -56,36 +57,39 @@ def record_of(node: onnx.NodeProto):
     return next((op for op in OPS if op.contract.name == node.op_type), None)
 
 
+# Ops whose output type is not their first input's (the fallback of element_types must not guess for them).
+_TYPE_CHANGING = {"Cast", "CastLike", "Shape", "Size", "ArgMax", "ArgMin", "NonZero", "QuantizeLinear",
+                  "DequantizeLinear", "DynamicQuantizeLinear", "Equal", "Less", "LessOrEqual", "Greater",
+                  "GreaterOrEqual", "Not", "And", "Or", "Xor", "IsNaN", "IsInf", "ConstantOfShape", "EyeLike",
+                  "RandomNormalLike", "RandomUniformLike", "Multinomial", "Constant", "Range", "Loop", "If", "Scan"}
+
+
 def element_types(model: onnx.ModelProto) -> dict:
-    """Tensor name -> ONNX element type for every tensor whose type is known: ONNX shape inference, with the
-    outputs of our custom nodes typed by their op records (inference cannot see through them), repeated until
-    nothing new is learnt (as many rounds as custom nodes lie in a chain)."""
+    """Tensor name -> ONNX element type for every tensor whose type can be told: ONNX shape inference, then one
+    walk in graph order that types our custom nodes' outputs by their op records (inference cannot see through
+    them) and gives any other output inference left untyped its first input's type (what elementwise and
+    normalization ops do; type-changing ops are left alone)."""
     from trt_fusedattn.io import skeleton
     work = skeleton(model)[0]
-    del work.graph.value_info[:]
-    types: dict = {}
-    while True:
-        try:
-            inferred = onnx.shape_inference.infer_shapes(work, strict_mode=False, data_prop=True)
-        except (onnx.shape_inference.InferenceError, RuntimeError, ValueError):
-            inferred = work
-        graph = inferred.graph
-        for value in (*graph.input, *graph.value_info, *graph.output):
-            if value.type.tensor_type.elem_type:
-                types[value.name] = value.type.tensor_type.elem_type
-        types.update({t.name: t.data_type for t in graph.initializer})
-        learnt = []
-        for node in work.graph.node:
-            op = record_of(node)
-            if op is None or node.output[0] in types or any(n and n not in types for n in node.input):
-                continue
+    try:
+        inferred = onnx.shape_inference.infer_shapes(work, strict_mode=False, data_prop=True)
+    except (onnx.shape_inference.InferenceError, RuntimeError, ValueError):
+        inferred = work
+    graph = inferred.graph
+    types = {v.name: v.type.tensor_type.elem_type for v in (*graph.input, *graph.value_info, *graph.output)
+             if v.type.tensor_type.elem_type}
+    types.update({t.name: t.data_type for t in graph.initializer})
+    for node in graph.node:
+        if not node.output or not node.output[0] or node.output[0] in types:
+            continue
+        op = record_of(node)
+        if op is not None and all(n in types for n in node.input if n):
             dtypes = [_ELEMENT.get(types[n]) if n else None for n in node.input]
             out = op.output_dtype(dtypes + [None] * (len(op.contract.inputs) - len(dtypes)), {})
-            out_type = next(k for k, v in _ELEMENT.items() if v == out)
-            learnt.append(helper.make_tensor_value_info(node.output[0], out_type, None))
-        if not learnt:
-            return types
-        work.graph.value_info.extend(learnt)
+            types[node.output[0]] = next(k for k, v in _ELEMENT.items() if v == out)
+        elif op is None and node.op_type not in _TYPE_CHANGING and node.input and node.input[0] in types:
+            types[node.output[0]] = types[node.input[0]]
+    return types
 
 
 def _cast(source: str, to: int, owner: str) -> onnx.NodeProto:
@@ -162,31 +166,50 @@ def _lift_1d_conv(graph, node, initializers: dict, types: dict, notes: list) -> 
 CHANNEL_MULTIPLE = 8  # HWC8
 
 
-def _pad_channels(model, node, initializers: dict, types: dict, notes: list) -> list:
-    """A Pad that gives a group-1 FusedConv's X a multiple of 8 channels (W padded with zeros to match)."""
+def _zero_padded(initializers: dict, graph, name: str, rows: int, suffix: str) -> str:
+    """An initializer ``name`` with ``rows`` zero rows appended along axis 0; returns its name."""
+    array = numpy_helper.to_array(initializers[name])
+    padded = numpy_helper.from_array(np.concatenate([array, np.zeros((rows, *array.shape[1:]), array.dtype)]),
+                                     f"{name}_{suffix}")
+    graph.initializer.append(padded)
+    initializers[padded.name] = padded
+    return padded.name
+
+
+def _pad_output_channels(model, node, initializers: dict, types: dict, notes: list) -> tuple[list, list]:
+    """Nodes before/after a group-1 FusedConv with K % 8 != 0 that let it write K rounded up to 8 channels."""
     from trt_fusedattn.plugins.conv.contract import FUSED_CONV
     w = initializers.get(node.input[1])
-    if (w is None or len(w.dims) != 4 or not w.dims[-1] % CHANNEL_MULTIPLE
-            or FUSED_CONV.node_attributes(node)["group"] != 1
-            or types.get(node.input[0]) == TensorProto.FLOAT8E4M3FN):
-        return []
-    channels = w.dims[-1]
-    extra = -channels % CHANNEL_MULTIPLE
-    array = numpy_helper.to_array(w)
-    padded = np.concatenate([array, np.zeros((*array.shape[:-1], extra), array.dtype)], axis=-1)
+    per_channel = [node.input[i] for i in (2, 3) if i < len(node.input) and node.input[i]]
+    if (w is None or len(w.dims) != 4 or not w.dims[0] % CHANNEL_MULTIPLE
+            or FUSED_CONV.node_attributes(node)["group"] != 1 or any(n not in initializers for n in per_channel)):
+        return [], []
+    k = w.dims[0]
+    extra = -k % CHANNEL_MULTIPLE
     owner = node.name or node.output[0]
-    padded_w = numpy_helper.from_array(padded, f"{w.name}_c{channels + extra}")
-    model.graph.initializer.extend([padded_w, numpy_helper.from_array(
-        np.array([0, 0, 0, 0, 0, extra, 0, 0], np.int64), f"{owner}_channel_pads")])
-    initializers[padded_w.name] = padded_w
-    node.input[1] = padded_w.name
-    target = f"{node.input[0]}_c{channels + extra}_{owner}"
-    pad = helper.make_node("Pad", [node.input[0], f"{owner}_channel_pads"], [target], name=target)
-    types[target], types[node.input[1]] = types.get(node.input[0]), w.data_type
-    node.input[0] = target
-    notes.append(f"FusedConv node '{owner}': {channels} input channels zero-padded to {channels + extra} "
-                 "(TensorRT's HWC8 pads channels to 8)")
-    return [pad]
+    graph, suffix = model.graph, f"k{k + extra}"
+    for i in (1, 2, 3):
+        if i < len(node.input) and node.input[i]:
+            node.input[i] = _zero_padded(initializers, graph, node.input[i], extra, suffix)
+            types[node.input[i]] = initializers[node.input[i]].data_type
+    graph.initializer.extend([
+        numpy_helper.from_array(np.array([0, 0, 0, 0, 0, extra, 0, 0], np.int64), f"{owner}_channel_pads"),
+        numpy_helper.from_array(np.array([0], np.int64), f"{owner}_slice_starts"),
+        numpy_helper.from_array(np.array([k], np.int64), f"{owner}_slice_ends"),
+        numpy_helper.from_array(np.array([1], np.int64), f"{owner}_slice_axes")])
+    before = []
+    if len(node.input) > 4 and node.input[4]:
+        target = f"{node.input[4]}_{suffix}_{owner}"
+        before.append(helper.make_node("Pad", [node.input[4], f"{owner}_channel_pads"], [target], name=target))
+        types[target] = types.get(node.input[4])
+        node.input[4] = target
+    out = node.output[0]
+    node.output[0] = f"{out}_{suffix}"
+    after = [helper.make_node("Slice", [node.output[0], f"{owner}_slice_starts", f"{owner}_slice_ends",
+                                        f"{owner}_slice_axes"], [out], name=f"{out}_slice")]
+    notes.append(f"FusedConv node '{owner}': {k} output channels computed as {k + extra} (zero weights) and "
+                 f"sliced back (TensorRT's HWC8 pads channels to 8)")
+    return before, after
 
 
 FP8_OPSET = 19  # QuantizeLinear to float8e4m3fn
@@ -258,7 +281,8 @@ def prepare_model(model: onnx.ModelProto, precision: str | None = None,
         before, after = [], []
         if op.contract.name == "FusedConv":  # lifted first: the lift reshapes W while it is an initializer
             before, after = _lift_1d_conv(graph, node, initializers, types, notes)
-            before += _pad_channels(model, node, initializers, types, notes)
+            pad_before, pad_after = _pad_output_channels(model, node, initializers, types, notes)
+            before, after = before + pad_before, pad_after + after
         cast_before, cast_after = _to_16_bit(node, op, types, precision, notes)
         before, after = before + cast_before + _quantized_weights(model, node, initializers, notes), \
             cast_after + after

@@ -38,5 +38,6 @@ def __getattr__(name):
         return getattr(importlib.import_module(_LAZY[name]), name)
     op = _op_apis().get(name)
     if op is not None:  # imported on first use, so ``import trt_fusedattn`` needs no GPU libraries
-        return op.api_function()
+        function = globals()[name] = op.api_function()  # later accesses skip __getattr__ (per-call overhead)
+        return function
     raise AttributeError(f"module 'trt_fusedattn' has no attribute {name!r}")

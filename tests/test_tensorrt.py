@@ -168,6 +168,24 @@ def test_shape_specs_give_optimization_profiles():
         assert "\n" not in str(info.value)
 
 
+def test_cli_without_engine_says_nothing_about_tensorrt_and_checks_engine_flags(tmp_path, capsys):
+    from pathlib import Path
+
+    from trt_fusedattn.cli import main
+    sample = Path(__file__).resolve().parents[1] / "models" / "samples" / "bert_sdpa_fp16_dynamo.onnx"
+    report = tmp_path / "report.json"
+    assert main([str(sample), "-o", str(tmp_path / "out.onnx"), "--report", str(report)]) == 0
+    assert "TensorRT" not in capsys.readouterr().err and "TensorRT" not in report.read_text()
+    for flags, message in ((["--shapes", "input_ids:1x8"], "--shapes is an engine-build option"),
+                           (["--timing-cache", str(tmp_path / "t.cache")], "--timing-cache is an engine-build"),
+                           (["--engine", str(tmp_path / "m.engine"), "--shapes", "input_ids:1x8/4"],
+                            "--shapes: shape spec 'input_ids:1x8/4' is not NAME:MIN/OPT/MAX")):
+        assert main([str(sample), "-o", str(tmp_path / "out2.onnx"), *flags]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"fuse-onnx: error: {message}") and err.count("\n") == 1
+        assert not (tmp_path / "out2.onnx").exists()
+
+
 # ---------------------------------------------------------------- with TensorRT's builder
 
 @pytest.mark.tensorrt

@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 from trt_fusedattn.errors import FuseError, InputError, TensorRTUnavailable
+from trt_fusedattn.tensorrt import PRECISIONS
 
-PRECISIONS = ("fp32", "fp16", "bf16", "fp8")
 ALLOW_TELEMETRY = "FUSE_ONNX_ALLOW_TELEMETRY"
 _LARGE = 256 * 2**20  # bytes of model file from which loading is announced before it starts
 _MAX_DIM = 2**31 - 1  # largest size a --dim may give (ONNX runtimes index dims with int32 in places)
@@ -74,9 +74,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--report", metavar="JSON", help="write the report (sites, verification) as JSON")
     p.add_argument("--engine", metavar="PATH", help="build a TensorRT engine of the fused model (needs TensorRT)")
     precision = p.add_mutually_exclusive_group()
-    for name in PRECISIONS[1:]:
+    for name in [precision for precision in PRECISIONS if precision != "fp32"]:
         precision.add_argument(f"--{name}", dest="precision", action="store_const", const=name,
-                               help=f"allow {name.upper()} kernels in the engine")
+                               help=f"our custom nodes compute in {name.upper()}: float32 ones get Casts around them "
+                                    "(the engine is strongly typed: other layers keep the model's dtypes)")
+    p.add_argument("--shapes", action="append", default=[], metavar="NAME:MIN/OPT/MAX",
+                   help="optimization profile of a dynamic engine input, dims joined by x, e.g. "
+                        "input_ids:1x8/4x128/8x512 (repeatable; NAME:SHAPE fixes it)")
+    p.add_argument("--timing-cache", metavar="PATH",
+                   help="TensorRT timing cache file: read when it exists, written after the build (faster rebuilds)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines and no table")
     p.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
     return p
@@ -150,8 +156,15 @@ def run(args: argparse.Namespace) -> int:
     dims = _dims(args.dim)
     if args.precision and not args.engine:
         raise InputError(f"--{args.precision} chooses the engine's precision; add --engine PATH or leave it out")
+    for flag, given in (("--shapes", args.shapes), ("--timing-cache", args.timing_cache)):
+        if given and not args.engine:
+            raise InputError(f"{flag} is an engine-build option; add --engine PATH or leave it out")
+    try:
+        shapes = trt_layer.parse_shapes(args.shapes) if args.shapes else None
+    except ValueError as err:
+        raise InputError(f"--shapes: {err}") from None
     output = Path(args.output) if args.output else pipeline.default_output(args.model)
-    targets = {"-o": output, "--report": args.report, "--engine": args.engine}
+    targets = {"-o": output, "--report": args.report, "--engine": args.engine, "--timing-cache": args.timing_cache}
     targets = {flag: Path(path) for flag, path in targets.items() if path}
     for path in targets.values():
         io.check_writable(path, probe=True)
@@ -194,23 +207,20 @@ def run(args: argparse.Namespace) -> int:
             report.output = str(output)
             report.notes.extend(f"external data: {final}" for _, final in staged.moves if final != output)
 
-        ok, reason = trt_layer.available()
+        ok, reason = trt_layer.available() if args.engine else (False, "")
         if args.engine and not ok:
             failure = failure or TensorRTUnavailable(f"--engine needs TensorRT's builder: {reason}")
         elif args.engine and failure is None:
-            from trt_fusedattn.tensorrt import build_engine
-
             progress.begin(f"building TensorRT engine {args.engine}")
             try:
-                build_engine(staged.path, args.engine, precision=args.precision or "fp32", dims=dims)
+                trt_layer.build_engine(staged.path, args.engine, precision=args.precision, dims=dims, shapes=shapes,
+                                       timing_cache=args.timing_cache, quiet=args.quiet, notes=report.notes)
             except FuseError as err:  # the report is still written
                 failure = err
                 report.notes.append(f"engine not built: {err}")
             else:
                 report.notes.append(f"engine: {args.engine}")
                 progress.end(f"built {args.engine}")
-        elif not ok:
-            report.notes.append(f"building an engine (--engine) needs TensorRT's builder: {reason}")
 
         if args.report:  # the report first, then the model: both are written, or neither
             io.stage_text(args.report, report.to_json()).publish()

@@ -13,6 +13,7 @@ import functools
 
 from trt_fusedattn.errors import TensorRTUnavailable, first_line
 
+PRECISIONS = ("fp16", "bf16", "fp8", "fp32")  # what build_engine's precision (fuse-onnx --fp16 ...) may name
 MIN_VERSION = (10, 9)  # AOT Python plugins and the ONNX parser's AOT plugin support (TensorRT 10.9 release notes)
 INSTALL_HINT = ("pip install 'tensorrt>=10.9' (NVIDIA's full wheel, with the builder libraries; its AOT plugins "
                 "also need nvcc and cuda-python: pip install 'trt_fusedattn[tensorrt]')")

@@ -32,10 +32,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 from trt_fusedattn.contract import DOMAIN
 from trt_fusedattn.errors import FuseError
+from trt_fusedattn.tensorrt import PRECISIONS
 
 PRESENT_INPUTS = "present_inputs"
 PLUGIN_NAMESPACE = "plugin_namespace"
-PRECISIONS = ("fp16", "bf16", "fp8", "fp32")
 _ELEMENT = {TensorProto.FLOAT16: "float16", TensorProto.BFLOAT16: "bfloat16", TensorProto.FLOAT: "float32",
             TensorProto.FLOAT8E4M3FN: "float8_e4m3fn", TensorProto.INT32: "int32", TensorProto.BOOL: "bool",
             TensorProto.INT64: "int64"}

@@ -93,5 +93,17 @@ def _e4m3():
     return ml_dtypes.float8_e4m3fn
 
 
-def is_fp8(elem_type: int) -> bool:
-    return elem_type == TensorProto.FLOAT8E4M3FN
+def unabsorbed_quantizers(model: onnx.ModelProto) -> dict[str, int]:
+    """The FP8 QuantizeLinear -> DequantizeLinear pairs left in a fused model, counted by the op that reads the
+    DequantizeLinear (MatMul, Softmax's consumers, ...): what the report names as left to TensorRT."""
+    fp8 = {t.name for t in model.graph.initializer if t.data_type == TensorProto.FLOAT8E4M3FN}
+    quantized = {n.output[0] for n in model.graph.node if n.op_type == "QuantizeLinear"
+                 and (len(n.input) > 2 and n.input[2] in fp8 or
+                      any(a.name == "output_dtype" and a.i == TensorProto.FLOAT8E4M3FN for a in n.attribute))}
+    dequantized = {n.output[0] for n in model.graph.node if n.op_type == "DequantizeLinear" and n.input[0] in quantized}
+    readers: dict[str, int] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            if name in dequantized:
+                readers[node.op_type] = readers.get(node.op_type, 0) + 1
+    return readers

@@ -150,6 +150,8 @@ def absorb(graph: gs.Graph, sites: list[Site], quantized: dict[int, QuantizedWei
         if not site.fused:
             if isinstance(weights, QuantizedWeights):
                 conv.inputs[1] = weights.dequantized
+            elif isinstance(weights, str):
+                site.details["fp8"] = f"no: {weights}"
             continue
         node = nodes[site.node]
         try:

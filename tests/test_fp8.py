@@ -246,3 +246,41 @@ def test_attention_qdq_samples_are_left_to_tensorrt_with_the_reason(name):
     fused, report = fuse(original, precision="fp8", calibration="random:2")
     assert any("FP8 Q/DQ left as it is" in note and "MatMul" in note for note in report.notes), report.notes
     assert worst(verify(original, fused)) < 1e-4
+
+
+def test_cli_fp8_calibrates_verifies_and_reports_scales(tmp_path, capsys):
+    import json
+
+    from trt_fusedattn.cli import main
+
+    model = tmp_path / "resnet.onnx"
+    model.write_bytes((sample("resnet_dynamo")).SerializeToString())
+    code = main([str(model), "--precision", "fp8", "--calib", "random:2", "--calib-method", "percentile:99.9",
+                 "--verify", "--report", str(tmp_path / "r.json")])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "calibrating [" in err and "2/2" in err and "input_scale=" in out and "rel l2" in out
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert all("input_scale=" in s["details"]["fp8"] for s in report["sites"])
+    assert all(o["rtol"] == FP8_RTOL and o["passed"] for o in report["verification"]["outputs"])
+    fused = onnx.load(tmp_path / "resnet.fused.onnx")
+    assert len(fp8_nodes(fused)) == 17
+    assert main([str(model), "-q", "--precision", "fp8", "--calib", "random:1", "-o", str(tmp_path / "q.onnx")]) == 0
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--calib", "random:2"], "add --precision fp8"),
+    (["--precision", "fp8", "--calib", "random:0"], "random:N takes N"),
+    (["--precision", "fp8", "--calib", "nowhere.npz"], "no such file"),
+    (["--precision", "fp8", "--calib-method", "mean"], "--calib-method"),
+    (["--precision", "fp16"], "add --engine"),
+])
+def test_cli_fp8_usage_errors_are_one_line(tmp_path, capsys, args, message):
+    from trt_fusedattn.cli import main
+
+    model = tmp_path / "m.onnx"
+    model.write_bytes(graphs.conv_case().SerializeToString())
+    assert main([str(model), *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1 and not (tmp_path / "m.fused.onnx").exists()

@@ -66,7 +66,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--verify", action="store_true",
                    help="run original and fused model under onnxruntime on random inputs and compare outputs")
     p.add_argument("--rtol", type=_tolerance, help="relative tolerance, max|fused-original| / max|original| "
-                                              "(default by dtype: 1e-4 fp32, 1e-2 fp16, 2e-2 bf16)")
+                                              "(default by dtype: 1e-4 fp32, 1e-2 fp16, 2e-2 bf16; 0.25 with FP8 nodes)")
     p.add_argument("--atol", type=_tolerance, default=0.0, help="absolute tolerance; an output passes within either")
     p.add_argument("--seed", type=_seed, default=0, help="seed of the random verification inputs")
     p.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE",
@@ -78,6 +78,15 @@ def parser() -> argparse.ArgumentParser:
         precision.add_argument(f"--{name}", dest="precision", action="store_const", const=name,
                                help=f"our custom nodes compute in {name.upper()}: float32 ones get Casts around them "
                                     "(the engine is strongly typed: other layers keep the model's dtypes)")
+    precision.add_argument("--precision", choices=[p for p in PRECISIONS if p != "fp32"],
+                           help="the same as --fp16/--bf16/--fp8; fp8 also without --engine: every FusedConv with an "
+                                "FP8 kernel becomes FP8, scales calibrated with --calib (a Q/DQ model's convs are "
+                                "FP8 from its own scales whatever the precision)")
+    p.add_argument("--calib", metavar="SOURCE", help="FP8 calibration inputs: an .npz of arrays named after the inputs "
+                                                     "(one more leading axis = several samples) or random:N "
+                                                     "(default random:16: say which with real data)")
+    p.add_argument("--calib-method", metavar="METHOD", default="max",
+                   help="FP8 amax of activations: max (default), percentile or percentile:P (default P 99.99)")
     p.add_argument("--shapes", action="append", default=[], metavar="NAME:MIN/OPT/MAX",
                    help="optimization profile of a dynamic engine input, dims joined by x, e.g. "
                         "input_ids:1x8/4x128/8x512 (repeatable; NAME:SHAPE fixes it)")
@@ -154,8 +163,14 @@ def run(args: argparse.Namespace) -> int:
     only = _families(args.only)
     pipeline.check_families(only)
     dims = _dims(args.dim)
-    if args.precision and not args.engine:
+    if args.precision not in (None, "fp8") and not args.engine:
         raise InputError(f"--{args.precision} chooses the engine's precision; add --engine PATH or leave it out")
+    if (args.calib or args.calib_method != "max") and args.precision != "fp8":
+        raise InputError("--calib and --calib-method calibrate FP8; add --precision fp8 or leave them out")
+    from trt_fusedattn.calibration import DEFAULT_SOURCE, parse_method, parse_source
+
+    calibration = parse_source(args.calib or DEFAULT_SOURCE)
+    calib_method = parse_method(args.calib_method)
     for flag, given in (("--shapes", args.shapes), ("--timing-cache", args.timing_cache)):
         if given and not args.engine:
             raise InputError(f"{flag} is an engine-build option; add --engine PATH or leave it out")
@@ -182,7 +197,9 @@ def run(args: argparse.Namespace) -> int:
     check_dim_names(model, dims)
     progress.end(f"loaded {args.model} ({len(model.graph.node)} nodes)")
     progress.begin()
-    fused, report = pipeline.fuse(model, only, consume=not args.verify)  # verify needs the original intact
+    fused, report = pipeline.fuse(model, only, consume=not args.verify,  # verify needs the original intact
+                                  precision=args.precision, calibration=calibration, calib_method=calib_method,
+                                  dims=dims, quiet=args.quiet)
     report.model = args.model
     progress.end(f"rewrote: {report.summary()}")
 

@@ -327,3 +327,31 @@ def test_an_rgb_output_conv_computes_eight_channels_and_slices_three():
     assert list(weights[cut.input[2]]) == [3] and list(weights[cut.input[3]]) == [1] and cut.output[0] == "y"
     assert notes == ["FusedConv node 'to_rgb': 3 output channels computed as 8 (zero weights) and sliced back "
                      "(TensorRT's HWC8 pads channels to 8)"]
+
+
+def test_fp8_weights_reach_tensorrt_through_quantize_linear_at_opset_19():
+    """FP8 is a quantized type in TensorRT: e4m3 weights become an exact float16 copy quantized with scale 1;
+    an opset-17 model is declared 19 (QuantizeLinear to FP8), its reductions' axes moved to inputs."""
+    import ml_dtypes
+    rng = np.random.default_rng()
+    w8 = rng.uniform(-2, 2, (16, 3, 3, 16)).astype(ml_dtypes.float8_e4m3fn)
+    nodes = [FUSED_CONV.make_node(["x", "w", "", "w_scale"], ["y"], name="conv", pads=[1, 1, 1, 1], input_scale=0.05),
+             helper.make_node("ReduceMean", ["y"], ["m"], axes=[2, 3], keepdims=0)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, 16, 8, 8])],
+                              [helper.make_tensor_value_info("m", TensorProto.FLOAT16, [1, 16])],
+                              initializer=[onnx.numpy_helper.from_array(w8, "w"), onnx.numpy_helper.from_array(
+                                  rng.uniform(0.5, 1, 16).astype(np.float32), "w_scale")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), FUSED_CONV.opset()])
+    notes = []
+    prepared = prepare.prepare_model(model, None, notes)
+    assert next(o.version for o in prepared.opset_import if o.domain == "") == 19
+    quantize, conv, mean = prepared.graph.node
+    weights = {t.name: onnx.numpy_helper.to_array(t) for t in prepared.graph.initializer}
+    assert quantize.op_type == "QuantizeLinear" and conv.input[1] == quantize.output[0]
+    copy = weights[quantize.input[0]]
+    assert copy.dtype == np.float16 and np.array_equal(copy.astype(ml_dtypes.float8_e4m3fn).view(np.uint8),
+                                                       w8.view(np.uint8))
+    assert float(weights[quantize.input[1]]) == 1.0
+    assert mean.op_type == "ReduceMean" and not [a for a in mean.attribute if a.name == "axes"]
+    assert list(weights[mean.input[1]]) == [2, 3] and len(notes) == 2
+

@@ -268,8 +268,9 @@ def check_formats(formats, dtypes, geo: dict) -> int:
     kernels read NHWC: ``HWC8`` (16-bit) and ``HWC16`` (e4m3) are NHWC with channels padded to a multiple of 8 /
     16, which the kernels skip for X (its pixel stride is a scalar argument) but not for the residual and Y."""
     x_dtype, y_dtype = dtypes
-    for name, fmt, channels, dtype in (("X", formats[0], geo["C"], x_dtype),
-                                       ("residual", formats[4], geo["K"], y_dtype), ("Y", formats[5], geo["K"], y_dtype)):
+    tensors = (("X", formats[0], geo["C"], x_dtype), ("residual", formats[4], geo["K"], y_dtype),
+               ("Y", formats[5], geo["K"], y_dtype))
+    for name, fmt, channels, dtype in tensors:
         if fmt is None:
             continue
         wanted, multiple = CHANNELS_LAST_FORMATS.get(dtype, ("HWC8", 8))

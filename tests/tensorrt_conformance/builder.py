@@ -163,10 +163,10 @@ def observed_shapes(model: onnx.ModelProto, dims: dict | None) -> dict:
 
 class _Shapes:
     """Element types and dims of the prepared model's tensors as TensorRT sees them: a dim equal in two runs of
-    the fused model at different input sizes (the second doubles every named dim) is a build-time constant, others are named run-time dims (valued
-    from the first run); the outputs of plugin nodes are the plugin's own ``get_output_shapes`` expressions, as
-    in TensorRT. Tensors ``prepare_model`` adds (Cast, Unsqueeze, Squeeze, QuantizeLinear, Pad, Slice) follow their
-    input."""
+    the fused model at different input sizes (the second doubles every named dim) is a build-time constant,
+    others are named run-time dims (valued from the first run); the outputs of plugin nodes are the plugin's own
+    ``get_output_shapes`` expressions, as in TensorRT. Tensors ``prepare_model`` adds (Cast, Unsqueeze, Squeeze,
+    QuantizeLinear, Pad, Slice) follow their input."""
 
     def __init__(self, fused: onnx.ModelProto, prepared: onnx.ModelProto, dims: dict):
         self.first = observed_shapes(fused, dims)

@@ -215,17 +215,41 @@ def _pad_output_channels(model, node, initializers: dict, types: dict, notes: li
 FP8_OPSET = 19  # QuantizeLinear to float8e4m3fn
 
 
+# Reductions whose ``axes`` became an input in opset 18; every other op of opsets 13-17 keeps its meaning at 19
+# (the attributes added since default to the old behaviour).
+_AXES_TO_INPUT = {"ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin",
+                  "ReduceProd", "ReduceSumSquare"}
+
+
+def _raise_opset(model, version: int, why: str, notes: list) -> None:
+    """Declare the default-domain opset ``version`` in ``model`` (a copy), moving reductions' ``axes``
+    attributes to inputs as opset 18 wants; one line when a subgraph makes that unsafe."""
+    opset = next((o for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    if opset is None or opset.version >= version:
+        return
+    if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for n in model.graph.node
+           for a in n.attribute):
+        raise ModelPrecisionError(f"{why} reads FP8 weights, which TensorRT takes only from a QuantizeLinear "
+                                  f"(opset >= {version}); the model has opset {opset.version} and subgraphs: "
+                                  f"export it with opset {version}+")
+    for node in model.graph.node:
+        axes = next((a for a in node.attribute if a.name == "axes"), None)
+        if node.domain in ("", "ai.onnx") and node.op_type in _AXES_TO_INPUT and axes is not None:
+            name = f"{node.name or node.output[0]}_axes"
+            model.graph.initializer.append(numpy_helper.from_array(np.array(list(axes.ints), np.int64), name))
+            node.attribute.remove(axes)
+            node.input.extend([name])
+    notes.append(f"opset {opset.version} declared as {version} in the model TensorRT parses (QuantizeLinear to "
+                 "FP8 needs it; reductions' axes moved to inputs)")
+    opset.version = version
+
+
 def _quantized_weights(model, node, initializers: dict, notes: list) -> list:
     """QuantizeLinear nodes that give ``node`` its FP8 initializers as quantized float16 constants."""
     fp8 = [i for i, n in enumerate(node.input) if n in initializers
            and initializers[n].data_type == TensorProto.FLOAT8E4M3FN]
     if not fp8:
         return []
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-    where = f"{node.op_type} node '{node.name or node.output[0]}'"
-    if opset < FP8_OPSET:
-        raise ModelPrecisionError(f"{where} reads FP8 weights, which TensorRT takes only from a QuantizeLinear "
-                                  f"(opset >= {FP8_OPSET}); the model has opset {opset}: export it with opset 19+")
     graph, before = model.graph, []
     for i in fp8:
         name = node.input[i]
@@ -241,7 +265,8 @@ def _quantized_weights(model, node, initializers: dict, notes: list) -> list:
         before.append(helper.make_node("QuantizeLinear", [f"{name}_float16", f"{name}_unit_scale",
                                                           f"{name}_zero_point"], [quantized], name=quantized))
         node.input[i] = quantized
-    notes.append(f"{where}: FP8 weights given to TensorRT as float16 constants quantized by QuantizeLinear "
+    notes.append(f"{node.op_type} node '{node.name or node.output[0]}': FP8 weights given to TensorRT as float16 "
+                 "constants quantized by QuantizeLinear "
                  "(exact)")
     return before
 
@@ -271,6 +296,11 @@ def prepare_model(model: onnx.ModelProto, precision: str | None = None,
         return model
     types = element_types(model)
     initializers = {t.name: t for t in graph.initializer}
+    fp8_reader = next((n for n in graph.node if record_of(n) and any(
+        i in initializers and initializers[i].data_type == TensorProto.FLOAT8E4M3FN for i in n.input)), None)
+    if fp8_reader is not None:
+        _raise_opset(model, FP8_OPSET, f"{fp8_reader.op_type} node '{fp8_reader.name or fp8_reader.output[0]}'",
+                     notes)
     nodes = list(graph.node)
     del graph.node[:]
     for node in nodes:

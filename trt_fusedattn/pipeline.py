@@ -17,6 +17,7 @@ from trt_fusedattn.plugins import CONTRACTS
 from trt_fusedattn.qdq import unabsorbed_quantizers
 from trt_fusedattn.report import Report
 from trt_fusedattn.rewrites import FAMILIES, run_all
+from trt_fusedattn.rewrites._folding import constants_to_initializers
 from trt_fusedattn.rewrites.conv import qdq
 
 # Default-domain opsets the rewrites read: from 13 (Softmax over one axis, Split/Squeeze/Unsqueeze axes as
@@ -97,6 +98,7 @@ def fuse(model_or_path, only=None, *, consume: bool = False, precision: str | No
 def rewrite(model: onnx.ModelProto, only=None) -> tuple[onnx.ModelProto, list]:
     """The pass itself on a loaded model, which becomes the fused model: shapes, family rewrites, cleanup,
     export."""
+    constants_to_initializers(model, io.EXTERNAL_THRESHOLD)  # onnxscript's weights are Constant nodes
     infer_shapes(model)
     graph = gs.import_onnx(model)
     for tensor in graph.tensors().values():  # external weights are read only if a rewrite asks for them

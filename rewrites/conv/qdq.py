@@ -96,7 +96,8 @@ def _weights(conv: gs.Node) -> QuantizedWeights | None:
             raise CannotFuse(f"{quantize.name} and {dq.name} have different scales")
         from trt_fusedattn.calibration import quantize_weights
 
-        values = quantize_weights(weights, scale)
+        values = quantize_weights(weights, scale)  # W / scale exactly (float16 W: onnxruntime's opset-19 kernel
+        # agrees; its opset-21+ kernel divides in float16 and may round ties the other way, as X's below)
     if not _is_e4m3(values):
         raise CannotFuse(f"weights are quantized by {dq.name} from {values.dtype if values is not None else 'a tensor'}"
                          f", not float8e4m3fn constants (INT8 Q/DQ is left to TensorRT)")

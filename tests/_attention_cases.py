@@ -224,3 +224,29 @@ def _warp_specialized_cases():
 
 
 WARP_SPECIALIZED_CASES = _warp_specialized_cases()
+
+
+def _split_kv_cases():
+    """Decode and short queries with the keys split over a thread-block cluster (tuning KV_SPLIT, the mma.sync mainloop,
+    sm_90): uneven splits, more CTAs than tiles, key lengths 0 and 1, causal bottom-right, GQA, masks."""
+    dec = (("WGMMA", 0), ("BLOCK_M", 16), ("NUM_WARPS", 1), ("BLOCK_N", 64))
+    m64 = (("WGMMA", 0), ("BLOCK_M", 64), ("NUM_WARPS", 4), ("BLOCK_N", 64))
+    return [
+        AttentionCase("split8-decode-gqa-1x4100", heads_q=8, heads_kv=2, len_q=1, len_kv=4100, dim=128,
+                      tuning=dec + (("KV_SPLIT", 8),), small=True),
+        AttentionCase("split4-16x3000-causal-br", len_q=16, len_kv=3000, dim=128, causal=1, alignment="bottom_right",
+                      dtype="float16", tuning=dec + (("KV_SPLIT", 4),)),
+        AttentionCase("split4-keylen-len1", len_q=1, len_kv=1, dim=128, key_lengths=True,
+                      tuning=dec + (("KV_SPLIT", 4),), small=True),
+        AttentionCase("split8-keylen-300", len_q=3, len_kv=300, key_lengths=True, tuning=dec + (("KV_SPLIT", 8),)),
+        AttentionCase("split2-bool-m64", len_q=50, len_kv=2000, mask="bool", mask_shape=(2, 1, 1, 2000), dim=128,
+                      tuning=m64 + (("KV_SPLIT", 2),)),
+        AttentionCase("split4-additive-hd64-fp16", len_q=7, len_kv=2000, mask="additive", dtype="float16",
+                      tuning=m64 + (("KV_SPLIT", 4),)),
+        AttentionCase("split8-more-ctas-than-tiles", len_q=5, len_kv=100, dim=128, tuning=dec + (("KV_SPLIT", 8),)),
+        AttentionCase("split4-softcap-hd40", len_q=2, len_kv=1500, dim=40, softcap=3.0, scale=0.5,
+                      tuning=dec + (("KV_SPLIT", 4),)),
+    ]
+
+
+SPLIT_KV_CASES = _split_kv_cases()

@@ -1,19 +1,20 @@
 """FusedAttention's Hopper wgmma mainloop (plan tuning WGMMA=1, sm_90a) and warp-specialized kernel
-(WARP_SPECIALIZED=1) on the GPU: every feature case of ``WGMMA_CASES`` and ``WARP_SPECIALIZED_CASES`` against the float64 numpy reference on fresh random inputs (outputs poisoned with NaN first),
+(WARP_SPECIALIZED=1) and the cluster key split (KV_SPLIT) on the GPU: every feature case of ``WGMMA_CASES``,
+``WARP_SPECIALIZED_CASES`` and ``SPLIT_KV_CASES`` against the float64 numpy reference on fresh random inputs (outputs poisoned with NaN first),
 launched through the plan exactly as a TensorRT engine would, plus the API on the plan's default path."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from _attention_cases import WARP_SPECIALIZED_CASES, WGMMA_CASES
+from _attention_cases import SPLIT_KV_CASES, WARP_SPECIALIZED_CASES, WGMMA_CASES
 from test_attention_gpu import TOLERANCE, host, make_inputs, reference, relative_error
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
 
 
-HOPPER_CASES = WGMMA_CASES + WARP_SPECIALIZED_CASES
+HOPPER_CASES = WGMMA_CASES + WARP_SPECIALIZED_CASES + SPLIT_KV_CASES
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -48,7 +49,7 @@ def error_pattern(got: np.ndarray, ref: np.ndarray, layout: str) -> str:
 def test_wgmma_matches_float64_reference(case):
     from trt_fusedattn.launcher import launch
     plan = case.plan("sm_90a")
-    assert plan.defines["WGMMA"] == 1
+    assert dict(case.tuning).items() <= plan.defines.items()  # the variant asked for is the one launched
     gen = torch.Generator(device="cuda").manual_seed(hash(case.name) % 2**31)
     inputs = make_inputs(case, gen)
     out = torch.full_like(inputs["q"], float("nan"))  # poisoned: every element must be written

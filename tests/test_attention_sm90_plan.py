@@ -79,3 +79,21 @@ def test_warp_specialized_rejections(tuning, message):
         plan(128, tuning=tuning)
     with pytest.raises(ValueError, match="WGMMA=1"):
         plan(96, tuning={"WARP_SPECIALIZED": 1})
+
+
+def test_decode_with_few_query_blocks_splits_the_keys_over_a_cluster():
+    """Static decode shapes that would not fill the GPU: one-warp 16-row tiles, KV_SPLIT CTAs per cluster; others,
+    dynamic lengths, masks and GPUs without clusters keep the default."""
+    from trt_fusedattn.plugins.attention.plan import SPLIT_KV, SPLIT_KV_TILE
+
+    def decode(lq=16, lkv=32768, heads=32, batch=1, arch="sm_90a", mask=None):
+        return plan_attention([(batch, lq, heads, 128), (batch, lkv, 8, 128), (batch, lkv, 8, 128), mask, None],
+                              ["bfloat16"] * 3 + [None if mask is None else "bool", None],
+                              FUSED_ATTENTION.resolve({"causal": 1, "causal_alignment": "bottom_right"}), arch)
+    p = decode()
+    assert p.defines["KV_SPLIT"] == SPLIT_KV and p.defines["WGMMA"] == 0 and p.grid == (SPLIT_KV, 32, 1)
+    assert (p.defines["BLOCK_M"], p.defines["BLOCK_N"], p.defines["NUM_WARPS"]) == SPLIT_KV_TILE[:3]
+    assert p.block == (32, 1, 1)
+    for other in (decode(batch=8), decode(lq=64), decode(lkv=1024), decode(arch="sm_89"),
+                  decode(mask=(1, 1, 16, 32768))):
+        assert other.defines["KV_SPLIT"] == 1

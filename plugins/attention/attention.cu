@@ -15,8 +15,14 @@
 #endif
 #include "attention_softmax.cuh"
 #include "attention_epilogue.cuh"
+#if KV_SPLIT > 1
+#include "attention_split_kv.cuh"
+#define KV_SPLIT_CLUSTER __cluster_dims__(KV_SPLIT, 1, 1)
+#else
+#define KV_SPLIT_CLUSTER
+#endif
 
-extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) fused_attention(
+extern "C" __global__ void KV_SPLIT_CLUSTER __launch_bounds__(kThreads, kMinBlocksPerSm) fused_attention(
     const elem_t* __restrict__ Q, const elem_t* __restrict__ K, const elem_t* __restrict__ V,
 #if MASK_KIND != MASK_NONE
     const mask_t* __restrict__ mask,
@@ -56,6 +62,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) fused_at
   kv_end = min(kv_end, min(m0 + kBlockM, len_q) + causal_offset);
 #endif
   const int n_tiles = kv_end > 0 ? (kv_end + kBlockN - 1) / kBlockN : 0;
+  // This CTA's tiles, visited from t_first down to t_last (all of them unless a cluster splits the keys).
+  const int tiles_per_split = (n_tiles + kKvSplit - 1) / kKvSplit;
+  const int t_last = tile.split * tiles_per_split;
+  const int t_first = min(n_tiles, t_last + tiles_per_split) - 1;
 
 #if MASK_KIND != MASK_NONE
   const mask_t* mask_base = mask + static_cast<int64_t>(tile.batch) * mask_stride_b +
@@ -68,9 +78,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) fused_at
   // KV_STAGES 1: one K and one V buffer, V(t) loads during Q K^T(t), K(t-1) during softmax and P V(t) (two
   // barriers per tile). KV_STAGES 2: two K/V buffer pairs, tile t-1 loads during all of tile t (one barrier).
   load_tile_async<kBlockM, kHeadDim>(sQ, q_base, q_stride_s, m0, len_q);
-  if (n_tiles > 0) {
-    load_tile_async<kBlockN, kHeadDim>(sK, k_base, kv_stride_s, (n_tiles - 1) * kBlockN, len_kv);
-    if (kStages == 2) load_tile_async<kBlockN, kHeadDimV>(sV, v_base, v_stride_s, (n_tiles - 1) * kBlockN, len_kv);
+  if (t_first >= t_last) {
+    load_tile_async<kBlockN, kHeadDim>(sK, k_base, kv_stride_s, t_first * kBlockN, len_kv);
+    if (kStages == 2) load_tile_async<kBlockN, kHeadDimV>(sV, v_base, v_stride_s, t_first * kBlockN, len_kv);
   }
   cp_async_commit();
   if (kOverlapPV) cp_async_commit();  // an empty group: the loop top leaves the newest group in flight
@@ -100,9 +110,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) fused_at
   PendingPV pending(sV);  // slot 0: the first tile's V
 #endif
   // Tiles are visited from the last to the first, so the ones needing bounds/causal checks come first.
-  for (int t = n_tiles - 1; t >= 0; --t) {
+  for (int t = t_first; t >= t_last; --t) {
     const int n0 = t * kBlockN;
-    const int step = n_tiles - 1 - t;
+    const int step = t_first - t;
     const int buffer = kStages == 2 ? step & 1 : 0;
     const elem_t* sK_t = sK + buffer * kKTileElems;
     const elem_t* sV_t = sV + (kVStages == 3 ? step % 3 : buffer) * kVTileElems;
@@ -116,7 +126,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) fused_at
     };
     wait_tiles_landed<kOverlapPV ? 1 : 0>();
     __syncthreads();  // tile t's K (and V with 2 stages) is in smem; every warp is done with tile t + 1
-    if (kStages == 2 && t > 0) {
+    if (kStages == 2 && t > t_last) {
       prefetch_k();
       if (!kOverlapPV) prefetch_v();
       cp_async_commit();
@@ -139,7 +149,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) fused_at
     if (kStages == 1) {
       wait_tiles_landed();
       __syncthreads();  // V tile t is in smem; every warp is done with K tile t
-      if (t > 0) {
+      if (t > t_last) {
         load_tile_async<kBlockN, kHeadDim>(sK, k_base, kv_stride_s, n0 - kBlockN, len_kv);
         cp_async_commit();
       }
@@ -151,7 +161,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) fused_at
     online_softmax<true>(s, row_max, row_sum, [&](int mt, int half, float alpha) { o_scale[mt][half] = alpha; });
     // V(t - 1) is first read by the P V issued two tiles from now. Issued here, its branch also ends the softmax's
     // basic block: ptxas hoists the wait below (it has no operands) to the top of its block, above the softmax.
-    if (t > 0) {
+    if (t > t_last) {
       prefetch_v();
       cp_async_commit();
     }
@@ -167,7 +177,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) fused_at
 #endif
   }
 #if WGMMA_OVERLAP
-  if (n_tiles > 0) {  // (with no tile, slot 0 holds no V: nothing to add)
+  if (t_first >= t_last) {  // (with no tile, slot 0 holds no V: nothing to add)
     wait_tiles_landed();  // the last tile's V, loaded in the newest group
     __syncthreads();
     pending.flush(o);
@@ -176,8 +186,13 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) fused_at
 
   cp_async_wait_all();  // the Q load is still in flight when there was no tile
   __syncthreads();      // every warp is done reading sQ/sV: sQ becomes the output staging buffer
+  elem_t* out = O + static_cast<int64_t>(tile.batch) * o_stride_b + static_cast<int64_t>(tile.head) * o_stride_h;
+#if KV_SPLIT > 1
+  combine_split_kv(reinterpret_cast<float*>(sQ), o, row_max, row_sum, warp, lane, tile.split, out, o_stride_s, m0,
+                   len_q);
+#else
   stage_output(sQ, o, row_sum, warp, lane);
   __syncthreads();
-  store_output(O + static_cast<int64_t>(tile.batch) * o_stride_b + static_cast<int64_t>(tile.head) * o_stride_h, sQ,
-               o_stride_s, m0, len_q, threadIdx.x);
+  store_output(out, sQ, o_stride_s, m0, len_q, threadIdx.x);
+#endif
 }

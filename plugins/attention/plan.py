@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from trt_fusedattn.launcher.arch import WGMMA_ARCHES, shared_limit
+from trt_fusedattn.launcher.arch import CLUSTER_ARCH, WGMMA_ARCHES, arch_number, shared_limit
 from trt_fusedattn.launcher.plan import LaunchPlan
 from trt_fusedattn.plugins.attention.contract import head_dim_problem
 
@@ -58,6 +58,23 @@ WARP_SPECIALIZED_TILES = {64: (128, 128, 8, 0, 2), 128: (128, 128, 8, 0, 2), 256
 WARP_SPECIALIZED_TILES_MASKED = {**WARP_SPECIALIZED_TILES, 128: (128, 64, 8, 0, 2)}
 WARP_SPECIALIZED_DEFAULT_HEAD_DIMS = (128, 256)
 LOAD_WARPGROUP_THREADS = 128
+
+
+# Decode with few query blocks (attention_split_kv.cuh): when the lengths are static ints and the grid would have fewer
+# CTAs than an H100 has SMs, one-warp 16-row tiles with the keys split over a cluster of KV_SPLIT CTAs, combined through
+# DSMEM. H100 (2026-11-24): 16 queries x 32k keys, 32 heads: 0.446 -> 0.127 ms (cuDNN 0.68); shapes that already fill
+# the GPU (1 query x 32k keys x 4 batches x 32 heads) gained nothing, so they keep the default tiles.
+SPLIT_KV_TILE = (16, 64, 1, 0, 2)
+SPLIT_KV = 8
+SPLIT_KV_MAX_QUERIES, SPLIT_KV_MIN_KEYS, SPLIT_KV_MAX_BLOCKS = 16, 4096, 132
+
+
+def _split_decode(len_q, len_kv, heads_q, batch, mask_kind, arch: str) -> bool:
+    """Whether the default plan splits the keys over a cluster (static lengths only: a TensorRT profile's dynamic
+    lengths keep the default tiles)."""
+    static = all(isinstance(d, int) for d in (len_q, len_kv, heads_q, batch))
+    return (static and mask_kind is None and arch_number(arch) >= CLUSTER_ARCH and len_q <= SPLIT_KV_MAX_QUERIES
+            and len_kv >= SPLIT_KV_MIN_KEYS and batch * heads_q < SPLIT_KV_MAX_BLOCKS)
 
 
 def pipeline_barrier_bytes(stages: int) -> int:
@@ -122,7 +139,7 @@ def _mask_strides(mask_shape, batch, heads_q, len_q, len_kv) -> tuple:
 def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning: dict | None = None) -> LaunchPlan:
     """Launch plan of FusedAttention for these inputs (Q, K, V, mask, key_lengths; None when absent).
     ``tuning`` overrides tuning defines (WGMMA, BLOCK_M, BLOCK_N, NUM_WARPS, Q_IN_REGISTERS, KV_STAGES,
-    RESCALE_THRESHOLD, MIN_BLOCKS_PER_SM, WGMMA_OVERLAP, WARP_SPECIALIZED) of the per-head-dim choice: for tests and benchmarks.
+    RESCALE_THRESHOLD, MIN_BLOCKS_PER_SM, WGMMA_OVERLAP, WARP_SPECIALIZED, KV_SPLIT) of the per-head-dim choice: for tests and benchmarks.
     WGMMA=1 forces the Hopper wgmma mainloop (sm_90a, head dims 64/128), WGMMA=0 the mma.sync one; without it
     ``WGMMA_BY_DEFAULT`` decides. WARP_SPECIALIZED=1 (on top of the wgmma mainloop) takes the warp-specialized kernel
     (attention_sm90.cu); without it (and without WGMMA) ``WARP_SPECIALIZED_DEFAULT_HEAD_DIMS`` decides."""
@@ -173,7 +190,8 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
     padded = max(-(-dim // 16) * 16, -(-vdim // 16) * 16)
     tile_key = min((d for d in table if d >= padded), default=None)
     wgmma_ok = arch in WGMMA_ARCHES and dim in WGMMA_TILES and vdim == dim
-    wgmma = int((tuning or {}).get("WGMMA", WGMMA_BY_DEFAULT and wgmma_ok and
+    split = not tuning and _split_decode(len_q, len_kv, heads_q, batch, mask_kind, arch)
+    wgmma = int((tuning or {}).get("WGMMA", WGMMA_BY_DEFAULT and wgmma_ok and not split and
                                    (dim in WGMMA_DEFAULT_HEAD_DIMS or bool((tuning or {}).get("WARP_SPECIALIZED")))))
     if wgmma and not wgmma_ok:
         raise ValueError(f"FusedAttention: the wgmma mainloop runs on {', '.join(WGMMA_ARCHES)} for head dims "
@@ -185,11 +203,12 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
                          f"needs WGMMA=1 ({', '.join(WGMMA_ARCHES)}, head dims {sorted(WGMMA_TILES)})")
     ws_table = WARP_SPECIALIZED_TILES_MASKED if mask_kind is not None else WARP_SPECIALIZED_TILES
     block_m, block_n, warps, q_in_registers, stages = (ws_table[dim] if ws else WGMMA_TILES[dim] if wgmma
+                                                       else SPLIT_KV_TILE if split
                                                        else table[tile_key] if tile_key else TILE_LARGE)
     tune = {"WARP_SPECIALIZED": ws, "WGMMA": wgmma, "BLOCK_M": block_m, "BLOCK_N": block_n, "NUM_WARPS": warps, "Q_IN_REGISTERS": q_in_registers,
             "KV_STAGES": stages, "RESCALE_THRESHOLD": RESCALE_THRESHOLD,
             "MIN_BLOCKS_PER_SM": WGMMA_MIN_BLOCKS_PER_SM[dim] if wgmma and not ws and mask_kind is None else 1,
-            "WGMMA_OVERLAP": WGMMA_OVERLAP[dim] if wgmma and not ws else 0}
+            "WGMMA_OVERLAP": WGMMA_OVERLAP[dim] if wgmma and not ws else 0, "KV_SPLIT": SPLIT_KV if split else 1}
     unknown = set(tuning or ()) - set(tune)
     if unknown:
         raise ValueError(f"FusedAttention: unknown tuning defines {sorted(unknown)}; known: {sorted(tune)}")
@@ -197,6 +216,10 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
     block_m, block_n, warps, stages = tune["BLOCK_M"], tune["BLOCK_N"], tune["NUM_WARPS"], tune["KV_STAGES"]
     if tune["WGMMA_OVERLAP"] and not tune["WGMMA"]:
         raise ValueError("FusedAttention: WGMMA_OVERLAP is an option of the wgmma mainloop; set WGMMA=1 too")
+    if tune["KV_SPLIT"] > 1 and (tune["WGMMA"] or arch_number(arch) < CLUSTER_ARCH or block_m % tune["KV_SPLIT"]):
+        raise ValueError(f"FusedAttention: KV_SPLIT (a thread-block cluster splitting the keys) needs the mma.sync "
+                         f"mainloop (WGMMA=0), sm_90 or newer and BLOCK_M divisible by it; got {arch}, "
+                         f"WGMMA={tune['WGMMA']}, BLOCK_M={block_m}, KV_SPLIT={tune['KV_SPLIT']}")
     if tune["WARP_SPECIALIZED"] and (tune["WGMMA_OVERLAP"] or (block_m, warps) != (128, 8)):
         raise ValueError("FusedAttention: the warp-specialized kernel has its own overlap (WGMMA_OVERLAP=0) and two MMA "
                          "warpgroups (BLOCK_M=128, NUM_WARPS=8)")
@@ -214,6 +237,9 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
         smem = shared_mem_bytes(dim, block_m, block_n, stages, head_dim_v=vdim)
     if tune["WARP_SPECIALIZED"]:
         smem += pipeline_barrier_bytes(stages)
+    if tune["KV_SPLIT"] > 1:  # attention_split_kv.cuh's kCombineFloats, in the same smem after the main loop
+        split, v_pad = tune["KV_SPLIT"], -(-vdim // 16) * 16
+        smem = max(smem, 4 * (block_m * v_pad + 2 * block_m + block_m // split * (split + 1)))
     if smem > shared_limit(arch):
         raise ValueError(f"FusedAttention: tile {block_m}x{block_n} at head dim {dim} needs {smem} B of shared memory, "
                          f"more than {arch} has")
@@ -241,5 +267,5 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
         scalars += _mask_strides(mask_shape, batch, heads_q, len_q, len_kv)
     ws = tune["WARP_SPECIALIZED"]
     return LaunchPlan(source=SOURCE_WARP_SPECIALIZED if ws else SOURCE, kernel=KERNEL, defines=defines,
-                      grid=((len_q + block_m - 1) // block_m, heads_q, batch),
+                      grid=((len_q + block_m - 1) // block_m * tune["KV_SPLIT"], heads_q, batch),
                       block=(warps * 32 + (LOAD_WARPGROUP_THREADS if ws else 0), 1, 1), shared_mem=smem, scalars=scalars)

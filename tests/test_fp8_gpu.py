@@ -1,0 +1,102 @@
+"""FP8-fused sample models run with our FP8 FusedConv kernels (sm_89+) for their custom nodes: the kernels match
+the numpy reference's FP8 emulation, and the error against the original float model is reported.
+
+The fused models come from the CPU path (calibration on random inputs, and Model Optimizer-style Q/DQ); each
+FusedConv node runs the kernel through ``verify(implementations=...)``: X in float16 (what the TensorRT layer's
+Casts give a float32 model under --fp8), W float8_e4m3fn, its per-channel scale and input_scale as the node has
+them. Two comparisons per model: node by node, the kernel against the reference on the same float16 inputs (those
+of a run of the fused model by the references: FP8 emulated exactly as the kernel quantizes), and the whole model
+on the kernels against the original (FP8's own error, under FP8_RTOL). Whole-model kernel-vs-emulation is not a
+bound: a deep FP8 stack amplifies one e4m3 rounding that fp32 and float64 place on different sides of a tie."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from trt_fusedattn.plugins.conv.contract import FUSED_CONV
+
+from _fp8_models import CONV_SAMPLES, conv_qdq_version, sample
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.gpu
+
+KERNEL_VS_EMULATION = 2e-3  # normwise, per node (test_conv_gpu's float16 bound): fp32 accumulation order and
+                            # float16 output rounding; an X element within 2^-20 of an e4m3 tie may round the
+                            # other way (the kernel multiplies by 1/input_scale in fp32)
+
+
+def _channels_last(t):
+    return t.contiguous(memory_format=torch.channels_last)
+
+
+def gpu_fused_conv(x, w, shift=None, scale=None, residual=None, **attrs):
+    """A 2-D FusedConv node on our kernel: float16 X (and residual), W float8_e4m3fn with input_scale (FP8) or
+    float16; numpy in and out in the node's dtypes."""
+    import trt_fusedattn
+
+    fp8 = bool(attrs["input_scale"])
+    dev = lambda a, dtype=torch.half: None if a is None else torch.from_numpy(  # noqa: E731
+        np.ascontiguousarray(np.asarray(a, np.float32))).to("cuda", dtype)
+    wt = (dev(w.astype(np.float32), torch.float32).to(torch.float8_e4m3fn) if fp8 else dev(w)).permute(0, 3, 1, 2)
+    y = trt_fusedattn.conv2d(_channels_last(dev(x)), wt, dev(shift, torch.float32), scale=dev(scale, torch.float32),
+                             stride=tuple(attrs["strides"]) or 1, padding=tuple(attrs["pads"]) or 0,
+                             dilation=tuple(attrs["dilations"]) or 1, groups=attrs["group"],
+                             activation=attrs["activation"], activation_alpha=attrs["activation_alpha"],
+                             activation_beta=attrs["activation_beta"],
+                             residual=None if residual is None else _channels_last(dev(residual)),
+                             post_activation=attrs["post_activation"],
+                             post_activation_alpha=attrs["post_activation_alpha"],
+                             post_activation_beta=attrs["post_activation_beta"], input_scale=attrs["input_scale"])
+    return y.float().cpu().numpy().astype(x.dtype)
+
+
+def float16_reference(x, *args, **attrs):
+    """The node's reference on float16 X and residual (what the kernel is given), its output in X's dtype."""
+    x16 = np.asarray(x).astype(np.float16)
+    args = list(args)
+    if len(args) > 3 and args[3] is not None:
+        args[3] = np.asarray(args[3]).astype(np.float16)
+    return FUSED_CONV.reference(x16, *args, **attrs).astype(np.asarray(x).dtype)
+
+
+def _fused_models(name):
+    from trt_fusedattn.pipeline import fuse
+
+    model = sample(name)
+    yield "calibrated", model, fuse(model, precision="fp8", calibration="random:8")[0]
+    yield "Q/DQ", model, fuse(conv_qdq_version(model))[0]
+
+
+@pytest.mark.parametrize("name", [n for n in CONV_SAMPLES if "dynamo" in n])
+def test_fp8_fused_samples_run_on_the_fp8_kernels(name, capsys):
+    import random
+
+    from trt_fusedattn.launcher.launch import device_arch
+    from trt_fusedattn.ort_session import run_model
+    from trt_fusedattn.plugins.conv.plan import arch_number
+    from trt_fusedattn.random_inputs import random_inputs
+    from trt_fusedattn.verification import FP8_RTOL, verify
+
+    if arch_number(device_arch()) < 89:
+        pytest.skip(f"FP8 FusedConv needs sm_89+; this GPU is {device_arch()}")
+    seed = random.SystemRandom().randrange(2 ** 31)
+    for how, original, fused in _fused_models(name):
+        feeds = random_inputs(original, seed=seed)
+        nodes = []  # (inputs, attributes, reference output) of each node, in the emulated run
+        recorded = lambda *a, **k: nodes.append((a, k, float16_reference(*a, **k))) or nodes[-1][2]  # noqa: E731
+        run_model(fused, feeds, {FUSED_CONV: recorded})
+        errors = []
+        for args, attrs, want in nodes:
+            got = gpu_fused_conv(*args, **attrs).astype(np.float64)
+            errors.append((bool(attrs["input_scale"]),
+                           float(np.linalg.norm(got - want) / max(np.linalg.norm(want.astype(np.float64)), 1e-30))))
+        against_original = verify(original, fused, inputs=feeds, implementations={FUSED_CONV: gpu_fused_conv})
+        with capsys.disabled():
+            print(f"\n{name} {how} (seed {seed}): {sum(f for f, _ in errors)} FP8 nodes of {len(errors)}, kernel vs "
+                  f"emulation worst {max(e for _, e in errors):.3g} (normwise); on the kernels vs original " +
+                  ", ".join(f"{o.name} {o.max_rel:.3g} (rel_l2 {o.rel_l2:.3g})" for o in against_original.outputs))
+        assert sum(f for f, _ in errors) == sum(FUSED_CONV.is_node(n) and FUSED_CONV.node_attributes(n)["input_scale"]
+                                                > 0 for n in fused.graph.node) > 0
+        assert max(e for _, e in errors) < KERNEL_VS_EMULATION, errors
+        assert against_original.passed and all(o.rtol == FP8_RTOL for o in against_original.outputs), \
+            against_original.table()

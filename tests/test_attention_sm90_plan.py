@@ -94,6 +94,6 @@ def test_decode_with_few_query_blocks_splits_the_keys_over_a_cluster():
     assert p.defines["KV_SPLIT"] == SPLIT_KV and p.defines["WGMMA"] == 0 and p.grid == (SPLIT_KV, 32, 1)
     assert (p.defines["BLOCK_M"], p.defines["BLOCK_N"], p.defines["NUM_WARPS"]) == SPLIT_KV_TILE[:3]
     assert p.block == (32, 1, 1)
-    for other in (decode(batch=8), decode(lq=64), decode(lkv=1024), decode(arch="sm_89"),
+    for other in (decode(batch=8), decode(lq=1, batch=4), decode(lq=64), decode(lkv=1024), decode(arch="sm_89"),
                   decode(mask=(1, 1, 16, 32768))):
         assert other.defines["KV_SPLIT"] == 1

@@ -61,12 +61,12 @@ LOAD_WARPGROUP_THREADS = 128
 
 
 # Decode with few query blocks (attention_split_kv.cuh): when the lengths are static ints and the grid would have fewer
-# CTAs than an H100 has SMs, one-warp 16-row tiles with the keys split over a cluster of KV_SPLIT CTAs, combined through
-# DSMEM. H100 (2026-11-24): 16 queries x 32k keys, 32 heads: 0.446 -> 0.127 ms (cuDNN 0.68); shapes that already fill
-# the GPU (1 query x 32k keys x 4 batches x 32 heads) gained nothing, so they keep the default tiles.
+# CTAs than half an H100's SMs, one-warp 16-row tiles with the keys split over a cluster of KV_SPLIT CTAs, combined
+# through DSMEM. H100 (2026-11-24): 16 queries x 32k keys, 32 heads: 0.446 -> 0.127 ms (cuDNN 0.68); 1 query x 32k keys
+# x 4 batches x 32 heads (128 CTAs) gained nothing (0.464 -> 0.474), so such shapes keep the default tiles.
 SPLIT_KV_TILE = (16, 64, 1, 0, 2)
 SPLIT_KV = 8
-SPLIT_KV_MAX_QUERIES, SPLIT_KV_MIN_KEYS, SPLIT_KV_MAX_BLOCKS = 16, 4096, 132
+SPLIT_KV_MAX_QUERIES, SPLIT_KV_MIN_KEYS, SPLIT_KV_MAX_BLOCKS = 16, 4096, 66
 
 
 def _split_decode(len_q, len_kv, heads_q, batch, mask_kind, arch: str) -> bool:

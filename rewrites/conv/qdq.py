@@ -97,7 +97,7 @@ def _weights(conv: gs.Node) -> QuantizedWeights | None:
         from trt_fusedattn.calibration import quantize_weights
 
         values = quantize_weights(weights, scale)  # W / scale exactly (float16 W: onnxruntime's opset-19 kernel
-        # agrees; its opset-21+ kernel divides in float16 and may round ties the other way, as X's below)
+        # agrees; at opset 23 it divides in float16 and rounds some e4m3 ties the other way)
     if not _is_e4m3(values):
         raise CannotFuse(f"weights are quantized by {dq.name} from {values.dtype if values is not None else 'a tensor'}"
                          f", not float8e4m3fn constants (INT8 Q/DQ is left to TensorRT)")

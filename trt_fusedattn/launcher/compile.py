@@ -19,7 +19,8 @@ import tempfile
 from pathlib import Path
 from typing import Mapping
 
-ARCHES = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100a", "sm_120a")
+from trt_fusedattn.launcher.arch import ARCHES
+
 BASE_FLAGS = ("-std=c++17", "-O3", "-lineinfo")
 FALLBACK_NVCC = Path("/usr/local/cuda/bin/nvcc")
 _LOCAL_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)

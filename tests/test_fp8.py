@@ -129,7 +129,8 @@ def test_qdq_sample_is_absorbed_and_each_site_matches_its_original_exactly(name)
     fused, report = fuse(original)
     assert len(fp8_nodes(fused)) == len(fp8_convs(sample(name)))
     assert not [n for n in fused.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear")]
-    assert all(s.details["fp8"].startswith("Q/DQ") for s in report.sites if s.node in {n.name for n in fp8_nodes(fused)})
+    fp8_names = {n.name for n in fp8_nodes(fused)}
+    assert all(s.details["fp8"].startswith("Q/DQ") for s in report.sites if s.node in fp8_names)
     assert max(site_errors(original, fused).values()) < EXACT
     result = verify(original, fused)
     assert result.passed and (worst(result) < EXACT or "resnet" in name), result.table()
@@ -151,8 +152,8 @@ def _single_conv_qdq(**changes):
     model = b.model({"x": [2, 16, 9, 9]}, {y: None})
     conv = next(n for n in model.graph.node if n.op_type == "Conv")
     w = initializer(model, conv.input[1])
-    qdq = insert_conv_qdq(model, {conv.name: ConvScales(4.0 / E4M3_MAX, changes.pop("w_scale", None) if
-                                                        "w_scale" in changes else np.abs(w).reshape(8, -1).max(1) / 448)})
+    w_scale = changes.pop("w_scale") if "w_scale" in changes else np.abs(w).reshape(8, -1).max(1) / E4M3_MAX
+    qdq = insert_conv_qdq(model, {conv.name: ConvScales(4.0 / E4M3_MAX, w_scale)})
     for node in qdq.graph.node:
         for key, edit in changes.items():
             if node.name.endswith(key):

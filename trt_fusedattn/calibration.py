@@ -2,8 +2,8 @@
 onnxruntime on calibration inputs, turned into the scales the op contracts take.
 
 Sources (``--calib``): ``samples.npz`` (one array per graph input; an array with one more axis than the input
-holds samples along axis 0, one run each) or ``random:N`` (N runs of ``random_inputs``, seeds from ``RANDOM_SEED``: not verification's
-default seeds, so a verification is not run on a calibration input).
+holds samples along axis 0, one run each) or ``random:N`` (N runs of ``random_inputs``, seeds from
+``RANDOM_SEED``: not verification's default seeds, so a verification is not run on a calibration input).
 Methods (``--calib-method``): ``max`` (the largest |x| seen) or ``percentile[:P]`` (the P-th percentile of |x|
 over every element seen, default 99.99, from a histogram whose range doubles as larger values arrive: bounded
 memory, resolution of 1/2048 of the range). Weights are constants: their per-output-channel amax is exact.

@@ -65,8 +65,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--only", metavar="FAMILIES", help="comma-separated rewrite families to run: attention,conv")
     p.add_argument("--verify", action="store_true",
                    help="run original and fused model under onnxruntime on random inputs and compare outputs")
-    p.add_argument("--rtol", type=_tolerance, help="relative tolerance, max|fused-original| / max|original| "
-                                              "(default by dtype: 1e-4 fp32, 1e-2 fp16, 2e-2 bf16; 0.25 with FP8 nodes)")
+    p.add_argument("--rtol", type=_tolerance, help="relative tolerance, max|fused-original| / max|original| (default "
+                                              "by dtype: 1e-4 fp32, 1e-2 fp16, 2e-2 bf16; 0.25 with FP8 nodes)")
     p.add_argument("--atol", type=_tolerance, default=0.0, help="absolute tolerance; an output passes within either")
     p.add_argument("--seed", type=_seed, default=0, help="seed of the random verification inputs")
     p.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE",

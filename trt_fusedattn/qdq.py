@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import ml_dtypes
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -47,7 +48,7 @@ def insert_conv_qdq(model: onnx.ModelProto, scales: dict[str, ConvScales], *, qu
     model = with_qdq_opset(model)
     graph = model.graph
     weights = {t.name: t for t in graph.initializer}
-    zero = numpy_helper.from_array(np.zeros((), _e4m3()), "fp8_zero_point")
+    zero = numpy_helper.from_array(np.zeros((), ml_dtypes.float8_e4m3fn), "fp8_zero_point")
     graph.initializer.append(zero)
     nodes, quantized = [], {}
     for node in graph.node:
@@ -67,7 +68,7 @@ def insert_conv_qdq(model: onnx.ModelProto, scales: dict[str, ConvScales], *, qu
         w = numpy_helper.to_array(weights[w_name])
         w_scale = np.asarray(conv.w, np.float32)
         graph.initializer.append(numpy_helper.from_array(w_scale, f"{node.name}_w_scale"))
-        zeros = numpy_helper.from_array(np.zeros(len(w_scale), _e4m3()), f"{node.name}_w_zero_point")
+        zeros = numpy_helper.from_array(np.zeros(len(w_scale), ml_dtypes.float8_e4m3fn), f"{node.name}_w_zero_point")
         graph.initializer.append(zeros)
         if quantize_weights:
             nodes.append(helper.make_node("QuantizeLinear", [w_name, f"{node.name}_w_scale", zeros.name],
@@ -85,12 +86,6 @@ def insert_conv_qdq(model: onnx.ModelProto, scales: dict[str, ConvScales], *, qu
     del graph.initializer[:]
     graph.initializer.extend(kept)
     return model
-
-
-def _e4m3():
-    import ml_dtypes
-
-    return ml_dtypes.float8_e4m3fn
 
 
 def unabsorbed_quantizers(model: onnx.ModelProto) -> dict[str, int]:

@@ -89,8 +89,8 @@ class Verification:
         inputs = ", ".join(f"{k}[{'x'.join(map(str, v))}]" for k, v in self.inputs.items())
         head = f"verification (onnxruntime, original vs fused, inputs {inputs}):"
         lines = [head, *(f"  {line}" for line in (self.how, self.original_error, self.fused_error) if line)]
-        return "\n".join(lines + [_format_table(("output", "dtype", "shape", "max abs", "max rel", "rel l2", "rtol", ""),
-                                                rows)])
+        header = ("output", "dtype", "shape", "max abs", "max rel", "rel l2", "rtol", "")
+        return "\n".join(lines + [_format_table(header, rows)])
 
     def raise_if_failed(self) -> None:
         if self.original_error:

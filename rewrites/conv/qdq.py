@@ -8,7 +8,8 @@ output channel on axis 0) -> Conv. Two steps around the conv family's rewrite:
   the conv rewrite matches and folds its epilogue as for any Conv; the e4m3 values and scales are kept;
 - ``absorb`` (after): each fused node whose Conv had FP8 Q/DQ takes X from before the QuantizeLinear with
   ``input_scale`` = its scale, W back in e4m3 and its scales (times the per-channel factor the epilogue folded
-  into W, BatchNorm's; a negative one flips e4m3 signs, exactly) in the ``scale`` input: the FP8 contract computes exactly what the Q/DQ graph did.
+  into W, BatchNorm's; a negative one flips e4m3 signs, exactly) in the ``scale`` input: the FP8 contract computes
+  exactly what the Q/DQ graph did.
   A Conv left unfused gets its DequantizeLinear back.
 
 A Q/DQ pattern that cannot be absorbed stays as it is, and the conv site says why in ``details["fp8"]``.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import ml_dtypes
 import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
@@ -171,7 +173,7 @@ def absorb(graph: gs.Graph, sites: list[Site], quantized: dict[int, QuantizedWei
         sign = np.where(scale < 0, -1.0, 1.0).reshape(-1, *[1] * (weights.values.ndim - 1))  # e4m3 is symmetric
         scale = np.abs(scale)
         values = np.ascontiguousarray((weights.values * sign).transpose(0, *range(2, weights.values.ndim), 1))
-        node.inputs[1] = gs.Constant(node.inputs[1].name, values.astype(_e4m3()))
+        node.inputs[1] = gs.Constant(node.inputs[1].name, values.astype(ml_dtypes.float8_e4m3fn))
         while len(node.inputs) < 4:
             node.inputs.append(gs.Variable.empty())
         node.inputs[3] = gs.Constant(f"{node.name}.scale", scale.astype(np.float32))
@@ -193,9 +195,3 @@ def _folded_scale(node: gs.Node, weights: QuantizedWeights) -> np.ndarray:
     if np.abs(flat - scale[:, None] * base).max() > _FOLD_TOLERANCE * max(np.abs(flat).max(), 1e-30):
         raise CannotFuse("the epilogue folded into W is not one factor per output channel of the e4m3 weights")
     return scale
-
-
-def _e4m3():
-    import ml_dtypes
-
-    return ml_dtypes.float8_e4m3fn

@@ -117,6 +117,8 @@ def site_errors(original: onnx.ModelProto, fused: onnx.ModelProto) -> dict[str, 
         args = [tensors.get(name, weights.get(name)) if name else None for name in node.input]
         if node.input[0] in dequantized:  # X as the original's Conv read it: its quantization is checked apart
             args[0] = tensors[dequantized[node.input[0]]]
+        elif producers[node.input[0]].op_type == "QuantizeLinear":  # e4m3 X: onnxruntime returns its bytes
+            args[0] = tensors[node.input[0]].view(ml_dtypes.float8_e4m3fn)
         got = FUSED_CONV.reference(*args, **FUSED_CONV.node_attributes(node)).astype(np.float64)
         want = tensors[node.output[0]].astype(np.float64)
         errors[node.name] = float(np.abs(got - want).max() / np.abs(want).max())
@@ -299,16 +301,17 @@ def test_model_optimizer_fp8_export_is_absorbed():
     Optimizer 0.47.0 on the CPU (``modelopt.onnx.quantization.quantize(path, quantize_mode="fp8",
     calibration_data_path=<8 standard-normal images>, calibration_eps=["cpu"])``): float16, opset 19, Q/DQ on 9
     Convs' X and W (per-channel Q of float16 W), and on the residual Adds' inputs. Every quantized Conv becomes
-    FP8 (BatchNorm folded into the scales); each site matches the export to float16 rounding; the Q/DQ on the
-    Adds stays (TensorRT's), named in the report."""
+    FP8 (BatchNorm folded into the scales) reading the QuantizeLinear's e4m3 output; each site matches the export
+    to float16 rounding; the Q/DQ on the Adds stays (TensorRT's), named in the report."""
     from pathlib import Path
 
     original = onnx.load(Path(__file__).parent / "data" / "resnet_bn_modelopt_fp8.onnx")
-    quantized = {n.input[0] for n in original.graph.node if n.op_type == "QuantizeLinear"}
+    quantized = {n.output[0] for n in original.graph.node if n.op_type == "QuantizeLinear"}
     fused, report = fuse(original)
     assert len(fp8_nodes(fused)) == 9 == sum(s.details.get("fp8", "").startswith("Q/DQ") for s in report.sites)
     assert any("FP8 Q/DQ left as it is" in note and "read by Add" in note for note in report.notes)
     assert max(site_errors(original, fused).values()) < 2e-3  # float16 outputs: 2^-11 per rounding
-    assert {n.input[0] for n in fp8_nodes(fused)} <= quantized
+    assert {n.input[0] for n in fp8_nodes(fused)} <= quantized  # float16, C/G % 16 == 0: e4m3 X from the Q
+    assert all("e4m3 X" in s.details["fp8"] for s in report.sites if s.details.get("fp8", "").startswith("Q/DQ"))
     result = verify(original, fused)
     assert result.passed, result.table()

@@ -6,10 +6,10 @@ output channel on axis 0) -> Conv. Two steps around the conv family's rewrite:
 
 - ``dequantize_weights`` (before): a Conv whose W is such a DequantizeLinear gets the dequantized constant, so
   the conv rewrite matches and folds its epilogue as for any Conv; the e4m3 values and scales are kept;
-- ``absorb`` (after): each fused node whose Conv had FP8 Q/DQ takes X from before the QuantizeLinear with
-  ``input_scale`` = its scale, W back in e4m3 and its scales (times the per-channel factor the epilogue folded
-  into W, BatchNorm's; a negative one flips e4m3 signs, exactly) in the ``scale`` input: the FP8 contract computes
-  exactly what the Q/DQ graph did.
+- ``absorb`` (after): each fused node whose Conv had FP8 Q/DQ takes X from before the QuantizeLinear (float16 X
+  with C/G % 16 == 0: the QuantizeLinear's e4m3 output, the kernel's fast path) with ``input_scale`` = its scale,
+  W back in e4m3 and its scales (times the per-channel factor the epilogue folded into W, BatchNorm's; a negative
+  one flips e4m3 signs, exactly) in the ``scale`` input: the FP8 contract computes exactly what the Q/DQ graph did.
   A Conv left unfused gets its DequantizeLinear back.
 
 A Q/DQ pattern that cannot be absorbed stays as it is, and the conv site says why in ``details["fp8"]``.
@@ -140,6 +140,15 @@ def _input_quantizer(x: gs.Tensor) -> tuple[gs.Tensor, float]:
     return quantize.inputs[0], float(np.float32(scale[0]))
 
 
+def _kernel_input(dequantized: gs.Tensor, x: gs.Tensor, channels_per_group: int) -> gs.Tensor:
+    """What the FP8 node reads: the QuantizeLinear's e4m3 output when X is float16 and C/G is a multiple of 16 (the
+    kernel's e4m3-X path: A moves as bytes with no quantize pass, NOTES.md's fast FP8 case; Y stays float16), else
+    X before the pair, quantized in the kernel (an e4m3 X would turn a float32 or bfloat16 output into float16)."""
+    if x.dtype is not None and np.dtype(x.dtype) == np.float16 and channels_per_group % 16 == 0:
+        return producer(dequantized).inputs[0]
+    return x
+
+
 def absorb(graph: gs.Graph, sites: list[Site], quantized: dict[int, QuantizedWeights | str]) -> None:
     """Make FP8 each fused conv site whose Conv had FP8 Q/DQ (see module doc); record the outcome in its
     details. Convs left unfused get their DequantizeLinear weights back."""
@@ -169,7 +178,7 @@ def absorb(graph: gs.Graph, sites: list[Site], quantized: dict[int, QuantizedWei
                     is_op(producer(node.inputs[0]), "DequantizeLinear"):
                 site.details["fp8"] = f"no: {reason}"
             continue
-        node.inputs[0] = x
+        node.inputs[0] = _kernel_input(node.inputs[0], x, weights.values.shape[1])
         sign = np.where(scale < 0, -1.0, 1.0).reshape(-1, *[1] * (weights.values.ndim - 1))  # e4m3 is symmetric
         scale = np.abs(scale)
         values = np.ascontiguousarray((weights.values * sign).transpose(0, *range(2, weights.values.ndim), 1))
@@ -178,7 +187,7 @@ def absorb(graph: gs.Graph, sites: list[Site], quantized: dict[int, QuantizedWei
             node.inputs.append(gs.Variable.empty())
         node.inputs[3] = gs.Constant(f"{node.name}.scale", scale.astype(np.float32))
         node.attrs["input_scale"] = input_scale
-        site.details["fp8"] = (f"Q/DQ input_scale={input_scale:.4g} "
+        site.details["fp8"] = (f"Q/DQ{' e4m3 X' if node.inputs[0] is not x else ''} input_scale={input_scale:.4g} "
                                f"w_scale={scale.min():.3g}..{scale.max():.3g}")
 
 

@@ -10,7 +10,11 @@ on the kernels against the original (FP8's own error, under FP8_RTOL). Whole-mod
 bound: a deep FP8 stack amplifies one e4m3 rounding that fp32 and float64 place on different sides of a tie."""
 from __future__ import annotations
 
+from pathlib import Path
+
+import ml_dtypes
 import numpy as np
+import onnx
 import pytest
 
 from trt_fusedattn.plugins.conv.contract import FUSED_CONV
@@ -37,8 +41,10 @@ def gpu_fused_conv(x, w, shift=None, scale=None, residual=None, **attrs):
     fp8 = bool(attrs["input_scale"])
     dev = lambda a, dtype=torch.half: None if a is None else torch.from_numpy(  # noqa: E731
         np.ascontiguousarray(np.asarray(a, np.float32))).to("cuda", dtype)
-    wt = (dev(w.astype(np.float32), torch.float32).to(torch.float8_e4m3fn) if fp8 else dev(w)).permute(0, 3, 1, 2)
-    y = trt_fusedattn.conv2d(_channels_last(dev(x)), wt, dev(shift, torch.float32), scale=dev(scale, torch.float32),
+    e4m3 = lambda a: dev(a, torch.float32).to(torch.float8_e4m3fn)  # noqa: E731  (exact: a holds e4m3 values)
+    wt = (e4m3(w) if fp8 else dev(w)).permute(0, 3, 1, 2)
+    xt = e4m3(x) if x.dtype == ml_dtypes.float8_e4m3fn else dev(x)
+    y = trt_fusedattn.conv2d(_channels_last(xt), wt, dev(shift, torch.float32), scale=dev(scale, torch.float32),
                              stride=tuple(attrs["strides"]) or 1, padding=tuple(attrs["pads"]) or 0,
                              dilation=tuple(attrs["dilations"]) or 1, groups=attrs["group"],
                              activation=attrs["activation"], activation_alpha=attrs["activation_alpha"],
@@ -47,16 +53,18 @@ def gpu_fused_conv(x, w, shift=None, scale=None, residual=None, **attrs):
                              post_activation=attrs["post_activation"],
                              post_activation_alpha=attrs["post_activation_alpha"],
                              post_activation_beta=attrs["post_activation_beta"], input_scale=attrs["input_scale"])
-    return y.float().cpu().numpy().astype(x.dtype)
+    return y.float().cpu().numpy().astype(np.float16 if x.dtype == ml_dtypes.float8_e4m3fn else x.dtype)
 
 
 def float16_reference(x, *args, **attrs):
-    """The node's reference on float16 X and residual (what the kernel is given), its output in X's dtype."""
-    x16 = np.asarray(x).astype(np.float16)
+    """The node's reference on float16 X and residual (what the kernel is given; e4m3 X as it is), its output in
+    the node's output dtype."""
+    x16 = np.asarray(x) if np.asarray(x).dtype == ml_dtypes.float8_e4m3fn else np.asarray(x).astype(np.float16)
     args = list(args)
     if len(args) > 3 and args[3] is not None:
         args[3] = np.asarray(args[3]).astype(np.float16)
-    return FUSED_CONV.reference(x16, *args, **attrs).astype(np.asarray(x).dtype)
+    y = FUSED_CONV.reference(x16, *args, **attrs)
+    return y if x16 is x else y.astype(np.asarray(x).dtype)
 
 
 def _fused_models(name):
@@ -65,6 +73,9 @@ def _fused_models(name):
     model = sample(name)
     yield "calibrated", model, fuse(model, precision="fp8", calibration="random:8")[0]
     yield "Q/DQ", model, fuse(conv_qdq_version(model))[0]
+    if name == "resnet_dynamo":  # and Model Optimizer's float16 export: e4m3 X from its QuantizeLinears
+        exported = onnx.load(Path(__file__).parent / "data" / "resnet_bn_modelopt_fp8.onnx")
+        yield "Model Optimizer export (e4m3 X)", exported, fuse(exported)[0]
 
 
 @pytest.mark.parametrize("name", [n for n in CONV_SAMPLES if "dynamo" in n])

@@ -315,3 +315,14 @@ def test_model_optimizer_fp8_export_is_absorbed():
     assert all("e4m3 X" in s.details["fp8"] for s in report.sites if s.details.get("fp8", "").startswith("Q/DQ"))
     result = verify(original, fused)
     assert result.passed, result.table()
+
+
+def test_calibration_inputs_the_original_cannot_run_on_say_what_to_give(tmp_path):
+    """Samples of a shape the model does not take (its X is static 2x6x6x6) fail in onnxruntime: one line says
+    what to pass (not an internal error)."""
+    from trt_fusedattn.errors import InputError
+
+    model = graphs.residual_case()
+    np.savez(tmp_path / "bad.npz", x=np.ones((2, 6, 5, 5), np.float32))  # the model's x is 2x6x6x6
+    with pytest.raises(InputError, match="calibration inputs.*--calib samples.npz"):
+        fuse(model, precision="fp8", calibration=str(tmp_path / "bad.npz"))

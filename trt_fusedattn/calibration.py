@@ -231,6 +231,7 @@ def calibrate(original: onnx.ModelProto, fused: onnx.ModelProto, sites: list, so
               method: Method = Method(), dims: Mapping | None = None, quiet: bool = True) -> list[str]:
     """Make every FusedConv of ``fused`` that can run FP8 do so, with scales calibrated on ``original``; the
     sites' details say each one's scales (or why it stays in its dtype). Returns notes for the report."""
+    from trt_fusedattn.ort_session import RunFailed
     from trt_fusedattn.plugins.conv.contract import FUSED_CONV
 
     weights = {t.name: t for t in fused.graph.initializer}
@@ -256,7 +257,12 @@ def calibrate(original: onnx.ModelProto, fused: onnx.ModelProto, sites: list, so
     if not candidates:
         return notes
     batches = calibration_batches(original, parse_source(source) if isinstance(source, str) else source, dims)
-    amax = record_amax(original, [node.input[0] for node in candidates], batches, method, quiet)
+    try:
+        amax = record_amax(original, [node.input[0] for node in candidates], batches, method, quiet)
+    except RunFailed as err:
+        raise InputError(f"FP8 calibration: the original model does not run on the calibration inputs ({err}); "
+                         f"give its sizes with --dim NAME=SIZE, or samples it runs on with --calib samples.npz"
+                         ) from None
     for node in candidates:
         site = by_node[node.name]
         if not amax[node.input[0]] > 0:

@@ -40,7 +40,7 @@ __device__ __forceinline__ void mma_warpgroup_mainloop(const KVPipeline& pipe, c
   coords.row0 = lim.m0 + warp * kWarpRows + lane / 4;
 
   mbarrier_wait(pipe.full_q(), 0);
-  if (wg == 1 && n_tiles > 0) named_barrier_arrive(kTurnBarrier, kTurnThreads);  // warpgroup 0 issues first
+  if (wg == 1 && n_tiles > 0) named_barrier_arrive<kTurnThreads>(kTurnBarrier);  // warpgroup 0 issues first
   for (int step = 0; step < n_tiles; ++step) {
     const int t = n_tiles - 1 - step;
     const int n0 = t * kBlockN;
@@ -48,10 +48,10 @@ __device__ __forceinline__ void mma_warpgroup_mainloop(const KVPipeline& pipe, c
     pipe.wait_k(step);
     pipe.wait_v(v_step);
     float s[1][kNTiles][4];
-    named_barrier_sync(kTurnBarrier + wg, kTurnThreads);
+    named_barrier_sync<kTurnThreads>(kTurnBarrier + wg);
     gemm_qk_issue(s, q, sK + KVPipeline::stage(step) * kKTileElems);
     gemm_pv_issue(o, p, sV + KVPipeline::stage(v_step) * kVTileElems);
-    named_barrier_arrive(kTurnBarrier + (wg ^ 1), kTurnThreads);  // the other warpgroup's turn
+    named_barrier_arrive<kTurnThreads>(kTurnBarrier + (wg ^ 1));  // the other warpgroup's turn
     wgmma_wait<1>();  // groups complete in order: S is ready, P V may still run
     fence_operands(s[0]);
     pipe.release_k(step);
@@ -74,7 +74,7 @@ __device__ __forceinline__ void mma_warpgroup_mainloop(const KVPipeline& pipe, c
   }
   if (n_tiles > 0) {
     // the turn barriers: warpgroup 1's last arrival on warpgroup 0's barrier has no partner turn; absorb it
-    if (wg == 0) named_barrier_sync(kTurnBarrier, kTurnThreads);
+    if (wg == 0) named_barrier_sync<kTurnThreads>(kTurnBarrier);
     pipe.wait_v(n_tiles - 1);
     gemm_pv_issue(o, p, sV + KVPipeline::stage(n_tiles - 1) * kVTileElems);
     wgmma_wait<0>();

@@ -54,10 +54,80 @@ def building_arch(monkeypatch):
 
 
 @functools.lru_cache(maxsize=None)
-def fused(path: Path) -> onnx.ModelProto:
+def fused(path: Path, precision: str | None = None) -> onnx.ModelProto:
+    """The sample's fused model (``precision="fp8"``: every FusedConv with an FP8 kernel made FP8, e4m3 weights
+    with calibrated scales)."""
     import trt_fusedattn
-    model, _ = trt_fusedattn.fuse(str(path))
+    model, _ = trt_fusedattn.fuse(str(path), precision=precision)
     return model
+
+
+def sample(stem: str) -> Path:
+    return next(p for p in SAMPLES if p.stem == stem)
+
+
+# The sample builds of the tests below, (variant, sample, building arch): "own" builds in the model's dtypes
+# (float32 custom nodes with precision fp16), "bf16" with precision bf16, "fp8" the fuse(precision="fp8") model.
+BF16_SAMPLES = ("bert_sdpa_dynamo", "resnet_torchscript", "mobilenetv2_dynamo")
+FP8_SAMPLES = ("resnet_torchscript", "mobilenetv2_dynamo")  # opset 17; depthwise layers stay 16-bit
+OTHER_ARCHES = (("sm_80", "resnet_torchscript"), ("sm_89", "bert_sdpa_fp16_dynamo"))
+
+
+def model_and_precision(variant: str, path: Path) -> tuple[onnx.ModelProto, str | None]:
+    if variant == "fp8":
+        return fused(path, "fp8"), "fp8"
+    model = fused(path)
+    return model, ("bf16" if variant == "bf16" else own_precision(model))
+
+
+def sample_builds(request) -> list:
+    """The (variant, sample path, arch) builds the selected tests of this module will make."""
+    builds = []
+    for item in request.session.items:
+        if getattr(item, "module", None) is not request.module or not hasattr(item, "callspec"):
+            continue
+        params, name = item.callspec.params, item.originalname
+        if name == "test_every_sample_fused_model_builds":
+            builds.append(("own", params["path"], ARCH))
+        elif name == "test_bfloat16_builds":
+            builds.append(("bf16", sample(params["stem"]), ARCH))
+        elif name == "test_fp8_conv_builds_with_quantized_weights":
+            builds.append(("fp8", sample(params["stem"]), ARCH))
+        elif name == "test_ampere_and_ada_builds":
+            builds.append(("own", sample(params["stem"]), params["arch"]))
+    return list(dict.fromkeys(builds))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compiled_kernels(request):
+    """Compile every PTX the selected sample builds ask for first, in parallel (nvcc is single-threaded and the
+    builds run one node at a time): a dry run of those builds on one TensorRT line records each kernel the
+    plugins ask the launcher for; the builds proper then find them in the launcher's cache."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+    from trt_fusedattn.launcher.compile import compile_ptx
+    builds = sample_builds(request)
+    try:
+        plugin_dir = plugin_sources(VERSIONS[-1]) if builds else None
+    except WheelsUnavailable:
+        return
+    wanted = {}
+
+    def record(source, arch, defines):
+        wanted[(str(source), arch, tuple(sorted(defines.items())))] = (source, arch, defines)
+        return ""
+
+    with pytest.MonkeyPatch.context() as patch, tensorrt_line(VERSIONS[-1], plugin_dir) as modules:
+        patch.setattr(plugins, "compile_ptx", record)
+        for variant, path, arch in builds:
+            patch.setattr(plugins, "_building_arch", lambda arch=arch: arch)
+            model, precision = model_and_precision(variant, path)
+            try:
+                simulate(*modules, model, precision)
+            except Exception:  # noqa: BLE001 - the test of that build reports it
+                continue
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        list(pool.map(lambda spec: compile_ptx(*spec), wanted.values()))
 
 
 def own_precision(model: onnx.ModelProto) -> str | None:
@@ -150,40 +220,30 @@ def test_networks_are_strongly_typed_and_prefer_aot_plugins(line):
         assert flags >> int(getattr(trt.NetworkDefinitionCreationFlag, name)) & 1
 
 
-@pytest.mark.parametrize("sample", SAMPLES, ids=lambda p: p.stem)
-def test_every_sample_fused_model_builds(line, sample):
-    model = fused(sample)
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.stem)
+def test_every_sample_fused_model_builds(line, path):
+    model, precision = model_and_precision("own", path)
     ops = {n.op_type for n in model.graph.node if n.domain == "trt_fusedattn"}
     if not ops:
-        pytest.skip(f"{sample.name}: nothing fused")
-    result = simulate(*line, model, own_precision(model))
-    check_launches(result, ops)
+        pytest.skip(f"{path.name}: nothing fused")
+    check_launches(simulate(*line, model, precision), ops)
 
 
-@pytest.mark.parametrize("sample", ["bert_sdpa_dynamo", "resnet_torchscript", "mobilenetv2_dynamo"])
-def test_bfloat16_builds(line, sample):
-    model = fused(next(p for p in SAMPLES if p.stem == sample))
-    result = simulate(*line, model, "bf16")
+@pytest.mark.parametrize("stem", BF16_SAMPLES)
+def test_bfloat16_builds(line, stem):
+    model, precision = model_and_precision("bf16", sample(stem))
+    result = simulate(*line, model, precision)
     check_launches(result, {n.op_type for n in model.graph.node if n.domain == "trt_fusedattn"})
     assert all(launch.input_dtypes[0] == "bfloat16" for launch in result.launches)
     assert any("cast to bfloat16" in note for note in result.notes)
 
 
-@functools.lru_cache(maxsize=None)
-def fused_fp8(path: Path) -> onnx.ModelProto:
-    """``fuse(precision="fp8")``: every FusedConv with an FP8 kernel made FP8 (e4m3 weights, calibrated scales)."""
-    import trt_fusedattn
-    model, _ = trt_fusedattn.fuse(str(path), precision="fp8")
-    return model
-
-
-@pytest.mark.parametrize("sample", ["resnet_torchscript", "mobilenetv2_dynamo"])  # opset 17; depthwise stays 16-bit
-def test_fp8_conv_builds_with_quantized_weights(line, sample):
+@pytest.mark.parametrize("stem", FP8_SAMPLES)
+def test_fp8_conv_builds_with_quantized_weights(line, stem):
     """FP8 FusedConv (e4m3 W, X quantized in the kernel) writes float16 (B1) and gets its FP8 weights from a
     QuantizeLinear (N1); an opset-17 export is declared opset 19 for that."""
-    path = next(p for p in SAMPLES if p.stem == sample)
-    model = fused_fp8(path)
-    result = simulate(*line, model, "fp8")
+    model, precision = model_and_precision("fp8", sample(stem))
+    result = simulate(*line, model, precision)
     fp8 = [launch for launch in result.launches if launch.input_dtypes[1] == "float8_e4m3fn"]
     assert fp8 and all(launch.types[-1] == "HALF" for launch in fp8)
     check_launches(result, {"FusedConv"})
@@ -214,7 +274,7 @@ def test_fp8_activations_build_in_hwc16(line):
 
 def test_an_empty_input_reaching_the_parser_fails_as_tensorrt_would(line, monkeypatch):
     """P3 can fail: without ``prepare_model``'s input compaction the parser hands addPluginV3 a null tensor."""
-    model = fused(next(p for p in SAMPLES if p.stem == "bert_sdpa_fp16_dynamo"))
+    model = fused(sample("bert_sdpa_fp16_dynamo"))
     node = next(n for n in model.graph.node if n.op_type == "FusedAttention")
     keep_empty = prepare._mark_present
 
@@ -250,10 +310,10 @@ def test_one_dimensional_conv_builds_as_two_dimensional(line):
     assert any("1-D convolution run as 2-D" in note for note in result.notes)
 
 
-@pytest.mark.parametrize("arch, sample", [("sm_80", "resnet_torchscript"), ("sm_89", "bert_sdpa_fp16_dynamo")])
-def test_ampere_and_ada_builds(line, arch, sample, monkeypatch):
+@pytest.mark.parametrize("arch, stem", OTHER_ARCHES)
+def test_ampere_and_ada_builds(line, arch, stem, monkeypatch):
     """The same on building GPUs without wgmma (mma.sync kernels; sm_89 has 99 KB of shared memory a block)."""
     monkeypatch.setattr(plugins, "_building_arch", lambda: arch)
-    model = fused(next(p for p in SAMPLES if p.stem == sample))
-    result = simulate(*line, model, own_precision(model))
-    check_launches(result, {n.op_type for n in model.graph.node if n.domain == "trt_fusedattn"}, arch)
+    model, precision = model_and_precision("own", sample(stem))
+    check_launches(simulate(*line, model, precision), {n.op_type for n in model.graph.node
+                                                       if n.domain == "trt_fusedattn"}, arch)

@@ -30,6 +30,7 @@ Kernel (the AOT plugin ABI, ``tensorrt.plugin.aot_impl`` docs):
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib.util
 import re
 import sys
@@ -140,10 +141,20 @@ def _string_attr(node: onnx.NodeProto, name: str, default: str) -> str:
     return default
 
 
+_OBSERVED: dict = {}  # (model digest, dims) -> observed_shapes: the same for every TensorRT line
+
+
 def observed_shapes(model: onnx.ModelProto, dims: dict | None) -> dict:
     """{tensor: (ONNX element type, shape)} of every tensor of ``model`` run by onnxruntime (custom nodes by their
     numpy reference) on the verifier's random inputs with ``dims`` (ONNX shape inference cannot follow the
-    shape arithmetic of exported graphs)."""
+    shape arithmetic of exported graphs); computed once per model and dims."""
+    key = (hashlib.sha256(model.SerializeToString()).hexdigest(), tuple(sorted((dims or {}).items())))
+    if key not in _OBSERVED:
+        _OBSERVED[key] = _run_for_shapes(model, dims)
+    return _OBSERVED[key]
+
+
+def _run_for_shapes(model: onnx.ModelProto, dims: dict | None) -> dict:
     from trt_fusedattn.ort_session import run_model
     from trt_fusedattn.random_inputs import random_inputs
     probe = onnx.ModelProto.FromString(model.SerializeToString())

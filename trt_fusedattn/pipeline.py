@@ -110,9 +110,10 @@ def rewrite(model: onnx.ModelProto, only=None) -> tuple[onnx.ModelProto, list]:
     qdq.absorb(graph, sites, quantized)
     graph.cleanup().toposort()
     used = {(n.domain, n.op) for n in graph.nodes}
-    opsets = [o for o in model.opset_import]
-    opsets += [c.opset() for c in CONTRACTS
-               if (c.domain, c.name) in used and all(o.domain != c.domain for o in opsets)]
+    opsets = list(model.opset_import)
+    for contract in CONTRACTS:  # one declaration per domain, however many of its ops the graph uses
+        if (contract.domain, contract.name) in used and all(o.domain != contract.domain for o in opsets):
+            opsets.append(contract.opset())
     return _export(graph, model, opsets), sites
 
 

@@ -326,3 +326,19 @@ def test_calibration_inputs_the_original_cannot_run_on_say_what_to_give(tmp_path
     np.savez(tmp_path / "bad.npz", x=np.ones((2, 6, 5, 5), np.float32))  # the model's x is 2x6x6x6
     with pytest.raises(InputError, match="calibration inputs.*--calib samples.npz"):
         fuse(model, precision="fp8", calibration=str(tmp_path / "bad.npz"))
+
+
+@pytest.mark.parametrize("name", ["bert_sdpa_dynamo", "llama_gqa_torchscript"])
+def test_attention_samples_take_file_calibration_and_check_it(name, tmp_path):
+    """No conv to calibrate, but the samples are still checked against the inputs (a wrong file is an error)."""
+    from trt_fusedattn.errors import InputError
+    from trt_fusedattn.random_inputs import random_inputs
+
+    model = sample(name)
+    feeds = [random_inputs(model, seed=200 + i) for i in range(3)]
+    np.savez(tmp_path / "calib.npz", **{k: np.stack([f[k] for f in feeds]) for k in feeds[0]})
+    fused, report = fuse(model, precision="fp8", calibration=str(tmp_path / "calib.npz"))
+    assert verify(model, fused).passed and any("keep their dtype" in note for note in report.notes)
+    np.savez(tmp_path / "wrong.npz", pixel_values=np.ones((1, 3, 8, 8), np.float32))
+    with pytest.raises(InputError, match="do not match the model's inputs"):
+        fuse(model, precision="fp8", calibration=str(tmp_path / "wrong.npz"))

@@ -254,9 +254,9 @@ def calibrate(original: onnx.ModelProto, fused: onnx.ModelProto, sites: list, so
     if attention:
         notes.append(f"--precision fp8: {attention} attention sites keep their dtype (FusedAttention has no FP8 "
                      f"contract yet)")
-    if not candidates:
-        return notes
     batches = calibration_batches(original, parse_source(source) if isinstance(source, str) else source, dims)
+    if not candidates:  # the samples were still checked against the model's inputs
+        return notes
     try:
         amax = record_amax(original, [node.input[0] for node in candidates], batches, method, quiet)
     except RunFailed as err:

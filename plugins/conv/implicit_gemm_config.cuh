@@ -3,6 +3,7 @@
 // every role (loads, MMAs, FP8 quantize) addresses.
 #pragma once
 #include "common/element.cuh"
+#include "common/named_barrier.cuh"
 #if FP8
 #include <cuda_fp8.h>
 #endif
@@ -90,6 +91,6 @@ __device__ __forceinline__ void group_barrier(int group) {
   if (SPLIT_K == 1) {
     __syncthreads();
   } else {
-    asm volatile("bar.sync %0, %1;\n" ::"r"(group + 1), "n"(kGroupThreads) : "memory");
+    named_barrier_sync<kGroupThreads>(group + 1);
   }
 }

@@ -58,7 +58,8 @@ def fused(path: Path, precision: str | None = None) -> onnx.ModelProto:
     """The sample's fused model (``precision="fp8"``: every FusedConv with an FP8 kernel made FP8, e4m3 weights
     with calibrated scales)."""
     import trt_fusedattn
-    model, _ = trt_fusedattn.fuse(str(path), precision=precision)
+    calibration = {"calibration": "random:2"} if precision == "fp8" else {}
+    model, _ = trt_fusedattn.fuse(str(path), precision=precision, **calibration)
     return model
 
 
@@ -69,7 +70,9 @@ def sample(stem: str) -> Path:
 # The sample builds of the tests below, (variant, sample, building arch): "own" builds in the model's dtypes
 # (float32 custom nodes with precision fp16), "bf16" with precision bf16, "fp8" the fuse(precision="fp8") model.
 BF16_SAMPLES = ("bert_sdpa_dynamo", "resnet_torchscript", "mobilenetv2_dynamo")
-FP8_SAMPLES = ("resnet_torchscript", "mobilenetv2_dynamo")  # opset 17; depthwise layers stay 16-bit
+# opset 17; depthwise layers stay 16-bit; a 3-channel stem and a stride-16 patch conv; Model Optimizer's Q/DQ export
+FP8_MODELS = (sample("resnet_torchscript"), sample("mobilenetv2_dynamo"), sample("vit_dynamo"),
+              Path(__file__).resolve().parent / "data" / "resnet_bn_modelopt_fp8.onnx")
 OTHER_ARCHES = (("sm_80", "resnet_torchscript"), ("sm_89", "bert_sdpa_fp16_dynamo"))
 
 
@@ -92,7 +95,7 @@ def sample_builds(request) -> list:
         elif name == "test_bfloat16_builds":
             builds.append(("bf16", sample(params["stem"]), ARCH))
         elif name == "test_fp8_conv_builds_with_quantized_weights":
-            builds.append(("fp8", sample(params["stem"]), ARCH))
+            builds.append(("fp8", params["path"], ARCH))
         elif name == "test_ampere_and_ada_builds":
             builds.append(("own", sample(params["stem"]), params["arch"]))
     return list(dict.fromkeys(builds))
@@ -238,11 +241,11 @@ def test_bfloat16_builds(line, stem):
     assert any("cast to bfloat16" in note for note in result.notes)
 
 
-@pytest.mark.parametrize("stem", FP8_SAMPLES)
-def test_fp8_conv_builds_with_quantized_weights(line, stem):
-    """FP8 FusedConv (e4m3 W, X quantized in the kernel) writes float16 (B1) and gets its FP8 weights from a
-    QuantizeLinear (N1); an opset-17 export is declared opset 19 for that."""
-    model, precision = model_and_precision("fp8", sample(stem))
+@pytest.mark.parametrize("path", FP8_MODELS, ids=lambda p: p.stem)
+def test_fp8_conv_builds_with_quantized_weights(line, path):
+    """FP8 FusedConv as ``fuse(precision="fp8")`` writes it (e4m3 W, X quantized in the kernel) writes float16 (B1)
+    and gets its FP8 weights from a QuantizeLinear (N1); an opset-17 export is declared opset 19 for that."""
+    model, precision = model_and_precision("fp8", path)
     result = simulate(*line, model, precision)
     fp8 = [launch for launch in result.launches if launch.input_dtypes[1] == "float8_e4m3fn"]
     assert fp8 and all(launch.types[-1] == "HALF" for launch in fp8)

@@ -2,7 +2,8 @@
 __version__ = "0.1.0"
 
 # The ONNX-side API, imported on first use so ``import trt_fusedattn`` stays light:
-#   fuse(model_or_path, only=None) -> (fused ModelProto, Report)
+#   fuse(model_or_path, only=None, *, precision=None, calibration='random:16', calib_method='max', dims=None,
+#        quiet=True) -> (fused ModelProto, Report)   (precision='fp8': FP8 FusedConvs calibrated on the original)
 #   verify(original, fused, inputs=None, seed=0, dims=None, rtol=None, atol=0, implementations=None) -> Verification
 #   run_model(model, feeds, implementations=None) -> {output name: array} (onnxruntime, custom nodes in Python)
 #   random_inputs(model, seed=0, dims=None), load_model(path) -> (model, had external data), save_model(model, path),

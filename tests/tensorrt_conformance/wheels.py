@@ -34,9 +34,11 @@ def _wheel(version: str, folder: Path) -> Path:
     found = sorted(folder.glob(pattern))
     if found:
         return found[0]
-    # Any CPython 3 wheel carries the same plugin/*.py; ask for one built for this interpreter and platform.
+    # Every wheel of a version carries the same plugin/*.py: ask for the CPython 3.11 x86-64 one whatever this
+    # interpreter and machine are (every line publishes it), so the suite runs on any Python.
     command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--quiet",
-               "--disable-pip-version-check", "-d", str(folder), f"{DISTRIBUTION}=={version}"]
+               "--disable-pip-version-check", "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311",
+               "--platform", "manylinux_2_28_x86_64", "-d", str(folder), f"{DISTRIBUTION}=={version}"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     found = sorted(folder.glob(pattern))
     if result.returncode or not found:

@@ -220,6 +220,13 @@ def _warp_specialized_cases():
              "ws-causal-bottom_right-100x300-hd64",
              "ws-key-lengths-hd64", "ws-additive-full-hd64", "ws-bool-keylen-bhsd-hd128"}
     cases = [replace(c, name="ws-" + c.name[3:], tuning=ws) for c in WGMMA_CASES if c.tuning == (("WGMMA", 1),)]
+    ws3 = ws + (("KV_STAGES", 3),)  # three K/V stages (hd128: 226 KB of shared memory)
+    cases += [AttentionCase("ws3-hd128-causal-2100", batch=1, heads_q=2, heads_kv=2, len_q=2100, len_kv=2100, dim=128,
+                            causal=1, tuning=ws3),
+              AttentionCase("ws3-hd128-len7x1000-keylen", len_q=7, len_kv=1000, dim=128, key_lengths=True,
+                            dtype="float16", tuning=ws3),
+              AttentionCase("ws3-hd64-gqa-br", heads_q=8, heads_kv=2, len_q=300, len_kv=1000, causal=1,
+                            alignment="bottom_right", tuning=ws3)]
     return [replace(c, small=c.name in small) for c in cases]
 
 

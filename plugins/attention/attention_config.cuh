@@ -7,8 +7,8 @@
     !defined(MASK_KIND) || !defined(HAS_KEY_LENGTHS) || !defined(SCALE_LOG2) || !defined(BLOCK_M) ||  \
     !defined(BLOCK_N) || !defined(NUM_WARPS) || !defined(Q_IN_REGISTERS) || !defined(KV_STAGES) || \
     !defined(RESCALE_THRESHOLD) || !defined(WGMMA) || !defined(MIN_BLOCKS_PER_SM) || \
-    !defined(WGMMA_OVERLAP) || !defined(KV_SPLIT)
-#error "attention.cu needs KV_SPLIT HEAD_DIM HEAD_DIM_V SOFTCAP DTYPE_BF16 CAUSAL CAUSAL_BOTTOM_RIGHT MASK_KIND HAS_KEY_LENGTHS SCALE_LOG2 BLOCK_M BLOCK_N NUM_WARPS Q_IN_REGISTERS KV_STAGES RESCALE_THRESHOLD WGMMA MIN_BLOCKS_PER_SM WGMMA_OVERLAP (plan_attention sets them)"
+    !defined(WGMMA_OVERLAP) || !defined(KV_SPLIT) || !defined(WARP_SPECIALIZED)
+#error "attention.cu needs WARP_SPECIALIZED KV_SPLIT HEAD_DIM HEAD_DIM_V SOFTCAP DTYPE_BF16 CAUSAL CAUSAL_BOTTOM_RIGHT MASK_KIND HAS_KEY_LENGTHS SCALE_LOG2 BLOCK_M BLOCK_N NUM_WARPS Q_IN_REGISTERS KV_STAGES RESCALE_THRESHOLD WGMMA MIN_BLOCKS_PER_SM WGMMA_OVERLAP (plan_attention sets them)"
 #endif
 
 #define MASK_NONE 0
@@ -60,6 +60,7 @@ static_assert(kSoftcap >= 0.f, "SOFTCAP must be >= 0 (0: none)");
 static_assert(kWarpRows % 16 == 0 && kMAtoms >= 1, "BLOCK_M must give each warp a multiple of 16 rows");
 static_assert(kBlockN % 16 == 0, "BLOCK_N must be a multiple of 16");
 static_assert(kRescaleThreshold >= 0.f && kRescaleThreshold <= 14.f, "p <= 2^threshold must stay well inside fp16");
-static_assert(kStages == 1 || kStages == 2, "KV_STAGES must be 1 or 2");
+static_assert(kStages == 1 || kStages == 2 || (kStages == 3 && WARP_SPECIALIZED),
+              "KV_STAGES must be 1 or 2 (3: the warp-specialized kernel's mbarrier pipeline)");
 static_assert(kKvSplit >= 1 && kKvSplit <= 8 && kBlockM % kKvSplit == 0, "KV_SPLIT: 1..8 CTAs, dividing BLOCK_M");
 

@@ -1,7 +1,8 @@
 """Random inputs of a model's shapes, valid for what the inputs mean, for verification.
 
 Dynamic dimensions: batch 2, image height/width 32, sequences (and any other) 17, an odd size so kernels'
-tails are exercised; a name shared by several inputs gets one size. Floats are standard normal; integer inputs
+tails are exercised; a name shared by several inputs gets one size, and a name that is arithmetic of
+other names (torch.export's ``s16 + s62``: a KV cache's past plus new length) gets their value. Floats are standard normal; integer inputs
 read by a Gather (token ids) are valid row indices of its table, others small values; inputs whose name
 says mask are padding masks: ones, with trailing zeros on some rows, never a row of zeros only. Static
 dimensions are kept as the model declares them, 0 included.
@@ -12,7 +13,9 @@ at most ``MAX_INPUT_BYTES``.
 """
 from __future__ import annotations
 
+import ast
 import math
+import operator
 
 import numpy as np
 import onnx
@@ -71,14 +74,64 @@ def concrete_shape(value: onnx.ValueInfoProto, dims: dict, sizes: dict | None = 
     return shape
 
 
-def dim_roles(model: onnx.ModelProto) -> dict[str, str]:
-    """Role of each named dynamic dimension of the inputs (the first input that has it decides)."""
-    roles = {}
+def _named_axes(model: onnx.ModelProto):
+    """(input, axis, name) of every named dynamic dimension of the inputs."""
     for value in graph_inputs(model):
         for axis, dim in enumerate(value.type.tensor_type.shape.dim):
             if dim.dim_param and not (dim.HasField("dim_value") and dim.dim_value >= 0):
-                roles.setdefault(dim.dim_param, dim_role(value, axis))
+                yield value, axis, dim.dim_param
+
+
+_ARITHMETIC = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv}
+
+
+def dim_expressions(model: onnx.ModelProto) -> dict[str, ast.expr]:
+    """Named dims that are arithmetic (+ - * //, integers) of other named dims of the inputs, parsed:
+    torch.export names a KV cache's total length ``s16 + s62``. A name with an operator whose parts are
+    no dims elsewhere (``seq-len``) is a plain name."""
+    names = {name for _, _, name in _named_axes(model)}
+    expressions = {}
+    for name in names - {n for n in names if n.isidentifier()}:
+        try:
+            tree = ast.parse(name, mode="eval").body
+        except SyntaxError:
+            continue
+        parts = list(ast.walk(tree))
+        arithmetic = all(isinstance(n, (ast.BinOp, ast.Name, ast.Load, *_ARITHMETIC)) or
+                         (isinstance(n, ast.Constant) and type(n.value) is int) for n in parts)
+        if arithmetic and isinstance(tree, ast.BinOp) and all(n.id in names for n in parts if isinstance(n, ast.Name)):
+            expressions[name] = tree
+    return expressions
+
+
+def _evaluate(tree: ast.expr, sizes: dict) -> int:
+    if isinstance(tree, ast.BinOp):
+        return _ARITHMETIC[type(tree.op)](_evaluate(tree.left, sizes), _evaluate(tree.right, sizes))
+    return sizes[tree.id] if isinstance(tree, ast.Name) else tree.value
+
+
+def dim_roles(model: onnx.ModelProto) -> dict[str, str]:
+    """Role of each named dynamic dimension of the inputs that is no expression of others (the first input
+    that has it decides)."""
+    roles, expressions = {}, dim_expressions(model)
+    for value, axis, name in _named_axes(model):
+        if name not in expressions:
+            roles.setdefault(name, dim_role(value, axis))
     return roles
+
+
+def sized_dims(model: onnx.ModelProto, dims: dict | None = None, sizes: dict | None = None) -> dict[str, int]:
+    """Size of every named dynamic dimension: as given in ``dims``, else by its role (``sizes``, default
+    ``DEFAULT_SIZES``); expressions of names (``dim_expressions``) evaluated from those."""
+    sizes = {**DEFAULT_SIZES, **(sizes or {})}
+    dims = {**{name: sizes[role] for name, role in dim_roles(model).items()}, **(dims or {})}
+    for name, tree in dim_expressions(model).items():
+        dims[name] = _evaluate(tree, dims)
+        if dims[name] < 0:
+            raise InputError(f"input dimension '{name[:80]}' would be {dims[name]} at "
+                             f"{', '.join(f'{k}={v}' for k, v in dims.items() if k in dim_roles(model))}; "
+                             f"give sizes that make it >= 0 with --dim NAME=SIZE")
+    return dims
 
 
 def baked_sizes(model: onnx.ModelProto, limit: int = 1 << 16) -> list[int]:
@@ -131,13 +184,17 @@ _FLOATS = {onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLO
 
 
 def named_dims(model: onnx.ModelProto) -> set[str]:
-    """The names of the inputs' dynamic dimensions."""
-    return {d.dim_param for v in graph_inputs(model) for d in v.type.tensor_type.shape.dim if d.dim_param}
+    """The names of the inputs' dynamic dimensions that a user sizes (expressions of others are computed)."""
+    return set(dim_roles(model))
 
 
 def check_dim_names(model: onnx.ModelProto, dims: dict | None) -> None:
     """Refuse sizes given for names no input dimension has (a typo would otherwise be ignored silently)."""
     unknown = sorted(set(dims or ()) - named_dims(model))
+    computed = [name for name in unknown if name in dim_expressions(model)]
+    if computed:
+        raise InputError(f"--dim {computed[0][:80]}: that dimension is computed from the others in its name; "
+                         f"give those with --dim NAME=SIZE")
     if unknown:
         names = ", ".join(sorted(named_dims(model))) or "none: every input dimension is static"
         raise InputError(f"--dim {unknown[0][:80]}: the model's inputs have no dimension of that name "
@@ -148,6 +205,7 @@ def _input_specs(model: onnx.ModelProto, dims: dict,
                  sizes: dict | None) -> list[tuple[onnx.ValueInfoProto, list[int], np.dtype]]:
     """(input, shape, numpy dtype) of every input, checked to fit ``MAX_INPUT_BYTES`` together."""
     specs = []
+    dims.update(sized_dims(model, dims, sizes))
     for value in graph_inputs(model):
         if not value.type.HasField("tensor_type"):
             raise InputError(f"input '{value.name[:80]}' is not a tensor, which verification cannot make up; "

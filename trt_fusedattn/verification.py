@@ -290,4 +290,31 @@ def verify(original, fused, *, inputs: Mapping[str, np.ndarray] | None = None, s
             f"this is a fault of the fusion: rerun with --only to leave that family out and report it"))
     fp8 = has_fp8_nodes(fused)
     checks = [compare(name, got.get(name), value, rtol, atol, fp8) for name, value in want.items()]
+    if rtol is None and not fp8:
+        checks, note = _allow_float32_error(original, feeds, reference, got, want, checks, atol)
+        how = "; ".join(filter(None, [how, note]))
     return Verification(checks, _shapes(feeds), used_seed, how)
+
+
+def _allow_float32_error(original, feeds, reference, got, want, checks, atol) -> tuple[list, str]:
+    """Float32 outputs out of the default rtol, judged again with the original's own float32 error e (max
+    |float32 - float64 evaluation of the original| over the output's largest magnitude): rtol + 2e, the
+    most two float32 computations each within rtol + e of exact arithmetic can differ. A wrong fusion
+    differs by O(1), far above it."""
+    failed = [c for c in checks if not c.passed and c.dtype == "float32" and np.isfinite(c.max_abs)]
+    if not failed:
+        return checks, ""
+    from trt_fusedattn.errors import FuseError
+    from trt_fusedattn.float64_original import run_float64
+
+    try:
+        exact = run_float64(original, feeds, reference)
+    except FuseError as err:
+        return checks, f"float32 outputs out of tolerance, and {err}"
+    widened, notes = {}, []
+    for check in failed:
+        error = compare(check.name, want[check.name], np.asarray(exact[check.name], np.float64), 0.0).max_rel
+        widened[check.name] = compare(check.name, got[check.name], want[check.name], check.rtol + 2 * error, atol)
+        notes.append(f"output '{check.name}': the float32 original is {error:.2g} of its largest magnitude from its "
+                     f"float64 evaluation, so rtol {check.rtol:g} + 2 x {error:.2g}")
+    return [widened.get(c.name, c) for c in checks], "; ".join(notes)

@@ -97,3 +97,12 @@ def test_decode_with_few_query_blocks_splits_the_keys_over_a_cluster():
     for other in (decode(batch=8), decode(lq=1, batch=4), decode(lq=64), decode(lkv=1024), decode(arch="sm_89"),
                   decode(mask=(1, 1, 16, 32768))):
         assert other.defines["KV_SPLIT"] == 1
+
+
+def test_head_dim_64_takes_the_warp_specialized_kernel_on_long_static_rows():
+    def hd64(length, causal=0):
+        return plan_attention([(1, length, 16, 64)] * 3 + [None, None], ["bfloat16"] * 3 + [None, None],
+                              FUSED_ATTENTION.resolve({"causal": causal}), "sm_90a")
+    assert hd64(4096).source.name == "attention_sm90.cu" and hd64(4096).defines["KV_STAGES"] == 3
+    assert hd64(8192, causal=1).source.name == "attention_sm90.cu"
+    assert hd64(2048).source.name == hd64(4096, causal=1).source.name == "attention.cu"

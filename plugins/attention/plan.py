@@ -53,8 +53,10 @@ WGMMA_BY_DEFAULT = True
 # mainloop at every point: head dims 128 and 256 without a mask (H100, 2026-11-24: hd128 1.08-1.31x, hd256 1.0-1.15x
 # at seq >= 2k; NOTES.md). Head dim 64 timed about the same as the wgmma mainloop and masked tiles are untimed: those
 # stay on the wgmma mainloop.
-# hd128 keeps three K/V stages (226 KB): +3-9% over two at every seq >= 2k point (H100, 2026-11-24 02:10 UTC).
-WARP_SPECIALIZED_TILES = {64: (128, 128, 8, 0, 2), 128: (128, 128, 8, 0, 3), 256: (128, 64, 8, 0, 2)}
+# hd64/hd128 keep three K/V stages (115/226 KB): hd128 +3-9% over two at every seq >= 2k point (H100, 2026-11-24
+# 02:10 UTC); hd64 beats the wgmma mainloop only on long rows, so it is the default there only when the lengths are
+# static and long (non-causal >= 4k, causal >= 8k: 1.02-1.12x; shorter rows lose up to 28%).
+WARP_SPECIALIZED_TILES = {64: (128, 128, 8, 0, 3), 128: (128, 128, 8, 0, 3), 256: (128, 64, 8, 0, 2)}
 # an additive mask's loads at head dim 128 spill (40 B) with 128-key tiles at the MMA warpgroups' 240 registers
 WARP_SPECIALIZED_TILES_MASKED = {**WARP_SPECIALIZED_TILES, 128: (128, 64, 8, 0, 2)}
 WARP_SPECIALIZED_DEFAULT_HEAD_DIMS = (128, 256)
@@ -197,8 +199,10 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
     if wgmma and not wgmma_ok:
         raise ValueError(f"FusedAttention: the wgmma mainloop runs on {', '.join(WGMMA_ARCHES)} for head dims "
                          f"{sorted(WGMMA_TILES)} (Q/K and V alike), not {arch} head dims {dim}/{vdim}; use WGMMA=0")
+    long_rows = (dim == 64 and all(isinstance(d, int) for d in (len_q, len_kv)) and
+                 min(len_q, len_kv) >= (8192 if int(attrs.get("causal", 0)) else 4096))
     ws = int((tuning or {}).get("WARP_SPECIALIZED", wgmma and "WGMMA" not in (tuning or {}) and mask_kind is None
-                                and dim in WARP_SPECIALIZED_DEFAULT_HEAD_DIMS))
+                                and (dim in WARP_SPECIALIZED_DEFAULT_HEAD_DIMS or long_rows)))
     if ws and not wgmma:
         raise ValueError("FusedAttention: the warp-specialized kernel is built on the wgmma mainloop; WARP_SPECIALIZED=1 "
                          f"needs WGMMA=1 ({', '.join(WGMMA_ARCHES)}, head dims {sorted(WGMMA_TILES)})")

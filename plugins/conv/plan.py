@@ -24,6 +24,7 @@ from pathlib import Path
 
 from trt_fusedattn.launcher.arch import CLUSTER_ARCH, SHARED_LIMIT, WGMMA_ARCHES, arch_number, shared_limit
 from trt_fusedattn.launcher.plan import LaunchPlan
+from trt_fusedattn.tensorrt import CHANNELS_LAST_FORMATS
 
 HERE = Path(__file__).resolve().parent
 IMPLICIT_GEMM = HERE / "implicit_gemm.cu"
@@ -256,11 +257,6 @@ def output_shape_conv(input_shapes, attrs) -> tuple:
     """Y's shape: [N, K, P, Q] (1-D: [N, K, Q]); ints or symbolic dims, ``+ - * //`` only."""
     geo = conv_geometry(input_shapes[0], input_shapes[1], attrs)
     return (geo["N"], geo["K"], geo["P"], geo["Q"]) if len(input_shapes[0]) == 4 else (geo["N"], geo["K"], geo["Q"])
-
-
-# TensorRT's channels-last format for a tensor of each dtype, and the channel multiple it pads to (TensorRT's
-# I/O format table: HWC8 is bound to FP16/BF16, HWC16 to FP16/INT8/FP8).
-CHANNELS_LAST_FORMATS = {"float16": ("HWC8", 8), "bfloat16": ("HWC8", 8), "float8_e4m3fn": ("HWC16", 16)}
 
 
 def check_formats(formats, dtypes, geo: dict) -> int:

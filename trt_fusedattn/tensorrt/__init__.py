@@ -14,6 +14,9 @@ import functools
 from trt_fusedattn.errors import TensorRTUnavailable, first_line
 
 PRECISIONS = ("fp16", "bf16", "fp8", "fp32")  # what build_engine's precision (fuse-onnx --fp16 ...) may name
+# TensorRT's channels-last format for a tensor of each dtype and the channel multiple it pads to (the I/O format
+# table of TensorRT's developer guide: HWC8 is bound to FP16/BF16, HWC16 to FP16/INT8/FP8).
+CHANNELS_LAST_FORMATS = {"float16": ("HWC8", 8), "bfloat16": ("HWC8", 8), "float8_e4m3fn": ("HWC16", 16)}
 MIN_VERSION = (10, 9)  # AOT Python plugins and the ONNX parser's AOT plugin support (TensorRT 10.9 release notes)
 INSTALL_HINT = ("pip install 'tensorrt>=10.9' (NVIDIA's full wheel, with the builder libraries; its AOT plugins "
                 "also need nvcc and cuda-python: pip install 'trt_fusedattn[tensorrt]')")

@@ -29,6 +29,7 @@ from numpy import typing as npt
 
 from trt_fusedattn.launcher.compile import compile_ptx
 from trt_fusedattn.plugins.op_record import OpRecord
+from trt_fusedattn.tensorrt import CHANNELS_LAST_FORMATS
 from trt_fusedattn.tensorrt.prepare import PRESENT_INPUTS
 from trt_fusedattn.tensorrt.symbolic import plan_shape, trt_value
 
@@ -37,7 +38,6 @@ _DTYPE_NAMES = {"HALF": "float16", "BF16": "bfloat16", "FLOAT": "float32", "INT3
                 "INT8": "int8", "BOOL": "bool", "FP8": "float8_e4m3fn", "UINT8": "uint8"}
 _AUTOTUNE_TYPE = {"HALF": "FP16", "FLOAT": "FP32"}  # AutoTuneCombination's spelling of a trt.DataType name
 MAIN_TYPES = ("FP16", "BF16")
-_CHANNELS_LAST_FORMAT = {"FP8": "HWC16"}  # by the tensor's type; HWC8 otherwise
 
 
 def ops() -> tuple[OpRecord, ...]:
@@ -174,7 +174,8 @@ def make_autotune(op: OpRecord):
                 kind = out_type if name == output_name else main if name in follows else _type_name(desc.dtype)
                 types.append(kind)
                 channels_last = name in op.channels_last and len(desc.shape_expr) == 4
-                formats.append(_CHANNELS_LAST_FORMAT.get(kind, "HWC8") if channels_last else "LINEAR")
+                dtype = _DTYPE_NAMES.get("HALF" if kind == "FP16" else kind)
+                formats.append(CHANNELS_LAST_FORMATS.get(dtype, ("HWC8", 8))[0] if channels_last else "LINEAR")
             combos.append(trtp.AutoTuneCombination(", ".join(types), ", ".join(formats)))
         return combos
 

@@ -2,9 +2,9 @@
 
 Dynamic dimensions: batch 2, image height/width 32, sequences (and any other) 17, an odd size so kernels'
 tails are exercised; a name shared by several inputs gets one size, and a name that is arithmetic of
-other names (torch.export's ``s16 + s62``: a KV cache's past plus new length) gets their value. Floats are standard normal; integer inputs
-read by a Gather (token ids) are valid row indices of its table, others small values; inputs whose name
-says mask are padding masks: ones, with trailing zeros on some rows, never a row of zeros only. Static
+other names (torch.export's ``s16 + s62``: a KV cache's past plus new length) gets their value. Floats
+are standard normal; integer inputs read by a Gather (token ids) are valid row indices of its table, others
+small values; inputs whose name says mask are padding masks: ones, with trailing zeros on some rows, never a row of zeros only. Static
 dimensions are kept as the model declares them, 0 included.
 
 Sizes come from the model (static dims) and the user (``dims``), so they are checked before anything is

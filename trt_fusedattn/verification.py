@@ -7,7 +7,9 @@ when ``max_rel <= rtol`` or ``max_abs <= atol``. Default rtol by the output's dt
 float16 1e-2, bfloat16 2e-2 (their rounding alone is 5e-4 and 4e-3 per element, and the original computes
 in that precision too); integer and bool outputs must match exactly, as must string and other
 non-numeric outputs (compared element by element). ``rel_l2 = ||fused - original|| / ||original||`` is
-reported beside them.
+reported beside them. A float32 output out of the default rtol is judged again at ``rtol + 2e``, ``e`` the
+original's own float32 error (its distance from a float64 evaluation of itself, ``float64_original``): two
+float32 computations each within ``rtol + e`` of exact arithmetic differ by up to that (``_allow_float32_error``).
 
 FP8: when the fused model has FP8 nodes (a FusedConv with ``input_scale``), the default rtol of every float
 output is ``FP8_RTOL``: E4M3 keeps 3 mantissa bits (a rounding moves a value by up to 1/16), and the errors of

@@ -313,6 +313,8 @@ def _allow_float32_error(original, feeds, reference, got, want, checks, atol) ->
         exact = run_float64(original, feeds, reference)
     except FuseError as err:
         return checks, f"float32 outputs out of tolerance, and {err}"
+    except MemoryError:  # float64 doubles the weights: what is left is the plain check's verdict
+        return checks, "float32 outputs out of tolerance, and the original does not fit in memory in float64"
     widened, notes = {}, []
     for check in failed:
         error = compare(check.name, want[check.name], np.asarray(exact[check.name], np.float64), 0.0).max_rel

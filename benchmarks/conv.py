@@ -1,5 +1,10 @@
-"""FusedConv vs torch's cuDNN convolution followed by the separate epilogue ops, every conv layer of ResNet-50 and
-MobileNetV2 (224x224 input), batch 1, 8 and 32, float16 channels-last, one run on one GPU.
+"""FusedConv vs the cuDNN frontend fused graph (the anchor: conv -> bias -> [add residual] -> activation, runtime
+fusion, as TensorRT runs a conv) and vs torch's cuDNN convolution followed by the separate epilogue ops, every conv
+layer of ResNet-50 and MobileNetV2 (224x224 input), batch 1, 8 and 32, float16 channels-last, one run on one GPU.
+
+Anchor per layer (benchmarks/conv_anchor.py, needs the nvidia-cudnn-frontend wheel): a graph cuDNN does not build is
+"n/a" with its reason. ``--quick``: ResNet-50 at batch 8 and 32, MobileNetV2 at 32, rows stop after 150 s; ``--json``
+writes the rows for plugins/conv/tensorrt_choice.
 
 Baseline per layer = what the unfused model runs: conv2d (cuDNN, benchmark mode), BatchNorm (eval), activation
 (in place), and for residual layers the add and ReLU. Ours = one FusedConv launch with BatchNorm folded into W
@@ -7,6 +12,7 @@ and shift. Each side is timed as a CUDA graph of REPS calls (launch gaps as a de
 median of TRIALS replays. Whole-stack sums weight each distinct layer by how often the network has it.
 
     python benchmarks/conv.py --out benchmarks/results/conv_h100.md
+    python benchmarks/conv.py --quick --out benchmarks/results/conv_anchor_h100.md --json conv_anchor_h100.json
     python benchmarks/conv.py --fp8 --out benchmarks/results/conv_h100.md             # with the FP8 table
     python benchmarks/conv.py --sweep-only --sweep 32 --sweep-variants wgmma --out benchmarks/results/conv_wgmma_sweep_h100.md
 
@@ -19,8 +25,10 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import statistics
 import subprocess
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -28,6 +36,7 @@ import torch
 import torch.nn.functional as F
 
 import trt_fusedattn
+from conv_anchor import FusedGraph
 from trt_fusedattn.launcher.compile import compile_ptx, nvcc_version
 from trt_fusedattn.launcher.launch import device_arch
 from trt_fusedattn.plugins.conv.contract import FUSED_CONV
@@ -51,6 +60,7 @@ WGMMA_SWEEP = [(label, dict(mma="wgmma", tile=label.split()[0], **kw)) for label
     ("128x128w8 c4 ti", dict(cluster=4, taps_inner=True)), ("64x256w4 c2", dict(cluster=2))]]
 SWEEPS = {"mma.sync": MMA_SYNC_SWEEP, "wgmma": WGMMA_SWEEP}
 BATCHES = (1, 8, 32)
+QUICK_BATCHES = {"ResNet-50": (8, 32), "MobileNetV2": (32,)}  # --quick: the lead's one run in under 4 minutes
 # FP8 variants timed per layer: (label, plan_conv overrides); "default" is the plan's choice. "x8": X already e4m3 in
 # global memory (as an FP8 producer writes it), the others quantize float16 X in the kernel.
 FP8_VARIANTS = [("default", dict()), ("x8 default", dict(x_e4m3=True))] + [
@@ -179,6 +189,14 @@ class Case:
                 y = F.relu_(y)
         return y
 
+    def anchor(self, stream: torch.cuda.Stream) -> FusedGraph:
+        """The cuDNN frontend fused graph of this layer on this case's tensors (BN folded as for ours)."""
+        lay = self.layer
+        self.anchor_out = torch.empty_like(self.out)
+        return FusedGraph(self.x, self.w_folded, self.shift.half(), self.residual, self.anchor_out,
+                          stride=lay.stride, pad=lay.pad, act=lay.act,
+                          post_relu=lay.residual and lay.net == "ResNet-50", stream=stream)
+
     def fused(self):
         lay = self.layer
         return trt_fusedattn.conv2d(self.x, self.w_folded, self.shift, stride=lay.stride, padding=lay.pad,
@@ -254,16 +272,17 @@ def fp8_table(layers: list, batches: list, arch: str) -> list[str]:
     return lines
 
 
-def time_us(fn) -> float:
-    """Median time of one call, from CUDA-graph replays of REPS calls."""
-    side = torch.cuda.Stream()
+def time_us(fn, stream: torch.cuda.Stream | None = None) -> float:
+    """Median time of one call, from CUDA-graph replays of REPS calls (captured on ``stream`` if given: a library
+    handle bound to one stream must launch there)."""
+    side = stream or torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         for _ in range(3):
             fn()
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, stream=stream):
         for _ in range(REPS):
             fn()
     graph.replay()
@@ -275,6 +294,24 @@ def time_us(fn) -> float:
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end) * 1000 / REPS)
+    return statistics.median(times)
+
+
+def time_us_eager(fn, stream: torch.cuda.Stream) -> float:
+    """Median time of one call from cudaEvents around REPS back-to-back calls on ``stream`` (the fallback where a
+    library call cannot be captured into a CUDA graph; includes launch gaps the graph would hide)."""
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        times = []
+        for _ in range(TRIALS):
+            start.record()
+            for _ in range(REPS):
+                fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) * 1000 / REPS)
     return statistics.median(times)
 
 
@@ -342,6 +379,89 @@ def sweep(nets: dict, batches: list, arch: str, variants: list) -> list[str]:
     return lines
 
 
+def table_rows(nets: dict, batches_of: dict, arch: str, budget_s: float | None, lines: list[str]):
+    """Time every layer of ``nets`` three ways (eager cuDNN + epilogue ops, the cuDNN fused graph, ours), appending
+    markdown rows to ``lines`` as they come. Returns (rows as dicts, n/a reasons -> where, stack sums)."""
+    start, rows, reasons, sums = time.monotonic(), [], {}, {}
+    stream = torch.cuda.Stream()
+    for net, layers in nets.items():
+        lines += [f"\n## {net}\n", "| layer | count | batch | base µs | graph µs | fused µs | vs base | vs graph | "
+                  "fused TFLOP/s | err | graph err |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for lay, count in layers:
+            for n in batches_of[net]:
+                if budget_s is not None and time.monotonic() - start > budget_s:
+                    reasons.setdefault("not run (time budget)", []).append(f"{net} {lay.name} b{n}")
+                    continue
+                row = time_layer(Case(lay, n), stream)
+                row.update(net=net, count=count, batch=n, layer=lay.name, c=lay.c, k=lay.k, hw=lay.hw,
+                           kernel=lay.kernel, stride=lay.stride, groups=lay.groups, act=lay.act,
+                           residual=lay.residual)
+                rows.append(row)
+                if row["graph_reason"]:
+                    reasons.setdefault(row["graph_reason"], []).append(f"{net} {lay.name} b{n}")
+                s = sums.setdefault((net, n), dict(base=0.0, ours=0.0, graph=0.0, ours_with_graph=0.0, missing=0,
+                                                   worst=(99.0, "")))
+                s["base"] += count * row["base_us"]
+                s["ours"] += count * row["ours_us"]
+                graph = row["graph_us"]
+                if graph is None:
+                    s["missing"] += 1
+                else:
+                    s["graph"] += count * graph
+                    s["ours_with_graph"] += count * row["ours_us"]
+                    s["worst"] = min(s["worst"], (graph / row["ours_us"], lay.name))
+                graph_cell = "n/a" if graph is None else f"{graph:.1f}" + (" ev" if row["graph_eager"] else "")
+                vs_graph = "n/a" if graph is None else f"{graph / row['ours_us']:.2f}x"
+                graph_err = "n/a" if row["graph_err"] is None else f"{row['graph_err']:.1e}"
+                lines.append(f"| {lay.name} | {count} | {n} | {row['base_us']:.1f} | {graph_cell} | "
+                             f"{row['ours_us']:.1f} | {row['base_us'] / row['ours_us']:.2f}x | {vs_graph} | "
+                             f"{lay.flops(n) / row['ours_us'] / 1e6:.0f} | {row['err']:.1e} | {graph_err} |")
+                print(lines[-1], flush=True)
+    return rows, reasons, sums
+
+
+def time_layer(case: Case, stream: torch.cuda.Stream) -> dict:
+    """One layer at one batch: errors against the eager baseline and the three times (graph None where cuDNN
+    did not build or run its fused graph; the reason in graph_reason)."""
+    want = case.baseline().float()
+    err = float((case.fused().float() - want).norm() / want.norm())
+    row = dict(base_us=time_us(case.baseline), ours_us=time_us(case.fused), err=err, graph_us=None,
+               graph_err=None, graph_eager=False, graph_reason="")
+    anchor = case.anchor(stream)
+    row["graph_reason"] = anchor.reason
+    if anchor.reason:
+        return row
+    try:
+        case.anchor_out.fill_(float("nan"))
+        with torch.cuda.stream(stream):
+            anchor.run()
+        stream.synchronize()
+        row["graph_err"] = float((case.anchor_out.float() - want).norm() / want.norm())
+    except Exception as exc:  # noqa: BLE001 - a graph that builds but fails to execute is reported, not fatal
+        row["graph_reason"] = f"execute: {type(exc).__name__}: {exc}".splitlines()[0][:160]
+        return row
+    try:
+        row["graph_us"] = time_us(anchor.run, stream)
+    except Exception:  # noqa: BLE001 - not capturable into a CUDA graph: time it eagerly, marked "ev"
+        torch.cuda.synchronize()
+        row["graph_us"], row["graph_eager"] = time_us_eager(anchor.run, stream), True
+    return row
+
+
+def stack_lines(sums: dict) -> list[str]:
+    """The whole-stack table: each network and batch summed over layers x count."""
+    lines = ["\n## Whole conv stacks (sum over layers x count)\n",
+             "| network | batch | base µs | graph µs | fused µs | vs base | vs graph | slowest layer vs graph |",
+             "|---|---:|---:|---:|---:|---:|---:|---|"]
+    for (net, n), s in sums.items():
+        missing = f" ({s['missing']} layers n/a, left out of both)" if s["missing"] else ""
+        vs_graph = f"{s['graph'] / s['ours_with_graph']:.2f}x{missing}" if s["graph"] else "n/a"
+        worst = f"{s['worst'][1]} ({s['worst'][0]:.2f}x)" if s["worst"][1] else "n/a"
+        lines.append(f"| {net} | {n} | {s['base']:.0f} | {s['graph']:.0f} | {s['ours']:.0f} | "
+                     f"{s['base'] / s['ours']:.2f}x | {vs_graph} | {worst} |")
+    return lines
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="markdown file for the tables")
@@ -354,9 +474,17 @@ def main():
     parser.add_argument("--fp8-only", action="store_true", help="only the FP8 table")
     parser.add_argument("--fp8-batches", default="8,32", help="batches of the FP8 table")
     parser.add_argument("--nets", default="ResNet-50,MobileNetV2", help="networks of the tables and sweep")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"one run in under 4 minutes: batches {QUICK_BATCHES} per network, 150 s table budget")
+    parser.add_argument("--budget-s", type=float, help="stop starting table rows after this many seconds "
+                        "(the rows left are listed as not run); --quick sets 150")
+    parser.add_argument("--json", help="also write the table rows as JSON (input of plugins/conv/tensorrt_choice)")
     args = parser.parse_args()
     torch.backends.cudnn.benchmark = True
     batches = [int(b) for b in args.batches.split(",")]
+    if args.quick and args.budget_s is None:
+        args.budget_s = 150.0
+    batches_of = {net: (QUICK_BATCHES[net] if args.quick else batches) for net in ("ResNet-50", "MobileNetV2")}
     arch = device_arch(0)
     nets = {name: layers for name, layers in (("ResNet-50", resnet50()), ("MobileNetV2", mobilenet_v2()))
             if name in args.nets.split(",")}
@@ -377,39 +505,26 @@ def main():
     with ThreadPoolExecutor(max_workers=16) as pool:  # compile every specialization up front, in parallel
         list(pool.map(lambda p: compile_ptx(p.source, arch, p.defines), plans.values()))
 
-    env = environment()
-    lines = [f"# FusedConv vs cuDNN + separate epilogue ops\n", f"{env}\n",
-             "Per call, µs (CUDA-graph replay median). base = cuDNN conv2d + BatchNorm + activation [+ add + ReLU] "
-             "as the unfused model runs them; fused = one FusedConv kernel. err = |fused - base| / |base| "
-             "(normwise).\n"]
-    sums = {}
-    for net, layers in nets.items():
-        lines += [f"\n## {net}\n", "| layer | count | batch | base µs | fused µs | speedup | fused TFLOP/s | err |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
-        for lay, count in layers:
-            for n in batches:
-                case = Case(lay, n)
-                want = case.baseline().float()
-                got = case.fused().float()
-                err = float((got - want).norm() / want.norm())
-                base, ours = time_us(case.baseline), time_us(case.fused)
-                s = sums.setdefault((net, n), [0.0, 0.0, 99.0, ""])
-                s[0] += count * base
-                s[1] += count * ours
-                if base / ours < s[2]:
-                    s[2], s[3] = base / ours, lay.name
-                lines.append(f"| {lay.name} | {count} | {n} | {base:.1f} | {ours:.1f} | {base / ours:.2f}x | "
-                             f"{lay.flops(n) / ours / 1e6:.0f} | {err:.1e} |")
-                print(lines[-1], flush=True)
-                del case
-    lines += ["\n## Whole conv stacks (sum over layers x count)\n",
-              "| network | batch | base µs | fused µs | speedup | slowest layer (speedup) |", "|---|---:|---:|---:|---:|---|"]
-    for (net, n), (base, ours, worst, name) in sums.items():
-        lines.append(f"| {net} | {n} | {base:.0f} | {ours:.0f} | {base / ours:.2f}x | {name} ({worst:.2f}x) |")
-    summary = "\n".join(lines[lines.index("\n## Whole conv stacks (sum over layers x count)\n"):])
+    lines = [f"# FusedConv vs the cuDNN fused graph and cuDNN + separate epilogue ops\n", f"{environment()}\n",
+             "Per call, µs (CUDA-graph replay median; \"ev\": cudaEvent median over back-to-back calls where the "
+             "cuDNN graph could not be captured). graph = one cuDNN frontend graph conv_fprop -> bias -> [add "
+             "residual] -> activation, runtime fusion (heur_mode A, then FALLBACK), as TensorRT runs the layer; base = "
+             "cuDNN conv2d + BatchNorm + activation [+ add + ReLU] as the unfused model runs them; fused = one FusedConv "
+             "kernel. err = |fused - base| / |base|, graph err = |graph - base| / |base| (normwise).\n"]
+    if args.quick:
+        lines.append(f"Quick run: batches {QUICK_BATCHES}.\n")
+    rows, reasons, sums = table_rows(nets, batches_of, arch, args.budget_s, lines)
+    lines += stack_lines(sums)
+    if reasons:
+        lines += ["\nGraphs that did not build or run (n/a):\n"] + [f"- {r}: {', '.join(where)}"
+                                                                  for r, where in reasons.items()]
+    summary = "\n".join(stack_lines(sums))
     if args.fp8:
         lines += fp8_table(resnet_3x3, fp8_batches, arch)
     _write(args.out, lines)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(environment=environment(), arch=arch, rows=rows), f, indent=1)
     print(summary, flush=True)
     if args.sweep:  # after the tables are safe on disk
         lines += sweep(nets, [int(b) for b in args.sweep.split(",")], arch, SWEEPS[args.sweep_variants])

@@ -35,8 +35,9 @@ class CannotFuse(Exception):
 FAMILIES = ("attention", "conv")  # the order the driver runs them in
 
 
-def run_all(graph, only=None) -> list[Site]:
-    """Run each family's rewrite on ``graph`` (all, or those named in ``only``); the sites of all, in order."""
+def run_all(graph, only=None, conv_options: dict | None = None) -> list[Site]:
+    """Run each family's rewrite on ``graph`` (all, or those named in ``only``); the sites of all, in order.
+    ``conv_options``: the conv rewrite's keywords (target arch and precision of its TensorRT choice)."""
     from trt_fusedattn.rewrites import attention, conv  # here: they import Site from this module
     from trt_fusedattn.rewrites._folding import fold_cast_likes, fold_constants
 
@@ -46,5 +47,6 @@ def run_all(graph, only=None) -> list[Site]:
     sites = []
     for family in FAMILIES:
         if only is None or family in only:
-            sites.extend(modules[family].rewrite(graph))
+            options = (conv_options or {}) if family == "conv" else {}
+            sites.extend(modules[family].rewrite(graph, **options))
     return sites

@@ -14,6 +14,7 @@ from trt_fusedattn import io
 from trt_fusedattn.calibration import DEFAULT_SOURCE, Method, calibrate, parse_method
 from trt_fusedattn.errors import InputError
 from trt_fusedattn.plugins import CONTRACTS
+from trt_fusedattn.plugins.conv.tensorrt_choice import table_arch
 from trt_fusedattn.qdq import unabsorbed_quantizers
 from trt_fusedattn.report import Report
 from trt_fusedattn.rewrites import FAMILIES, run_all
@@ -56,9 +57,18 @@ def check_families(only) -> None:
         raise InputError(f"unknown rewrite family {', '.join(sorted(unknown))}; choose from {', '.join(FAMILIES)}")
 
 
+def check_target(target: str | None) -> None:
+    """A target arch the conv choice table reads (None: no target), else the one-line InputError."""
+    if target is not None:
+        try:
+            table_arch(target)
+        except ValueError as err:
+            raise InputError(str(err)) from None
+
+
 def fuse(model_or_path, only=None, *, consume: bool = False, precision: str | None = None,
          calibration: str | int = DEFAULT_SOURCE, calib_method: Method | str = "max", dims=None,
-         quiet: bool = True) -> tuple[onnx.ModelProto, Report]:
+         quiet: bool = True, target: str | None = None) -> tuple[onnx.ModelProto, Report]:
     """Rewrite every attention and convolution site of a model (ModelProto or path) into our custom ops.
 
     ``only``: family names to run (default all of ``FAMILIES``). ``consume=True`` lets the pass change the
@@ -66,8 +76,10 @@ def fuse(model_or_path, only=None, *, consume: bool = False, precision: str | No
     FusedConv that has an FP8 kernel is made FP8 with scales calibrated on the original model (``calibration``:
     an .npz path or ``random:N``; ``calib_method``: see ``calibration.parse_method``; ``dims`` sizes random
     inputs; progress on stderr unless ``quiet``). Convs of a Q/DQ-quantized model are FP8 whatever the
-    precision. Returns the fused model and the report of every site found; a model with nothing to fuse comes
-    back unchanged but for shape info."""
+    precision. ``target`` (a GPU arch, e.g. "sm_90a"): convs that TensorRT's own fused conv runs faster on that
+    arch are left unfused (plugins/conv/tensorrt_choice); None fuses every conv the op can express. Returns the
+    fused model and the report of every site found; a model with nothing to fuse comes back unchanged but for
+    shape info."""
     check_families(only)
     if isinstance(model_or_path, onnx.ModelProto):
         where = "<in memory>"
@@ -83,7 +95,8 @@ def fuse(model_or_path, only=None, *, consume: bool = False, precision: str | No
         method = parse_method(calib_method) if isinstance(calib_method, str) else calib_method
         original = onnx.ModelProto()
         original.CopyFrom(model)
-    fused, sites = rewrite(model, only)
+    check_target(target)
+    fused, sites = rewrite(model, only, conv_options=dict(target=target, precision=precision))
     report = Report(model=where, sites=sites)
     left = unabsorbed_quantizers(fused)
     if left:
@@ -95,9 +108,9 @@ def fuse(model_or_path, only=None, *, consume: bool = False, precision: str | No
     return fused, report
 
 
-def rewrite(model: onnx.ModelProto, only=None) -> tuple[onnx.ModelProto, list]:
-    """The pass itself on a loaded model, which becomes the fused model: shapes, family rewrites, cleanup,
-    export."""
+def rewrite(model: onnx.ModelProto, only=None, conv_options: dict | None = None) -> tuple[onnx.ModelProto, list]:
+    """The pass itself on a loaded model, which becomes the fused model: shapes, family rewrites (``conv_options``:
+    see ``rewrites.run_all``), cleanup, export."""
     constants_to_initializers(model, io.EXTERNAL_THRESHOLD)  # onnxscript's weights are Constant nodes
     infer_shapes(model)
     graph = gs.import_onnx(model)
@@ -106,7 +119,7 @@ def rewrite(model: onnx.ModelProto, only=None) -> tuple[onnx.ModelProto, list]:
         if isinstance(values, LazyValues) and values.tensor.data_location == onnx.TensorProto.EXTERNAL:
             tensor._values = _ExternalValues(values.tensor)
     quantized = qdq.dequantize_weights(graph) if only is None or "conv" in only else {}
-    sites = run_all(graph, only)
+    sites = run_all(graph, only, conv_options)
     qdq.absorb(graph, sites, quantized)
     graph.cleanup().toposort()
     used = {(n.domain, n.op) for n in graph.nodes}

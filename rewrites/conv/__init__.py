@@ -25,14 +25,17 @@ from trt_fusedattn.rewrites._graph import (attribute_text, constant_value, consu
                                            unique_name)
 from trt_fusedattn.rewrites._shapes import TensorShapes, describe
 from trt_fusedattn.rewrites.conv.activation import NO_ACTIVATION, match_activation
+from trt_fusedattn.rewrites.conv.choice import leave_to_tensorrt
 from trt_fusedattn.rewrites.conv.epilogue import WEIGHT_DTYPES, Chain, fold_constant_epilogue
 from trt_fusedattn.rewrites.conv.pad import absorb_pad
 
 FAMILY = "conv"
 
 
-def rewrite(graph: gs.Graph) -> list[Site]:
-    """Replace every Conv chain the fused op can express with one FusedConv node; one Site per Conv."""
+def rewrite(graph: gs.Graph, target: str | None = None, precision: str | None = None) -> list[Site]:
+    """Replace every Conv chain the fused op can express with one FusedConv node; one Site per Conv. ``target``
+    (a GPU arch): a chain TensorRT's own fused conv runs faster there is left unfused (``choice``); ``precision``
+    ("fp8" or not) says which of our kernels that comparison is for."""
     graph.toposort()
     convs = [node for node in graph.nodes if is_op(node, "Conv")]
     if not convs:
@@ -57,6 +60,8 @@ def rewrite(graph: gs.Graph) -> list[Site]:
         except CannotFuse as reason:
             matched.append(Site(FAMILY, conv.name, False, reason=str(reason),
                                 shapes={"X": shapes.report(conv.inputs[0])}))
+    if target is not None:  # before pairing: an Add whose other chain is left to TensorRT stays with this one
+        matched = [leave_to_tensorrt(m, target, precision, shapes) if isinstance(m, Chain) else m for m in matched]
     _pair_conv_residuals([m for m in matched if isinstance(m, Chain)],
                          {id(node): i for i, node in enumerate(graph.nodes)})
     taken = names_in_use(graph)
@@ -209,6 +214,8 @@ def _replace(chain: Chain, graph: gs.Graph, shapes: TensorShapes, taken: set) ->
         details["pad_kept"] = chain.pad
     if chain.chain_end:
         details["chain_end"] = chain.chain_end
+    if chain.choice is not None:
+        details["faster_than_tensorrt"] = f"{chain.choice.arch}: {chain.choice.evidence}"
     return Site(FAMILY, chain.conv.name, True, op=FUSED_CONV.qualified_name, node=name,
                 shapes={"X": shapes.report(chain.x), "W": list(weight.values.shape), "Y": shapes.report(out)},
                 details=details)

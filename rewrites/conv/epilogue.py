@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_graphsurgeon as gs
 
+from trt_fusedattn.plugins.conv.tensorrt_choice import Choice
 from trt_fusedattn.rewrites._graph import consumers, folded_value, is_op, is_standard, other_operand, sole_consumer
 from trt_fusedattn.rewrites.conv.activation import NO_ACTIVATION, Activation
 
@@ -32,6 +33,7 @@ class Chain:
     post_activation: Activation = NO_ACTIVATION
     out: gs.Variable | None = None
     chain_end: str = ""
+    choice: Choice | None = None            # the target arch's evidence that FusedConv beats TensorRT here
 
     def drop_residual(self, why: str) -> None:
         self.add, self.residual, self.post_activation, self.out = None, None, NO_ACTIVATION, self.tail

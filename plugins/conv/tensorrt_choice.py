@@ -1,0 +1,168 @@
+"""Which convolutions to leave to TensorRT on a target GPU arch: where TensorRT's own fused conv (measured as the
+cuDNN frontend fused graph conv -> bias -> [add] -> activation, benchmarks/conv_anchor.py) is faster than FusedConv,
+an engine with our plugin would be slower than one without it, so the pass leaves that Conv unfused (issue 12,
+item 4). Evidence per arch: measured shapes (``tensorrt_choice_measured``, written from an anchor run by
+``python -m trt_fusedattn.plugins.conv.tensorrt_choice --from-anchor ROWS.json``) first, then the class rules below.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import pprint
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from trt_fusedattn.plugins.conv.tensorrt_choice_measured import MEASURED
+
+# Class rules per arch, first match wins, used where no measured row has the shape. A rule matches on precision
+# ("fp16" covers float16/bfloat16 FusedConvs, "fp8" the e4m3 ones), depthwise (groups == channels > 1), and
+# optionally kernel and min_batch (a static batch at least this; a dynamic batch never satisfies it).
+RULES = {
+    "sm_90": [
+        dict(precision="fp16", depthwise=True, choice="fused",
+             evidence="depthwise + activation: FusedConv 1.3-1.7x cuDNN's depthwise + clamp, cuDNN's fused graph 5-13x "
+                      "slower than that (H100, 2026-11-23, issue 12)"),
+        dict(precision="fp16", depthwise=False, choice="tensorrt",
+             evidence="dense FP16 convs: FusedConv 0.37-1.06x the cuDNN fused graph per layer, ResNet-50 stack 0.50x "
+                      "(b1) 0.67x (b8) 0.82x (b32) (H100, 2026-11-23, issue 12)"),
+        dict(precision="fp8", depthwise=False, kernel=(3, 3), min_batch=32, choice="fused",
+             evidence="FP8 3x3 at batch >= 32: FusedConv with e4m3 activations 1.02-1.30x the fused FP16 cuDNN graph "
+                      "(H100, 2026-11-23, issue 12)"),
+        dict(precision="fp8", depthwise=False, choice="tensorrt",
+             evidence="FP8 below batch 32 or not 3x3: 0.71-1.31x the fused FP16 cuDNN graph at batch 8, other "
+                      "kernels not measured faster (H100, 2026-11-23, issue 12)"),
+    ],
+}
+
+
+@dataclass(frozen=True)
+class ConvShape:
+    """What the rewrite knows statically about one conv: filter, stride, channels, groups; spatial size and batch
+    where the model's dims are static (None where dynamic); the FusedConv's precision ("fp16" or "fp8")."""
+
+    kernel: tuple
+    stride: tuple
+    channels: int
+    filters: int
+    groups: int
+    spatial: tuple | None = None
+    batch: int | None = None
+    precision: str = "fp16"
+
+    @property
+    def depthwise(self) -> bool:
+        return self.groups > 1 and self.groups == self.channels
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The decision for one conv on one arch and the evidence behind it."""
+
+    arch: str
+    to_tensorrt: bool
+    evidence: str
+
+    @property
+    def reason(self) -> str:
+        """The report's line for a Conv left to TensorRT."""
+        return f"left to TensorRT: its fused conv is faster for this shape on {self.arch} ({self.evidence})"
+
+
+def table_arch(target: str) -> str:
+    """The table key of a target: "sm_90a", "sm_90", "90" or "9.0" -> "sm_90" (the arch-specific suffix does not
+    change which conv is faster)."""
+    text = str(target).strip().lower()
+    found = re.fullmatch(r"(\d+)\.(\d)", text) or re.fullmatch(r"(?:sm_?|compute_)?(\d+)(\d)[af]?", text)
+    if not found:
+        raise ValueError(f"target {target!r} is not a GPU arch; give one like sm_90a, sm_89 or 9.0")
+    return f"sm_{found.group(1)}{found.group(2)}"
+
+
+def known_archs() -> list[str]:
+    """Arches with evidence (rules or measured rows); a target outside them fuses every conv it can."""
+    return sorted(set(RULES) | set(MEASURED))
+
+
+def choose(shape: ConvShape, target: str) -> Choice | None:
+    """Fuse or leave to TensorRT, for ``shape`` on ``target``; None when the arch has no evidence at all."""
+    arch = table_arch(target)
+    if arch not in RULES and arch not in MEASURED:
+        return None
+    measured = _measured_choice(shape, arch)
+    if measured is not None:
+        return measured
+    for rule in RULES.get(arch, []):
+        if _rule_matches(rule, shape):
+            return Choice(arch, rule["choice"] == "tensorrt", rule["evidence"])
+    return Choice(arch, False, "no measurement or rule covers this shape: fused")
+
+
+def _rule_matches(rule: dict, shape: ConvShape) -> bool:
+    if rule["precision"] != shape.precision or rule["depthwise"] != shape.depthwise:
+        return False
+    if "kernel" in rule and tuple(rule["kernel"]) != tuple(shape.kernel):
+        return False
+    return "min_batch" not in rule or (shape.batch is not None and shape.batch >= rule["min_batch"])
+
+
+def _measured_choice(shape: ConvShape, arch: str) -> Choice | None:
+    """From the measured rows of this exact layer (same filter, stride, channels, groups, precision, and spatial
+    size where static): at a static batch the nearest measured batch decides; at a dynamic batch TensorRT takes
+    the conv if it is faster at any measured batch (never slower at any size the engine may run)."""
+    rows = [r for r in MEASURED.get(arch, [])
+            if (tuple(r["kernel"]), tuple(r["stride"]), r["channels"], r["filters"], r["groups"], r["precision"])
+            == (tuple(shape.kernel), tuple(shape.stride), shape.channels, shape.filters, shape.groups, shape.precision)
+            and (shape.spatial is None or tuple(r["spatial"]) == tuple(shape.spatial))]
+    if not rows:
+        return None
+    if shape.batch is not None:
+        nearest = min(abs(math.log2(r["batch"] / shape.batch)) for r in rows)
+        rows = [r for r in rows if abs(math.log2(r["batch"] / shape.batch)) == nearest]
+    worst = min(rows, key=lambda r: r["tensorrt_us"] / r["fused_us"])
+    to_tensorrt = worst["tensorrt_us"] < worst["fused_us"]
+    verdict = "faster" if to_tensorrt else "slower"
+    return Choice(arch, to_tensorrt, f"cuDNN fused graph {worst['tensorrt_us']:.1f} µs vs FusedConv "
+                                     f"{worst['fused_us']:.1f} µs at batch {worst['batch']}, TensorRT's side {verdict}; "
+                                     f"{worst['source']}")
+
+
+def measured_rows(anchor: dict, source: str) -> list[dict]:
+    """The rows of a ``benchmarks/conv.py --json`` run that have both times, in this table's form."""
+    return [dict(kernel=(r["kernel"], r["kernel"]), stride=(r["stride"], r["stride"]), channels=r["c"],
+                 filters=r["k"], groups=r["groups"], spatial=(r["hw"], r["hw"]), batch=r["batch"], precision="fp16",
+                 fused_us=round(r["ours_us"], 2), tensorrt_us=round(r["graph_us"], 2), source=source)
+            for r in anchor["rows"] if r.get("graph_us") is not None and r.get("ours_us")]
+
+
+def write_measured(measured: dict, path: Path) -> None:
+    """Write the measured table module (generated: edit it by re-running --from-anchor, not by hand)."""
+    path.write_text('"""Measured FusedConv vs cuDNN fused graph times per arch, the first evidence of tensorrt_choice.'
+                    "\nGenerated by ``python -m trt_fusedattn.plugins.conv.tensorrt_choice --from-anchor ROWS.json``"
+                    ' from benchmarks/conv.py --json runs."""\n'
+                    f"MEASURED = {pprint.pformat(measured, width=116, sort_dicts=True)}\n")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description="Update the measured TensorRT-choice table from an anchor run.")
+    parser.add_argument("--from-anchor", required=True, metavar="ROWS.json",
+                        help="the --json output of benchmarks/conv.py (its arch replaces that arch's rows)")
+    parser.add_argument("--source", help="where the numbers come from, as the report cites it "
+                                         "(default: the run's environment line)")
+    args = parser.parse_args(argv)
+    anchor = json.loads(Path(args.from_anchor).read_text())
+    arch = table_arch(anchor["arch"])
+    rows = measured_rows(anchor, args.source or anchor["environment"])
+    if not rows:
+        raise SystemExit(f"{args.from_anchor} has no row with both times (did the cuDNN graphs build?); "
+                         "table left as it was")
+    measured = dict(MEASURED, **{arch: rows})
+    write_measured(measured, Path(__file__).with_name("tensorrt_choice_measured.py"))
+    print(f"{arch}: {len(rows)} measured rows, {sum(r['tensorrt_us'] < r['fused_us'] for r in rows)} left to "
+          "TensorRT")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -9,7 +9,8 @@ in that precision too); integer and bool outputs must match exactly, as must str
 non-numeric outputs (compared element by element). ``rel_l2 = ||fused - original|| / ||original||`` is
 reported beside them. A float32 output out of the default rtol is judged again at ``rtol + 2e``, ``e`` the
 original's own float32 error (its distance from a float64 evaluation of itself, ``float64_original``): two
-float32 computations each within ``rtol + e`` of exact arithmetic differ by up to that (``_allow_float32_error``).
+float32 computations each within ``rtol + e`` of exact arithmetic differ by up to that (``_allow_float32_error``),
+unless ``e > MAX_FLOAT32_ERROR * rtol``: an original that unstable (a TopK flipping) would excuse any fault.
 
 FP8: when the fused model has FP8 nodes (a FusedConv with ``input_scale``), the default rtol of every float
 output is ``FP8_RTOL``: E4M3 keeps 3 mantissa bits (a rounding moves a value by up to 1/16), and the errors of
@@ -47,6 +48,7 @@ FP8_RTOL = 0.25                                  # default rtol of float outputs
 LONGER_SEQUENCES = (64, 256, 1024, 4096)         # tried after the baked-in sizes (4096: 1.6 GB of fp32
                                                  # attention scores at batch 2, 12 heads: no further)
 MAX_TRIALS, SEARCH_S = 12, 60.0                  # the size search stops after this many runs or seconds
+MAX_FLOAT32_ERROR = 10                           # x rtol: a float32 original further from float64 is unstable
 REFERENCE_OPS = ("Attention",)                   # standard ops run by onnx's reference when onnxruntime refuses
 
 
@@ -164,8 +166,8 @@ def _constants_as_initializers(model: onnx.ModelProto) -> onnx.ModelProto:
     """An equivalent copy of ``model`` whose weight Constant nodes (onnxscript writes every weight as one) are
     initializers, each copied once; ``model`` itself when it has none. onnxruntime's bridge stubs
     initializers but copies nodes whole: a Phi-2 of 1.3 GB in Constants peaked at 12 GB, as initializers 7."""
-    if not any(_large_constant(node) for node in model.graph.node):
-        return model
+    if model.ir_version < 4 or not any(_large_constant(node) for node in model.graph.node):
+        return model  # below IR 4 an initializer must also be a graph input
     from trt_fusedattn.io import _copy_fields
 
     copy = onnx.ModelProto()
@@ -318,6 +320,11 @@ def _allow_float32_error(original, feeds, reference, got, want, checks, atol) ->
     widened, notes = {}, []
     for check in failed:
         error = compare(check.name, want[check.name], np.asarray(exact[check.name], np.float64), 0.0).max_rel
+        if not error <= MAX_FLOAT32_ERROR * check.rtol:
+            notes.append(f"output '{check.name}': the float32 original is {error:.2g} of its largest magnitude from "
+                         f"its float64 evaluation (unstable at these inputs: a discrete choice or cancellation), so "
+                         f"rounding cannot be told from a fault; give --rtol or other inputs")
+            continue
         widened[check.name] = compare(check.name, got[check.name], want[check.name], check.rtol + 2 * error, atol)
         notes.append(f"output '{check.name}': the float32 original is {error:.2g} of its largest magnitude from its "
                      f"float64 evaluation, so rtol {check.rtol:g} + 2 x {error:.2g}")

@@ -109,6 +109,26 @@ def test_a_wrong_attention_fails_beside_the_float32_error_allowance():
     assert not wrong.passed and wrong.outputs[0].max_rel > 10 * wrong.outputs[0].rtol, wrong.table()
 
 
+def _cancelling(big: float) -> onnx.ModelProto:
+    """y = (x + big) - big: in float32 x is rounded to a multiple of big's spacing, in float64 it survives."""
+    nodes = [helper.make_node("Constant", [], ["big"], value=helper.make_tensor("big", TensorProto.FLOAT, [], [big])),
+             helper.make_node("Add", ["x", "big"], ["xb"]), helper.make_node("Sub", ["xb", "big"], ["y"])]
+    graph = helper.make_graph(nodes, "cancel", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 64])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_an_original_unstable_in_float32_excuses_nothing():
+    """x + 1e8 - 1e8 is 0 or +-8 in float32: its float64 evaluation is O(1) away, so the allowance is refused
+    and the exact model (Identity) fails against it, saying why."""
+    exact = helper.make_model(helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])], "exact", _cancelling(1e8).graph.input,
+        _cancelling(1e8).graph.output), opset_imports=[helper.make_opsetid("", 17)])
+    result = verify(_cancelling(1e8), exact)
+    assert not result.passed and "unstable" in result.how and result.outputs[0].rtol == 1e-4, result.table()
+    assert verify(_cancelling(1.0), exact).passed  # 1 + x - 1: float32 rounding of x, e ~ 1e-7
+
+
 def _kv_cache_inputs() -> onnx.ModelProto:
     """Phi-2's input shapes as torch.export names them: the mask spans past + new tokens, 's16 + s62'."""
     inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["s34", "s16"]),

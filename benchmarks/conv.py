@@ -433,6 +433,7 @@ def time_layer(case: Case, stream: torch.cuda.Stream) -> dict:
         return row
     try:
         case.anchor_out.fill_(float("nan"))
+        stream.wait_stream(torch.cuda.current_stream())  # inputs and the poisoned output were written there
         with torch.cuda.stream(stream):
             anchor.run()
         stream.synchronize()

@@ -121,11 +121,9 @@ def _measured_choice(shape: ConvShape, arch: str) -> Choice | None:
         nearest = min(abs(math.log2(r["batch"] / shape.batch)) for r in rows)
         rows = [r for r in rows if abs(math.log2(r["batch"] / shape.batch)) == nearest]
     worst = min(rows, key=lambda r: r["tensorrt_us"] / r["fused_us"])
-    to_tensorrt = worst["tensorrt_us"] < worst["fused_us"]
-    verdict = "faster" if to_tensorrt else "slower"
-    return Choice(arch, to_tensorrt, f"cuDNN fused graph {worst['tensorrt_us']:.1f} µs vs FusedConv "
-                                     f"{worst['fused_us']:.1f} µs at batch {worst['batch']}, TensorRT's side {verdict}; "
-                                     f"{worst['source']}")
+    return Choice(arch, worst["tensorrt_us"] < worst["fused_us"],
+                  f"cuDNN fused graph {worst['tensorrt_us']:.1f} µs vs FusedConv {worst['fused_us']:.1f} µs at batch "
+                  f"{worst['batch']}; {worst['source']}")
 
 
 def measured_rows(anchor: dict, source: str) -> list[dict]:

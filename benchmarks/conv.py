@@ -519,7 +519,7 @@ def main():
     if reasons:
         lines += ["\nGraphs that did not build or run (n/a):\n"] + [f"- {r}: {', '.join(where)}"
                                                                   for r, where in reasons.items()]
-    summary = "\n".join(stack_lines(sums))
+    summary = "\n".join(stack_lines(sums) + [f"n/a ({len(where)}): {r}" for r, where in reasons.items()])
     if args.fp8:
         lines += fp8_table(resnet_3x3, fp8_batches, arch)
     _write(args.out, lines)

@@ -379,9 +379,10 @@ def sweep(nets: dict, batches: list, arch: str, variants: list) -> list[str]:
     return lines
 
 
-def table_rows(nets: dict, batches_of: dict, arch: str, budget_s: float | None, lines: list[str]):
+def table_rows(nets: dict, batches_of: dict, arch: str, budget_s: float | None, lines: list[str], checkpoint):
     """Time every layer of ``nets`` three ways (eager cuDNN + epilogue ops, the cuDNN fused graph, ours), appending
-    markdown rows to ``lines`` as they come. Returns (rows as dicts, n/a reasons -> where, stack sums)."""
+    markdown rows to ``lines`` as they come and calling ``checkpoint(rows)`` after each (a crash keeps what was
+    measured). Returns (rows as dicts, n/a reasons -> where, stack sums)."""
     start, rows, reasons, sums = time.monotonic(), [], {}, {}
     stream = torch.cuda.Stream()
     for net, layers in nets.items():
@@ -417,6 +418,7 @@ def table_rows(nets: dict, batches_of: dict, arch: str, budget_s: float | None, 
                              f"{row['ours_us']:.1f} | {row['base_us'] / row['ours_us']:.2f}x | {vs_graph} | "
                              f"{lay.flops(n) / row['ours_us'] / 1e6:.0f} | {row['err']:.1e} | {graph_err} |")
                 print(lines[-1], flush=True)
+                checkpoint(rows)
     return rows, reasons, sums
 
 
@@ -506,7 +508,8 @@ def main():
     with ThreadPoolExecutor(max_workers=16) as pool:  # compile every specialization up front, in parallel
         list(pool.map(lambda p: compile_ptx(p.source, arch, p.defines), plans.values()))
 
-    lines = [f"# FusedConv vs the cuDNN fused graph and cuDNN + separate epilogue ops\n", f"{environment()}\n",
+    env = environment()
+    lines = [f"# FusedConv vs the cuDNN fused graph and cuDNN + separate epilogue ops\n", f"{env}\n",
              "Per call, µs (CUDA-graph replay median; \"ev\": cudaEvent median over back-to-back calls where the "
              "cuDNN graph could not be captured). graph = one cuDNN frontend graph conv_fprop -> bias -> [add "
              "residual] -> activation, runtime fusion (heur_mode A, then FALLBACK), as TensorRT runs the layer; base = "
@@ -514,7 +517,13 @@ def main():
              "kernel. err = |fused - base| / |base|, graph err = |graph - base| / |base| (normwise).\n"]
     if args.quick:
         lines.append(f"Quick run: batches {QUICK_BATCHES}.\n")
-    rows, reasons, sums = table_rows(nets, batches_of, arch, args.budget_s, lines)
+    def checkpoint(rows):
+        _write(args.out, lines)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(dict(environment=env, arch=arch, rows=rows), f, indent=1)
+
+    rows, reasons, sums = table_rows(nets, batches_of, arch, args.budget_s, lines, checkpoint)
     lines += stack_lines(sums)
     if reasons:
         lines += ["\nGraphs that did not build or run (n/a):\n"] + [f"- {r}: {', '.join(where)}"
@@ -522,10 +531,7 @@ def main():
     summary = "\n".join(stack_lines(sums) + [f"n/a ({len(where)}): {r}" for r, where in reasons.items()])
     if args.fp8:
         lines += fp8_table(resnet_3x3, fp8_batches, arch)
-    _write(args.out, lines)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(environment=environment(), arch=arch, rows=rows), f, indent=1)
+    checkpoint(rows)
     print(summary, flush=True)
     if args.sweep:  # after the tables are safe on disk
         lines += sweep(nets, [int(b) for b in args.sweep.split(",")], arch, SWEEPS[args.sweep_variants])

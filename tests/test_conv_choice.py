@@ -30,7 +30,8 @@ def row(batch: int, fused_us: float, tensorrt_us: float, **shape) -> dict:
     """A measured row of the 3x3 4->6 conv of ``graphs.conv_case`` (X 2x4x9x8) unless ``shape`` says otherwise."""
     fields = dict(kernel=(3, 3), stride=(1, 1), channels=4, filters=6, groups=1, spatial=(9, 8), precision="fp16")
     fields.update(shape)
-    return dict(fields, batch=batch, fused_us=fused_us, tensorrt_us=tensorrt_us, source="test run")
+    return dict(fields, batch=batch, fused_us=fused_us, tensorrt_us=tensorrt_us, tensorrt_by="cuDNN fused graph",
+                source="test run")
 
 
 def test_dense_conv_is_left_to_tensorrt_on_sm90_and_fused_without_a_target():
@@ -130,11 +131,16 @@ def test_mobilenet_sample_on_sm90_fuses_the_depthwise_convs_only():
 
 def test_anchor_rows_become_the_measured_table(tmp_path):
     anchor = {"arch": "sm_90a", "environment": "H100 test", "rows": [
-        dict(kernel=3, stride=2, c=128, k=128, hw=56, groups=1, batch=8, ours_us=13.46, graph_us=11.2),
-        dict(kernel=3, stride=1, c=96, k=96, hw=56, groups=96, batch=8, ours_us=4.0, graph_us=None)]}
+        dict(kernel=3, stride=2, c=128, k=128, hw=56, groups=1, batch=8, base_us=18.6, ours_us=13.46, graph_us=11.2),
+        dict(kernel=1, stride=1, c=16, k=96, hw=112, groups=1, batch=32, base_us=239.3, ours_us=57.8, graph_us=1981.9),
+        dict(kernel=3, stride=1, c=96, k=96, hw=56, groups=96, batch=8, base_us=9.0, ours_us=4.0, graph_us=None)]}
     rows = measured_rows(anchor, "H100 test")
     assert rows == [dict(kernel=(3, 3), stride=(2, 2), channels=128, filters=128, groups=1, spatial=(56, 56), batch=8,
-                         precision="fp16", fused_us=13.46, tensorrt_us=11.2, source="H100 test")]
+                         precision="fp16", fused_us=13.46, tensorrt_us=11.2, tensorrt_by="cuDNN fused graph",
+                         source="H100 test"),
+                    dict(kernel=(1, 1), stride=(1, 1), channels=16, filters=96, groups=1, spatial=(112, 112), batch=32,
+                         precision="fp16", fused_us=57.8, tensorrt_us=239.3,
+                         tensorrt_by="cuDNN conv + separate epilogue ops", source="H100 test")]
     path = tmp_path / "measured.py"
     write_measured({"sm_90": rows}, path)
     assert runpy.run_path(str(path))["MEASURED"] == {"sm_90": rows}
@@ -145,4 +151,5 @@ def test_committed_measured_rows_are_well_formed():
         assert tensorrt_choice.table_arch(arch) == arch
         for r in rows:
             assert r["fused_us"] > 0 and r["tensorrt_us"] > 0 and r["precision"] in ("fp16", "fp8") and r["source"]
+            assert r["tensorrt_by"] in ("cuDNN fused graph", "cuDNN conv + separate epilogue ops")
             assert np.prod(r["kernel"]) >= 1 and r["channels"] % r["groups"] == 0

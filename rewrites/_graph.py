@@ -284,16 +284,29 @@ def symbolic_dims(model: onnx.ModelProto) -> dict[str, list]:
     """Tensor dims by name from onnxruntime's symbolic shape inference, which follows shape arithmetic (Shape,
     Gather, Concat, Slice into Reshape) where onnx's inference gives up: ints, symbolic names (str) or None.
     An empty dict when it cannot handle the model."""
-    try:
-        inferred = _symbolic_shape_inference().infer_shapes(model, auto_merge=True)
-    except Exception:  # noqa: BLE001 - a best effort: ops it does not know, models it rejects
-        return {}
+    inferred = _infer_symbolic_shapes(model)
     if inferred is None:
         return {}
     return {info.name: [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
                         for d in info.type.tensor_type.shape.dim]
             for info in [*inferred.graph.value_info, *inferred.graph.output]
             if info.type.HasField("tensor_type") and info.type.tensor_type.HasField("shape")}
+
+
+def _infer_symbolic_shapes(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    """The model with every shape inferred, or None. The steps of ``SymbolicShapeInference.infer_shapes``
+    without its failure path, which saves the partial model as ``sym_shape_infer_temp.onnx`` (plus external
+    data files) in the working directory: a tool run on untrusted models writes nothing it was not asked to."""
+    inference = _symbolic_shape_inference()(2**31 - 1, True, False, 0)  # int_max, auto_merge, guess rank, verbose
+    try:
+        inference._preprocess(model)
+        complete = False
+        while inference.run_:
+            complete = inference._infer_impl()
+        inference._update_output_from_vi()
+    except Exception:  # noqa: BLE001 - a best effort: ops it does not know, models it rejects
+        return None
+    return inference.out_mp_ if complete else None
 
 
 @functools.cache

@@ -21,6 +21,7 @@ import pytest
 from _file_audit import audited, outside, python_roots
 from _hostile_models import CASES, SECRET, Case, external, mlp
 from trt_fusedattn import cli, io
+from trt_fusedattn.rewrites._graph import symbolic_dims
 
 
 def _snapshot(folder: Path) -> dict[str, str]:
@@ -234,3 +235,21 @@ def test_report_and_model_are_written_together_or_not_at_all(places, capsys, mon
     code, err, _ = run_case(Case([path, "-o", folder / "out.onnx", "--report", folder / "r.json", "-q"], 0), folder,
                             capsys)
     assert code == 0 and {"out.onnx", "r.json"} <= set(os.listdir(folder)), err
+
+
+
+def test_shape_inference_that_gives_up_writes_nothing(tmp_path, monkeypatch):
+    # onnxruntime's symbolic shape inference saves a partial model (sym_shape_infer_temp.onnx + data files) in the
+    # working directory when it cannot finish (here: an op of an unknown domain); the rewrites run it on demand
+    monkeypatch.chdir(tmp_path)
+    x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["batch", 8])
+    y = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["batch", 8])
+    graph = onnx.helper.make_graph([onnx.helper.make_node("Mystery", ["x"], ["m"], domain="acme"),
+                                    onnx.helper.make_node("Relu", ["m"], ["y"])], "g", [x], [y])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17),
+                                                         onnx.helper.make_opsetid("acme", 1)])
+    with audited() as audit:
+        assert symbolic_dims(model) == {}
+    assert list(tmp_path.iterdir()) == [] and not audit.writes
+    graph.node[0].CopyFrom(onnx.helper.make_node("Neg", ["x"], ["m"]))
+    assert symbolic_dims(model)["y"] == ["batch", 8]  # the same inference, finished, still answers

@@ -28,7 +28,8 @@ def ops(model: onnx.ModelProto) -> list[str]:
 
 def row(batch: int, fused_us: float, tensorrt_us: float, **shape) -> dict:
     """A measured row of the 3x3 4->6 conv of ``graphs.conv_case`` (X 2x4x9x8) unless ``shape`` says otherwise."""
-    fields = dict(kernel=(3, 3), stride=(1, 1), channels=4, filters=6, groups=1, spatial=(9, 8), precision="fp16")
+    fields = dict(kernel=(3, 3), stride=(1, 1), channels=4, filters=6, groups=1, spatial=(9, 8), precision="fp16",
+                  residual=False)
     fields.update(shape)
     return dict(fields, batch=batch, fused_us=fused_us, tensorrt_us=tensorrt_us, tensorrt_by="cuDNN fused graph",
                 source="test run")
@@ -88,6 +89,14 @@ def test_measured_rows_decide_before_the_rules(monkeypatch):
     assert not report.sites[0].fused and "dense FP16 convs" in report.sites[0].reason
 
 
+def test_a_residual_chain_is_another_row(monkeypatch):
+    """Same conv with and without the fused residual add: each is decided by its own measurement."""
+    monkeypatch.setattr(tensorrt_choice, "MEASURED", {"sm_90": [row(2, 9.0, 5.0), row(2, 5.0, 9.0, residual=True)]})
+    shape = dict(kernel=(3, 3), stride=(1, 1), channels=4, filters=6, groups=1, spatial=(9, 8), batch=2)
+    assert choose(ConvShape(**shape), "sm_90a").to_tensorrt
+    assert not choose(ConvShape(**shape, residual=True), "sm_90a").to_tensorrt
+
+
 def test_static_batch_takes_the_nearest_measured_batch_and_dynamic_the_worst(monkeypatch):
     monkeypatch.setattr(tensorrt_choice, "MEASURED", {"sm_90": [row(8, 5.0, 9.0), row(32, 20.0, 15.0)]})
     shape = dict(kernel=(3, 3), stride=(1, 1), channels=4, filters=6, groups=1, spatial=(9, 8))
@@ -110,7 +119,7 @@ def test_shortcut_left_to_tensorrt_keeps_the_add_with_the_main_chain_and_verifie
     """Projection block: the shortcut conv is left to TensorRT, the main chain's last conv (measured faster) still
     takes the Add, reading the shortcut's BatchNorm output as its residual; the result computes the original."""
     model = graphs.projection_case()
-    main_last = row(2, 5.0, 9.0, kernel=(1, 1), channels=3, filters=8, spatial=(4, 4))
+    main_last = row(2, 5.0, 9.0, kernel=(1, 1), channels=3, filters=8, spatial=(4, 4), residual=True)
     monkeypatch.setattr(tensorrt_choice, "MEASURED", {"sm_90": [main_last]})
     fused, report = fuse(model, target="sm_90a")
     fused_sites = [s for s in report.sites if s.fused]
@@ -131,15 +140,19 @@ def test_mobilenet_sample_on_sm90_fuses_the_depthwise_convs_only():
 
 def test_anchor_rows_become_the_measured_table(tmp_path):
     anchor = {"arch": "sm_90a", "environment": "H100 test", "rows": [
-        dict(kernel=3, stride=2, c=128, k=128, hw=56, groups=1, batch=8, base_us=18.6, ours_us=13.46, graph_us=11.2),
-        dict(kernel=1, stride=1, c=16, k=96, hw=112, groups=1, batch=32, base_us=239.3, ours_us=57.8, graph_us=1981.9),
-        dict(kernel=3, stride=1, c=96, k=96, hw=56, groups=96, batch=8, base_us=9.0, ours_us=4.0, graph_us=None)]}
+        dict(kernel=3, stride=2, c=128, k=128, hw=56, groups=1, batch=8, base_us=18.6, ours_us=13.46, graph_us=11.2,
+             residual=False),
+        dict(kernel=1, stride=1, c=16, k=96, hw=112, groups=1, batch=32, base_us=239.3, ours_us=57.8, graph_us=1981.9,
+             residual=True),
+        dict(kernel=3, stride=1, c=96, k=96, hw=56, groups=96, batch=8, base_us=9.0, ours_us=4.0, graph_us=None,
+             residual=False)]}
     rows = measured_rows(anchor, "H100 test")
     assert rows == [dict(kernel=(3, 3), stride=(2, 2), channels=128, filters=128, groups=1, spatial=(56, 56), batch=8,
-                         precision="fp16", fused_us=13.46, tensorrt_us=11.2, tensorrt_by="cuDNN fused graph",
+                         precision="fp16", residual=False, fused_us=13.46, tensorrt_us=11.2,
+                         tensorrt_by="cuDNN fused graph",
                          source="H100 test"),
                     dict(kernel=(1, 1), stride=(1, 1), channels=16, filters=96, groups=1, spatial=(112, 112), batch=32,
-                         precision="fp16", fused_us=57.8, tensorrt_us=239.3,
+                         precision="fp16", residual=True, fused_us=57.8, tensorrt_us=239.3,
                          tensorrt_by="cuDNN conv + separate epilogue ops", source="H100 test")]
     path = tmp_path / "measured.py"
     write_measured({"sm_90": rows}, path)

@@ -40,7 +40,8 @@ RULES = {
 @dataclass(frozen=True)
 class ConvShape:
     """What the rewrite knows statically about one conv: filter, stride, channels, groups; spatial size and batch
-    where the model's dims are static (None where dynamic); the FusedConv's precision ("fp16" or "fp8")."""
+    where the model's dims are static (None where dynamic); the FusedConv's precision ("fp16" or "fp8"); whether
+    the chain adds a residual (the fused add saves TensorRT a read and a write of the output: another row)."""
 
     kernel: tuple
     stride: tuple
@@ -50,6 +51,7 @@ class ConvShape:
     spatial: tuple | None = None
     batch: int | None = None
     precision: str = "fp16"
+    residual: bool = False
 
     @property
     def depthwise(self) -> bool:
@@ -108,12 +110,13 @@ def _rule_matches(rule: dict, shape: ConvShape) -> bool:
 
 
 def _measured_choice(shape: ConvShape, arch: str) -> Choice | None:
-    """From the measured rows of this exact layer (same filter, stride, channels, groups, precision, and spatial
-    size where static): at a static batch the nearest measured batch decides; at a dynamic batch TensorRT takes
+    """From the measured rows of this exact layer (same filter, stride, channels, groups, precision, residual, and
+    spatial size where static): at a static batch the nearest measured batch decides; at a dynamic batch TensorRT takes
     the conv if it is faster at any measured batch (never slower at any size the engine may run)."""
     rows = [r for r in MEASURED.get(arch, [])
             if (tuple(r["kernel"]), tuple(r["stride"]), r["channels"], r["filters"], r["groups"], r["precision"])
             == (tuple(shape.kernel), tuple(shape.stride), shape.channels, shape.filters, shape.groups, shape.precision)
+            and r["residual"] == shape.residual
             and (shape.spatial is None or tuple(r["spatial"]) == tuple(shape.spatial))]
     if not rows:
         return None
@@ -138,7 +141,7 @@ def measured_rows(anchor: dict, source: str) -> list[dict]:
         graph_faster = r["graph_us"] <= r["base_us"]
         out.append(dict(kernel=(r["kernel"], r["kernel"]), stride=(r["stride"], r["stride"]), channels=r["c"],
                         filters=r["k"], groups=r["groups"], spatial=(r["hw"], r["hw"]), batch=r["batch"],
-                        precision="fp16", fused_us=round(r["ours_us"], 2),
+                        precision="fp16", residual=r["residual"], fused_us=round(r["ours_us"], 2),
                         tensorrt_us=round(min(r["graph_us"], r["base_us"]), 2),
                         tensorrt_by="cuDNN fused graph" if graph_faster else "cuDNN conv + separate epilogue ops",
                         source=source))

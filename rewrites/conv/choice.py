@@ -19,7 +19,7 @@ def conv_shape(chain: Chain, precision: str | None, x_shape: list | None) -> Con
                      channels=chain.weight.shape[1] * groups, filters=chain.weight.shape[0], groups=groups,
                      spatial=static(x_shape[2:]) if x_shape else None,
                      batch=x_shape[0] if x_shape and isinstance(x_shape[0], int) and x_shape[0] > 0 else None,
-                     precision="fp8" if precision == "fp8" else "fp16")
+                     precision="fp8" if precision == "fp8" else "fp16", residual=chain.residual is not None)
 
 
 def leave_to_tensorrt(chain: Chain, target: str, precision: str | None, shapes: TensorShapes) -> Chain | Site:

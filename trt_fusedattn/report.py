@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from trt_fusedattn.rewrites import Site
+from trt_fusedattn.text_table import format_table
 
 if TYPE_CHECKING:
     from trt_fusedattn.verification import Verification
@@ -52,7 +53,7 @@ class Report:
         """The sites, then the verification, as plain-text tables."""
         rows = [(s.anchor, s.family, "yes" if s.fused else "no", s.op or "-",
                  _details(s), s.reason or "-") for s in self.sites]
-        parts = [_format_table(("site", "family", "fused", "op", "shapes / details", "reason"), rows),
+        parts = [format_table(("site", "family", "fused", "op", "shapes / details", "reason"), rows),
                  self.summary()]
         if self.verification is not None:
             parts.append(self.verification.table())
@@ -69,13 +70,3 @@ def _details(site: Site) -> str:
 def _dims(shape) -> str:
     return "[" + ",".join(str(d) for d in shape) + "]" if isinstance(shape, (list, tuple)) else str(shape)
 
-
-def _format_table(header, rows) -> str:
-    """Left-aligned columns; empty when there are no rows."""
-    if not rows:
-        return ""
-    cells = [tuple(str(c) for c in header)] + [tuple(str(c) for c in r) for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)

@@ -42,6 +42,7 @@ import onnx
 from trt_fusedattn.errors import InputError, VerificationError
 from trt_fusedattn.ort_session import RunFailed, run_model
 from trt_fusedattn.random_inputs import baked_sizes, dim_roles, graph_inputs, random_inputs
+from trt_fusedattn.text_table import format_table
 
 DEFAULT_RTOL = {"float32": 1e-4, "float64": 1e-4, "float16": 1e-2, "bfloat16": 2e-2}
 FP8_RTOL = 0.25                                  # default rtol of float outputs of a model with FP8 nodes
@@ -86,15 +87,13 @@ class Verification:
                 "outputs": [asdict(o) for o in self.outputs]}
 
     def table(self) -> str:
-        from trt_fusedattn.report import _format_table
-
         rows = [(o.name, o.dtype, "x".join(map(str, o.shape)), f"{o.max_abs:.3g}", f"{o.max_rel:.3g}",
                  f"{o.rel_l2:.3g}", f"{o.rtol:g}", "ok" if o.passed else "FAIL") for o in self.outputs]
         inputs = ", ".join(f"{k}[{'x'.join(map(str, v))}]" for k, v in self.inputs.items())
         head = f"verification (onnxruntime, original vs fused, inputs {inputs}):"
         lines = [head, *(f"  {line}" for line in (self.how, self.original_error, self.fused_error) if line)]
         header = ("output", "dtype", "shape", "max abs", "max rel", "rel l2", "rtol", "")
-        return "\n".join(lines + [_format_table(header, rows)])
+        return "\n".join(lines + [format_table(header, rows)])
 
     def raise_if_failed(self) -> None:
         if self.original_error:

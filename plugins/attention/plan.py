@@ -35,27 +35,27 @@ TILES_SMALL_SMEM = {**TILES, 256: (64, 16, 4, 0, 2)}
 # The Hopper mainloop (attention_mainloop_sm90.cuh: wgmma, one warpgroup per 64 query rows) for these head dims on
 # sm_90a: (BLOCK_M, BLOCK_N, NUM_WARPS, Q_IN_REGISTERS, KV_STAGES); masks use the same tiles (16 rows per warp already).
 # Head dim 64 runs two blocks per SM (<= 128 registers, 50 KB smem each) so one block's softmax overlaps the other's
-# wgmmas (without a mask: an additive mask's loads would spill at 128 registers); head dim 128 one block of 128x128 (about 160-210 registers). Predictions, not yet timed (NOTES.md).
+# wgmmas (without a mask: an additive mask's loads would spill at 128 registers); head dim 128 one block of 128x128
+# (about 160-210 registers). Predictions and timings: NOTES.md.
 WGMMA_TILES = {64: (128, 64, 8, 0, 2), 128: (128, 128, 8, 0, 2), 256: (128, 64, 8, 0, 2)}
 WGMMA_MIN_BLOCKS_PER_SM = {64: 2, 128: 1, 256: 1}
-# Head dims whose default on sm_90a is a wgmma kernel (256 since its first H100 run: 2x the mma.sync path).
+# Head dims whose default on sm_90a is a wgmma kernel (they timed faster than the mma.sync path: NOTES.md).
 WGMMA_DEFAULT_HEAD_DIMS = (64, 128, 256)
 # FA3's intra-warpgroup overlap (P V of tile t+1 during the softmax of tile t; NOTES.md): off until timed.
 WGMMA_OVERLAP = {64: 0, 128: 0, 256: 0}
 WGMMA_SMEM_ALIGN = 1024  # its swizzled tiles start 1024-byte aligned: the kernel rounds its smem base up
-# The wgmma mainloop is the default on sm_90a for head dims 64/128: tests/test_attention_sm90_gpu.py passed on the
-# H100 (70/70, 2026-11-22) and it ran 1.19-1.50x FA2 (benchmarks/results/attention_h100_wgmma.md).
+# The wgmma mainloop is the default on sm_90a: it passed the GPU tests and timed faster than the mma.sync path
+# (NOTES.md, benchmarks/results/).
 WGMMA_BY_DEFAULT = True
 # The warp-specialized Hopper kernel (attention_sm90.cu: a load warpgroup + two MMA warpgroups with ping-pong and
 # intra-warpgroup overlap, FlashAttention-3's design): its tiles, and its K/V pipeline's mbarriers (full Q, full and
 # empty K and V per stage, 8 bytes each) after the tiles.
 # It is the default (when the tuning does not force WGMMA) where it passed the GPU tests and timed faster than the wgmma
-# mainloop at every point: head dims 128 and 256 without a mask (H100, 2026-11-24: hd128 1.08-1.31x, hd256 1.0-1.15x
-# at seq >= 2k; NOTES.md). Head dim 64 timed about the same as the wgmma mainloop and masked tiles are untimed: those
-# stay on the wgmma mainloop.
-# hd64/hd128 keep three K/V stages (115/226 KB): hd128 +3-9% over two at every seq >= 2k point (H100, 2026-11-24
-# 02:10 UTC); hd64 beats the wgmma mainloop only on long rows, so it is the default there only when the lengths are
-# static and long (non-causal >= 4k, causal >= 8k: 1.02-1.12x; shorter rows lose up to 28%).
+# mainloop at every point: head dims 128 and 256 without a mask. Head dim 64 timed about the same as the wgmma mainloop
+# and masked tiles are untimed: those stay on the wgmma mainloop (measurements: NOTES.md).
+# hd64/hd128 keep three K/V stages (115/226 KB): faster than two at hd128 at every seq >= 2k point; hd64 beats the wgmma
+# mainloop only on long rows, so it is the default there only when the lengths are static and long (non-causal >= 4k,
+# causal >= 8k; shorter rows lose).
 WARP_SPECIALIZED_TILES = {64: (128, 128, 8, 0, 3), 128: (128, 128, 8, 0, 3), 256: (128, 64, 8, 0, 2)}
 # an additive mask's loads at head dim 128 spill (40 B) with 128-key tiles at the MMA warpgroups' 240 registers
 WARP_SPECIALIZED_TILES_MASKED = {**WARP_SPECIALIZED_TILES, 128: (128, 64, 8, 0, 2)}
@@ -65,8 +65,7 @@ LOAD_WARPGROUP_THREADS = 128
 
 # Decode with few query blocks (attention_split_kv.cuh): when the lengths are static ints and the grid would have fewer
 # CTAs than half an H100's SMs, one-warp 16-row tiles with the keys split over a cluster of KV_SPLIT CTAs, combined
-# through DSMEM. H100 (2026-11-24): 16 queries x 32k keys, 32 heads: 0.446 -> 0.127 ms (cuDNN 0.68); 1 query x 32k keys
-# x 4 batches x 32 heads (128 CTAs) gained nothing (0.464 -> 0.474), so such shapes keep the default tiles.
+# through DSMEM. Grids of half the SMs or more gained nothing from the split (NOTES.md), so they keep the default tiles.
 SPLIT_KV_TILE = (16, 64, 1, 0, 2)
 SPLIT_KV = 8
 SPLIT_KV_MAX_QUERIES, SPLIT_KV_MIN_KEYS, SPLIT_KV_MAX_BLOCKS = 16, 4096, 66

@@ -22,21 +22,7 @@
 #define KV_SPLIT_CLUSTER
 #endif
 
-extern "C" __global__ void KV_SPLIT_CLUSTER __launch_bounds__(kThreads, kMinBlocksPerSm) fused_attention(
-    const elem_t* __restrict__ Q, const elem_t* __restrict__ K, const elem_t* __restrict__ V,
-#if MASK_KIND != MASK_NONE
-    const mask_t* __restrict__ mask,
-#endif
-#if HAS_KEY_LENGTHS
-    const int* __restrict__ key_lengths,
-#endif
-    int batch, int heads_q, int heads_kv, int len_q, int len_kv,
-    int q_stride_b, int q_stride_h, int q_stride_s, int kv_stride_b, int kv_stride_h, int kv_stride_s,
-    int v_stride_b, int v_stride_h, int v_stride_s, int o_stride_b, int o_stride_h, int o_stride_s,
-#if MASK_KIND != MASK_NONE
-    int mask_stride_b, int mask_stride_h, int mask_stride_q, int mask_stride_k,
-#endif
-    elem_t* __restrict__ O) {
+extern "C" __global__ void KV_SPLIT_CLUSTER __launch_bounds__(kThreads, kMinBlocksPerSm) fused_attention(ATTENTION_KERNEL_PARAMS) {
   extern __shared__ __align__(16) unsigned char smem[];
   // the plan adds kSmemAlign - 16 bytes of slack for this round-up (0 for the mma.sync mainloop)
   elem_t* sQ = reinterpret_cast<elem_t*>(smem + ((kSmemAlign - smem_addr(smem) % kSmemAlign) % kSmemAlign));

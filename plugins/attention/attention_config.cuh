@@ -21,6 +21,30 @@ typedef unsigned char mask_t;  // numpy/torch bool: one byte, nonzero = attend
 typedef elem_t mask_t;         // additive mask: the dtype of Q
 #endif
 
+// The kernel's parameter list in TensorRT's AOT plugin order (inputs, int32 scalars, output), one text for every
+// attention kernel: plan_attention's scalar list mirrors it. The optional inputs and their scalars exist only in the
+// specializations that take them.
+#if MASK_KIND != MASK_NONE
+#define ATTENTION_MASK_PARAM const mask_t* __restrict__ mask,
+#define ATTENTION_MASK_STRIDE_PARAMS int mask_stride_b, int mask_stride_h, int mask_stride_q, int mask_stride_k,
+#else
+#define ATTENTION_MASK_PARAM
+#define ATTENTION_MASK_STRIDE_PARAMS
+#endif
+#if HAS_KEY_LENGTHS
+#define ATTENTION_KEY_LENGTHS_PARAM const int* __restrict__ key_lengths,
+#else
+#define ATTENTION_KEY_LENGTHS_PARAM
+#endif
+#define ATTENTION_KERNEL_PARAMS                                                                                      \
+  const elem_t* __restrict__ Q, const elem_t* __restrict__ K, const elem_t* __restrict__ V,                         \
+  ATTENTION_MASK_PARAM ATTENTION_KEY_LENGTHS_PARAM                                                                   \
+  int batch, int heads_q, int heads_kv, int len_q, int len_kv,                                                       \
+  int q_stride_b, int q_stride_h, int q_stride_s, int kv_stride_b, int kv_stride_h, int kv_stride_s,                 \
+  int v_stride_b, int v_stride_h, int v_stride_s, int o_stride_b, int o_stride_h, int o_stride_s,                    \
+  ATTENTION_MASK_STRIDE_PARAMS                                                                                       \
+  elem_t* __restrict__ O
+
 constexpr int kHeadDim = HEAD_DIM;       // D_qk: the head dim of Q and K as stored
 constexpr int kHeadDimV = HEAD_DIM_V;    // D_v: the head dim of V and the output as stored
 // Padded to the MMA granularity (k16 steps of Q K^T, n16 pairs of P V) in shared memory and registers only: the

@@ -323,3 +323,57 @@ def unet(channels: int = 20, head_dim: int = 40, dtype: torch.dtype = torch.floa
 
     axes = {"sample": {0: "batch", 2: "height", 3: "width"}, "out_sample": {0: "batch", 2: "height", 3: "width"}}
     return Sample("unet", model, make, ("sample",), ("out_sample",), axes, dtype)
+
+
+def whisper_encoder(layers: int = 2, hidden: int = 32, heads: int = 2, mel_bins: int = 8,
+                    max_source_positions: int = 16, dtype: torch.dtype = torch.float32, seed: int = 0) -> Sample:
+    """WhisperEncoder (speech): two Conv1d + GELU over log-mel frames (the second stride 2), then bidirectional
+    self-attention without a mask. Whisper requires exactly 2 * max_source_positions frames, so only the batch
+    is dynamic."""
+    config = transformers.WhisperConfig(
+        d_model=hidden, encoder_layers=layers, encoder_attention_heads=heads, encoder_ffn_dim=2 * hidden,
+        num_mel_bins=mel_bins, max_source_positions=max_source_positions, attn_implementation="sdpa")
+    outputs = ("last_hidden_state",)
+
+    def make(batch: int, seq: int, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
+        return (torch.randn(batch, mel_bins, 2 * max_source_positions, generator=generator).to(dtype),)
+
+    axes = {name: {0: "batch"} for name in ("input_features", *outputs)}
+    return _build("whisper_encoder", transformers.models.whisper.modeling_whisper.WhisperEncoder, config, seed,
+                  dtype, ("input_features",), outputs, make, axes)
+
+
+class _WithoutFastPath(torch.nn.Module):
+    """Runs a torch.nn transformer module off its inference fast path (aten::_transformer_encoder_layer_fwd,
+    aten::_native_multi_head_attention), which neither ONNX exporter supports, and returns its output as a tuple."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor]:
+        enabled = torch.backends.mha.get_fastpath_enabled()
+        torch.backends.mha.set_fastpath_enabled(False)
+        try:
+            return (self.model(*inputs),)
+        finally:
+            torch.backends.mha.set_fastpath_enabled(enabled)
+
+
+def torch_transformer(layers: int = 2, hidden: int = 32, heads: int = 2, batch: int = 2, seq: int = 8,
+                      dtype: torch.dtype = torch.float32, seed: int = 0) -> Sample:
+    """Plain torch.nn.TransformerEncoder (nn.TransformerEncoderLayer, batch_first), static shapes and no padding
+    mask: the TorchScript export bakes the example batch and length into MultiheadAttention's Reshapes, and the
+    dynamo export of src_key_padding_mask is an ONNX Attention whose [B, 1, 1, L] mask onnxruntime's CPU kernel
+    rejects, so neither export with a mask or other sizes could be checked."""
+    torch.manual_seed(seed)
+    layer = torch.nn.TransformerEncoderLayer(hidden, heads, dim_feedforward=2 * hidden, dropout=0.0,
+                                             activation="gelu", batch_first=True)
+    model = torch.nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+    _randomize_affine(model, torch.Generator().manual_seed(seed + 1))
+    model = _WithoutFastPath(model).eval().to(dtype)
+
+    def make(_batch: int, _seq: int, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
+        return (torch.randn(batch, seq, hidden, generator=generator).to(dtype),)
+
+    return Sample("torch_transformer", model, make, ("src",), ("last_hidden_state",), {}, dtype)

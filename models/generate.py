@@ -34,13 +34,15 @@ CATALOGUE = {
     "mixtral": architectures.mixtral,
     "levit": architectures.levit,
     "unet": architectures.unet,
+    "whisper_encoder": architectures.whisper_encoder,
+    "torch_transformer": architectures.torch_transformer,
 }
 # The committed fp16 samples, (name, exporter). The TorchScript exporter writes an invalid model for BERT's and
 # GPT-2's sdpa with a boolean mask in fp16 (float32 0/-inf mask added to fp16 scores), so those use eager attention.
 FP16_SAMPLES = (("bert_eager", "torchscript"), ("gpt2_eager", "torchscript"), ("llama_gqa", "torchscript"),
                 ("llama_gqa_eager", "torchscript"), ("bert_sdpa", "dynamo"), ("gpt2", "dynamo"),
                 ("deberta_v2", "dynamo"), ("gemma2", "torchscript"), ("levit", "torchscript"), ("mixtral", "dynamo"),
-                ("unet", "torchscript"))
+                ("unet", "torchscript"), ("whisper_encoder", "torchscript"), ("torch_transformer", "dynamo"))
 FP32_SAMPLES = tuple(name for name in CATALOGUE if name not in ("gpt2_eager", "llama_gqa_eager"))
 # ResNet-152's layout, for `architectures.resnet(**RESNET152)`.
 RESNET152 = dict(depths=(3, 8, 36, 3), hidden_sizes=(256, 512, 1024, 2048), embedding_size=64, image_size=224)

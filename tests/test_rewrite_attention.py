@@ -21,7 +21,9 @@ REQUIRED = ("bert_eager_torchscript", "bert_eager_dynamo", "bert_sdpa_torchscrip
             "vit_torchscript", "vit_dynamo",
             # issue 14: folded heads + disentangled bias, softcap, D_v != D_qk, MoE routers beside attention
             "deberta_v2_torchscript", "deberta_v2_dynamo", "gemma2_torchscript", "gemma2_dynamo",
-            "levit_torchscript", "levit_dynamo", "mixtral_torchscript", "mixtral_dynamo")
+            "levit_torchscript", "levit_dynamo", "mixtral_torchscript", "mixtral_dynamo",
+            "whisper_encoder_torchscript", "whisper_encoder_dynamo", "torch_transformer_torchscript",
+            "torch_transformer_dynamo")
 ATTENTION_OPS = ("Softmax", "Attention")
 
 

@@ -16,7 +16,7 @@ from trt_fusedattn.verification import verify
 import _conv_graphs as graphs
 
 SAMPLES = Path(__file__).resolve().parents[1] / "models" / "samples"
-CONV_SAMPLES = sorted(p for family in ("resnet", "mobilenetv2", "vit", "levit", "unet")
+CONV_SAMPLES = sorted(p for family in ("resnet", "mobilenetv2", "vit", "levit", "unet", "whisper_encoder")
                       for p in SAMPLES.glob(f"{family}_*.onnx"))
 
 

@@ -4,8 +4,8 @@ Dynamic dimensions: batch 2, image height/width 32, sequences (and any other) 17
 tails are exercised; a name shared by several inputs gets one size, and a name that is arithmetic of
 other names (torch.export's ``s16 + s62``: a KV cache's past plus new length) gets their value. Floats
 are standard normal; integer inputs read by a Gather (token ids) are valid row indices of its table, others
-small values; inputs whose name says mask are padding masks: ones, with trailing zeros on some rows, never a row of zeros only. Static
-dimensions are kept as the model declares them, 0 included.
+small values; inputs whose name says mask are padding masks: ones with trailing zeros on every row, never a row of
+one value only. Static dimensions are kept as the model declares them, 0 included.
 
 Sizes come from the model (static dims) and the user (``dims``), so they are checked before anything is
 allocated: every name in ``dims`` must be a named dimension of an input, and the inputs together may take
@@ -170,12 +170,14 @@ def table_rows(model: onnx.ModelProto, name: str) -> int | None:
 
 
 def padding_mask(shape: list[int]) -> np.ndarray:
-    """Ones with ``r * (L // 3) % L`` trailing zeros on row r of the last axis: row 0 unpadded, no row empty."""
+    """Ones with ``1 + r * (L // 3) % (L - 1)`` trailing zeros on row r of the last axis: every row of two or more
+    holds both values, so no row is fully masked whichever value a model reads as padding (Hugging Face: 0;
+    torch's ``key_padding_mask``: True), where the original itself would produce NaN."""
     mask = np.ones(shape, dtype=np.int64)
     rows = mask.reshape(-1, shape[-1]) if shape and shape[-1] else mask.reshape(-1, 1)
     length = rows.shape[1]
     for r in range(rows.shape[0]):
-        pad = (r * (length // 3)) % length if length else 0
+        pad = 1 + (r * (length // 3)) % (length - 1) if length > 1 else 0
         rows[r, length - pad:] = 0
     return mask
 

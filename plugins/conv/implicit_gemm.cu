@@ -24,17 +24,18 @@
 // == 0), half the A traffic and no quantize pass. Operand tiles hold bytes, the MMAs take e4m3 (a 32-byte k-step
 // either way), and the epilogue multiplies the fp32 accumulator by INPUT_SCALE (and the per-channel scale).
 //
-// Compile-time: DTYPE_BF16, FP8 (+ INPUT_SCALE, INPUT_SCALE_INV, X_E4M3), WGMMA, TAPS_INNER, CLUSTER_K, KH, KW,
+// Compile-time: DTYPE_BF16, FP8 (+ INPUT_SCALE, INPUT_SCALE_INV, X_E4M3), OUTPUT_E4M3 (+ OUTPUT_SCALE_INV), WGMMA, TAPS_INNER, CLUSTER_K, KH, KW,
 // STRIDE_H, STRIDE_W, DIL_H, DIL_W, GROUPS, BLOCK_M, BLOCK_N, BLOCK_K (32|64; FP8: 64|128), WARPS_M, WARPS_N, SPLIT_K,
 // STAGES (per group), IN_VEC, OUT_VEC, and the epilogue's defines.
 // Arguments (AOT plugin ABI): x [N,H,W,C] (X_E4M3: e4m3), w [K,KH,KW,C/G] (FP8: e4m3), shift?, scale?, residual?
 // [N,P,Q,K]; int32 N, H, W, C, K, P, Q, pad_h, pad_w, x_stride (X's pixel stride: C, or C padded to 8 / 16 in
-// TensorRT's HWC8 / HWC16); y [N,P,Q,K]. Tensors must hold < 2^31 elements.
+// TensorRT's HWC8 / HWC16); y [N,P,Q,K] (OUTPUT_E4M3: e4m3, what an X_E4M3 consumer reads). Tensors must hold
+// < 2^31 elements.
 #include "epilogue.cuh"
 #include "implicit_gemm_config.cuh"
 #include "implicit_gemm_load.cuh"
 #include "implicit_gemm_reduction.cuh"
-#include "common/cluster.cuh"
+#include "implicit_gemm_store.cuh"
 #if WGMMA
 #include "implicit_gemm_mainloop_sm90.cuh"
 #else
@@ -42,16 +43,10 @@
 #endif
 #include "implicit_gemm_quantize.cuh"
 
-#if CLUSTER_K > 1
-#define CLUSTER_ATTRIBUTE __cluster_dims__(1, 1, CLUSTER_K)
-#else
-#define CLUSTER_ATTRIBUTE
-#endif
-
 extern "C" __global__ void __launch_bounds__(kThreads) CLUSTER_ATTRIBUTE
 fused_conv_implicit_gemm(const x_t* __restrict__ x, const op_t* __restrict__ w SHIFT_PARAM SCALE_PARAM
                          RESIDUAL_PARAM, int N, int H, int W, int C, int K, int P, int Q, int pad_h, int pad_w,
-                         int x_stride, elem_t* __restrict__ y) {
+                         int x_stride, out_t* __restrict__ y) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];  // wgmma's swizzle atoms: 512/1024-byte aligned
 
   const int tid = threadIdx.x, lane = tid & 31;
@@ -129,77 +124,14 @@ fused_conv_implicit_gemm(const x_t* __restrict__ x, const op_t* __restrict__ w S
   __syncthreads();
 
   sum_split_groups(acc, smem_raw, group, group_tid);
-#if CLUSTER_K > 1
-  // Sum the cluster's partial tiles into rank 0's group 0 through distributed shared memory; the other CTAs wait
-  // until rank 0 has read their shared memory, then leave.
-  {
-    float* partial = reinterpret_cast<float*>(smem_raw);
-    if (rank > 0 && group == 0) store_partial(acc, partial, group_tid);
-    cluster_sync();
-    if (rank == 0 && group == 0)
-#pragma unroll 1
-      for (int r = 1; r < CLUSTER_K; ++r) {
-        const unsigned remote = cluster_address(partial, r);
-#pragma unroll
-        for (int i = 0; i < kAccRegs; ++i)
-          (&acc[0][0][0])[i] += load_cluster(remote + 4 * (i * kGroupThreads + group_tid));
-      }
-    cluster_sync();
-    if (rank > 0) return;
-  }
-#endif
+  if (!sum_cluster_partials(acc, smem_raw, rank, group == 0, group_tid)) return;  // ranks > 0 are done
 
   // Epilogue: scale, shift, activation on the accumulators; the tile goes through shared memory so that the
   // residual read and the output store are OUT_VEC wide.
   elem_t* tile = reinterpret_cast<elem_t*>(smem_raw);
-  const ChannelAffine affine{SCALE_ARG, SHIFT_ARG};
   const int channel0 = g * Kg + n0;
-  if (group == 0) {
-#pragma unroll
-    for (int ni = 0; ni < kNI; ++ni) {
-      const int col = col_base + ni * 8 + (lane & 3) * 2;
-      const bool ok0 = n0 + col < Kg, ok1 = n0 + col + 1 < Kg;
-#pragma unroll
-      for (int mi = 0; mi < kMI; ++mi)
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int row = row_base + mi * kRowsPerMI + (lane >> 2) + half * 8;
-          const float v0 = ok0 ? affine.apply(acc[mi][ni][half * 2], channel0 + col) : 0.f;
-          const float v1 = ok1 ? affine.apply(acc[mi][ni][half * 2 + 1], channel0 + col + 1) : 0.f;
-          *reinterpret_cast<elem2_t*>(tile + row * kCStride + col) = pack2(v0, v1);
-        }
-    }
-  }
+  if (group == 0)
+    stage_accumulators(acc, tile, row_base, col_base, lane, n0, Kg, channel0, ChannelAffine{SCALE_ARG, SHIFT_ARG});
   __syncthreads();
-  // Output pass in batches of kBatch vectors per thread: all residual loads of a batch are in flight at once.
-  constexpr int kVecsPerRow = BLOCK_N / OUT_VEC;
-  constexpr int kIters = BLOCK_M * kVecsPerRow / kThreads;
-  constexpr int kBatch = kIters < 8 ? kIters : 8;
-  static_assert(BLOCK_M * kVecsPerRow % kThreads == 0 && kIters % kBatch == 0, "output pass must tile evenly");
-#pragma unroll 1
-  for (int b = 0; b < kIters; b += kBatch) {
-    ElemVec<OUT_VEC> res[kBatch];
-    long long offset[kBatch];
-    bool ok[kBatch];
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      const int idx = tid + (b + j) * kThreads;
-      const int row = idx / kVecsPerRow, col = (idx % kVecsPerRow) * OUT_VEC;
-      ok[j] = m0 + row < M && n0 + col < Kg;
-      offset[j] = (long long)(m0 + row) * K + channel0 + col;
-      if (ok[j]) load_residual<OUT_VEC>(res[j], RESIDUAL_ARG, offset[j]);
-    }
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      if (!ok[j]) continue;
-      const int idx = tid + (b + j) * kThreads;
-      const int row = idx / kVecsPerRow, col = (idx % kVecsPerRow) * OUT_VEC;
-      ElemVec<OUT_VEC> staged;
-      staged.bits = *reinterpret_cast<const typename VecBits<OUT_VEC>::type*>(tile + row * kCStride + col);
-      float v[OUT_VEC];
-#pragma unroll
-      for (int e = 0; e < OUT_VEC; ++e) v[e] = to_float(staged.e[e]);
-      store_output<OUT_VEC>(v, res[j], y, offset[j]);
-    }
-  }
+  store_staged_tile<kThreads>(tile, tid, m0, n0, M, Kg, K, channel0, RESIDUAL_ARG, y);
 }

@@ -58,29 +58,31 @@ struct RowOrigin {
 };
 
 #if IN_VEC == 8
-// cp.async loader. A: thread owns one 16-byte chunk column (8 elem_t) and kRows rows; B: one 16-byte chunk column
+// cp.async loader run by kLoaderThreads threads (a reduction group, or the warp-specialized kernel's load
+// warpgroup). A: thread owns one 16-byte chunk column (8 elem_t) and kRows rows; B: one 16-byte chunk column
 // (8 elem_t or 16 e4m3, so FP8 needs a reduction length that is a multiple of 16) and kBRows rows.
 // Both land in the stage in the A tile's and the MMA operand's swizzled layouts.
-struct TileLoader {
+template <int kLoaderThreads>
+struct AsyncTileLoader {
   static constexpr bool kAsync = true;  // tiles land by cp.async groups: commit after each fetch
   static constexpr int kAChunks = BLOCK_K * int(sizeof(x_t)) / 16;
   static constexpr int kBCols = kChunks;
-  static constexpr int kRows = BLOCK_M * kAChunks / kGroupThreads;
-  static constexpr int kBRows = BLOCK_N * kBCols / kGroupThreads;
-  static_assert(kRows >= 1 && kBRows >= 1 && kGroupThreads % kBCols == 0, "tile too small for the thread count");
+  static constexpr int kRows = BLOCK_M * kAChunks / kLoaderThreads;
+  static constexpr int kBRows = BLOCK_N * kBCols / kLoaderThreads;
+  static_assert(kRows >= 1 && kBRows >= 1 && kLoaderThreads % kBCols == 0, "tile too small for the thread count");
   int a_offset[kRows], a_h0[kRows], a_w0[kRows];
   int b_offset[kBRows];
   unsigned b_valid;
   int chunk, row0, b_col, b_row0;
 
-  __device__ __forceinline__ TileLoader(int tid, int m0, int n0, int g, int M, int Kg, int Kgemm, int H, int W,
-                                        int x_stride, int Cg, int pad_h, int pad_w, const FastDivmod& pq_div,
-                                        const FastDivmod& q_div) {
+  __device__ __forceinline__ AsyncTileLoader(int tid, int m0, int n0, int g, int M, int Kg, int Kgemm, int H, int W,
+                                             int x_stride, int Cg, int pad_h, int pad_w, const FastDivmod& pq_div,
+                                             const FastDivmod& q_div) {
     chunk = tid % kAChunks;
     row0 = tid / kAChunks;
 #pragma unroll
     for (int i = 0; i < kRows; ++i) {
-      const RowOrigin o(m0 + row0 + i * (kGroupThreads / kAChunks), M, pq_div, q_div, H, W, x_stride, pad_h, pad_w,
+      const RowOrigin o(m0 + row0 + i * (kLoaderThreads / kAChunks), M, pq_div, q_div, H, W, x_stride, pad_h, pad_w,
                         g * Cg);
       a_offset[i] = o.offset; a_h0[i] = o.h0; a_w0[i] = o.w0;
     }
@@ -89,7 +91,7 @@ struct TileLoader {
     b_valid = 0;
 #pragma unroll
     for (int j = 0; j < kBRows; ++j) {
-      const int kout = n0 + b_row0 + j * (kGroupThreads / kBCols);
+      const int kout = n0 + b_row0 + j * (kLoaderThreads / kBCols);
       b_offset[j] = (g * Kg + kout) * Kgemm;
       b_valid |= unsigned(kout < Kg) << j;
     }
@@ -108,7 +110,7 @@ struct TileLoader {
     const unsigned a_base = smem_addr(stage), b_base = smem_addr(stage + kAStageBytes);
 #pragma unroll
     for (int i = 0; i < kRows; ++i) {
-      const int row = row0 + i * (kGroupThreads / kAChunks);
+      const int row = row0 + i * (kLoaderThreads / kAChunks);
       const bool ok = k_ok && unsigned(a_h0[i] + dh) < unsigned(H) && unsigned(a_w0[i] + dw) < unsigned(W);
       cp_async_16<TAPS_INNER>(a_base + smem_offset<kAChunks>(row, chunk * 16), ok ? x + a_offset[i] + delta : x,
                               ok ? 16 : 0);
@@ -116,7 +118,7 @@ struct TileLoader {
     const int kb = k0 + b_col * (16 / int(sizeof(op_t)));
 #pragma unroll
     for (int j = 0; j < kBRows; ++j) {
-      const int row = b_row0 + j * (kGroupThreads / kBCols);
+      const int row = b_row0 + j * (kLoaderThreads / kBCols);
       const bool ok = kb < Kgemm && ((b_valid >> j) & 1);
       cp_async_16(b_base + smem_offset<kChunks>(row, b_col * 16), ok ? w + b_offset[j] + kb : w, ok ? 16 : 0);
     }
@@ -124,6 +126,7 @@ struct TileLoader {
   // The copies land in shared memory by themselves (cp_async_wait).
   __device__ __forceinline__ void land(unsigned char* /*stage*/) const {}
 };
+typedef AsyncTileLoader<kGroupThreads> TileLoader;
 #else
 // Element gather for channel counts that are not multiples of 8: thread owns one A row (and one B row) and a run
 // of kA (kB) consecutive reduction indices, walked incrementally through (r, s, c).

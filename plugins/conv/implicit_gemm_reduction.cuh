@@ -7,10 +7,18 @@
 // CLUSTER_K > 1 (sm_90): the reduction is split over a thread-block cluster of CLUSTER_K CTAs along grid.z (a
 // compile-time cluster shape, so the launch itself is plain); CTA rank r takes the r-th contiguous slice of the
 // reduction tiles, and rank 0 sums the others' partial tiles from their shared memory (DSMEM) before the epilogue
-// (in the kernel body, where the other CTAs return; store_partial lays out their partial tiles).
+// (sum_cluster_partials; the other CTAs return).
 // Deep layers with few output tiles (3x3 over 512 channels at 7x7) fill the GPU without a workspace.
 #pragma once
 #include "implicit_gemm_config.cuh"
+#include "common/cluster.cuh"
+
+// The kernels' compile-time cluster shape: CLUSTER_K CTAs along grid.z.
+#if CLUSTER_K > 1
+#define CLUSTER_ATTRIBUTE __cluster_dims__(1, 1, CLUSTER_K)
+#else
+#define CLUSTER_ATTRIBUTE
+#endif
 
 // A group's accumulators as one partial tile in shared memory, in fragment order (consecutive threads, consecutive
 // words: conflict-free), for the split groups' and the cluster's sums.
@@ -37,4 +45,27 @@ __device__ __forceinline__ void sum_split_groups(float (&acc)[kMI][kNI][4], unsi
       add_partial(acc, partial + s * kAccRegs * kGroupThreads, group_tid);
   __syncthreads();
 #endif
+}
+
+// CLUSTER_K > 1: sum the cluster's partial tiles into rank 0's accumulators through distributed shared memory; the
+// other CTAs wait until rank 0 has read their shared memory. Every thread of every CTA in the cluster calls it
+// (cluster barriers); `holder` threads own the tile's accumulators (holder_tid: index among the kGroupThreads).
+// Returns whether this CTA goes on to the epilogue (rank 0; always without a cluster).
+__device__ __forceinline__ bool sum_cluster_partials(float (&acc)[kMI][kNI][4], unsigned char* smem, int rank,
+                                                     bool holder, int holder_tid) {
+#if CLUSTER_K > 1
+  float* partial = reinterpret_cast<float*>(smem);
+  if (rank > 0 && holder) store_partial(acc, partial, holder_tid);
+  cluster_sync();
+  if (rank == 0 && holder)
+#pragma unroll 1
+    for (int r = 1; r < CLUSTER_K; ++r) {
+      const unsigned remote = cluster_address(partial, r);
+#pragma unroll
+      for (int i = 0; i < kAccRegs; ++i)
+        (&acc[0][0][0])[i] += load_cluster(remote + 4 * (i * kGroupThreads + holder_tid));
+    }
+  cluster_sync();
+#endif
+  return rank == 0;
 }

@@ -1,0 +1,68 @@
+// The output pass of the implicit-GEMM kernels (implicit_gemm.cu, implicit_gemm_sm90.cu), on the accumulators of one
+// BLOCK_M x BLOCK_N tile: scale, shift and activation (epilogue.cuh) rounded into a padded shared-memory tile
+// (stage_accumulators), then OUT_VEC-wide residual loads, residual add, post-activation and stores
+// (store_staged_tile). Staging makes the residual reads and the output stores OUT_VEC wide whatever the MMA fragment
+// layout; the kernels put their own barrier between the two steps.
+#pragma once
+#include "epilogue.cuh"
+#include "implicit_gemm_config.cuh"
+
+// The accumulators of the warp whose fragment rows start at row_base (columns at col_base), activated, into `tile`
+// (kCStride elements per row). Columns past Kg hold zeros.
+__device__ __forceinline__ void stage_accumulators(const float (&acc)[kMI][kNI][4], elem_t* tile, int row_base,
+                                                   int col_base, int lane, int n0, int Kg, int channel0,
+                                                   const ChannelAffine& affine) {
+#pragma unroll
+  for (int ni = 0; ni < kNI; ++ni) {
+    const int col = col_base + ni * 8 + (lane & 3) * 2;
+    const bool ok0 = n0 + col < Kg, ok1 = n0 + col + 1 < Kg;
+#pragma unroll
+    for (int mi = 0; mi < kMI; ++mi)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = row_base + mi * kRowsPerMI + (lane >> 2) + half * 8;
+        const float v0 = ok0 ? affine.apply(acc[mi][ni][half * 2], channel0 + col) : 0.f;
+        const float v1 = ok1 ? affine.apply(acc[mi][ni][half * 2 + 1], channel0 + col + 1) : 0.f;
+        *reinterpret_cast<elem2_t*>(tile + row * kCStride + col) = pack2(v0, v1);
+      }
+  }
+}
+
+// The staged tile to y [M, K] (rows m0.., channels channel0 + n0..), by kPassThreads threads (pass_tid: this
+// thread's index among them), in batches of kBatch vectors per thread: all residual loads of a batch are in flight
+// at once.
+template <int kPassThreads>
+__device__ __forceinline__ void store_staged_tile(const elem_t* tile, int pass_tid, int m0, int n0, int M, int Kg,
+                                                  int K, int channel0, const elem_t* __restrict__ residual,
+                                                  elem_t* __restrict__ y) {
+  constexpr int kVecsPerRow = BLOCK_N / OUT_VEC;
+  constexpr int kIters = BLOCK_M * kVecsPerRow / kPassThreads;
+  constexpr int kBatch = kIters < 8 ? kIters : 8;
+  static_assert(BLOCK_M * kVecsPerRow % kPassThreads == 0 && kIters % kBatch == 0, "output pass must tile evenly");
+#pragma unroll 1
+  for (int b = 0; b < kIters; b += kBatch) {
+    ElemVec<OUT_VEC> res[kBatch];
+    long long offset[kBatch];
+    bool ok[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int idx = pass_tid + (b + j) * kPassThreads;
+      const int row = idx / kVecsPerRow, col = (idx % kVecsPerRow) * OUT_VEC;
+      ok[j] = m0 + row < M && n0 + col < Kg;
+      offset[j] = (long long)(m0 + row) * K + channel0 + col;
+      if (ok[j]) load_residual<OUT_VEC>(res[j], residual, offset[j]);
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      if (!ok[j]) continue;
+      const int idx = pass_tid + (b + j) * kPassThreads;
+      const int row = idx / kVecsPerRow, col = (idx % kVecsPerRow) * OUT_VEC;
+      ElemVec<OUT_VEC> staged;
+      staged.bits = *reinterpret_cast<const typename VecBits<OUT_VEC>::type*>(tile + row * kCStride + col);
+      float v[OUT_VEC];
+#pragma unroll
+      for (int e = 0; e < OUT_VEC; ++e) v[e] = to_float(staged.e[e]);
+      store_output<OUT_VEC>(v, res[j], y, offset[j]);
+    }
+  }
+}

@@ -1,5 +1,6 @@
 """trt_fusedattn::FusedAttention: contract, kernels, launch plan, and its op record ``OP``."""
-from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION
+from trt_fusedattn.plugins.attention.contract import (FUSED_ATTENTION, check_attributes, dtype_name, mask_dtype_name,
+                                                      output_dtype_name)
 from trt_fusedattn.plugins.attention.plan import plan_attention
 from trt_fusedattn.plugins.op_record import OpRecord
 
@@ -10,8 +11,15 @@ def output_shape_attention(input_shapes, attrs) -> tuple:
 
 
 def output_dtype_attention(input_dtypes, attrs) -> str:
-    """O's dtype: Q's."""
-    return input_dtypes[0]
+    """O's dtype: Q's, or ``output_dtype`` for float8e4m3fn Q (auto: float16). Raises a one-line ValueError when the
+    dtypes do not fit the contract (FP8 attributes, an additive mask not in the dtype it must have), so TensorRT's
+    autotune offers no such combination and its register refuses such a network."""
+    q, k, v, mask = input_dtypes[:4]
+    check_attributes(q, k, v, attrs)
+    if mask is not None and dtype_name(mask) != "bool" and dtype_name(mask) != mask_dtype_name(q, attrs):
+        raise ValueError(f"FusedAttention's additive mask must be {mask_dtype_name(q, attrs)} for {dtype_name(q)} Q "
+                         f"and these attributes, got {dtype_name(mask)}")
+    return output_dtype_name(q, attrs)
 
 
 OP = OpRecord(FUSED_ATTENTION, plan_attention, output_shape_attention, output_dtype_attention,

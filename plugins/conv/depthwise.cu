@@ -6,10 +6,10 @@
 // in shared memory as float [KH*KW][CHUNKS*DW_VEC]. The epilogue is epilogue.cuh's, as in the implicit GEMM.
 //
 // Compile-time: DTYPE_BF16, KH, KW, STRIDE_H, STRIDE_W, DIL_H, DIL_W, CH_MULT, DW_VEC (DW_VEC > 1 needs
-// CH_MULT == 1), CHUNKS, and the epilogue's defines.
+// CH_MULT == 1), CHUNKS, and the epilogue's defines (OUTPUT_E4M3: y in e4m3 for an FP8 consumer).
 // Arguments (AOT plugin ABI): x [N,H,W,C], w [K,KH,KW,1], shift?, scale?, residual? [N,P,Q,K];
 // int32 N, H, W, C, K, P, Q, pad_h, pad_w, x_stride (X's pixel stride: C, or C padded to 8 in TensorRT's HWC8);
-// y [N,P,Q,K].
+// y [N,P,Q,K] (OUTPUT_E4M3: e4m3).
 #include "common/element.cuh"
 #include "fast_divmod.cuh"
 #include "epilogue.cuh"
@@ -24,7 +24,7 @@ static_assert(DW_VEC == 1 || CH_MULT == 1, "vector loads need one output channel
 extern "C" __global__ void __launch_bounds__(kThreads)
 fused_conv_depthwise(const elem_t* __restrict__ x, const elem_t* __restrict__ w SHIFT_PARAM SCALE_PARAM
                      RESIDUAL_PARAM, int N, int H, int W, int C, int K, int P, int Q, int pad_h, int pad_w,
-                     int x_stride, elem_t* __restrict__ y) {
+                     int x_stride, out_t* __restrict__ y) {
   __shared__ float taps[kTaps * kChannels];
   const int tid = threadIdx.x;
   const int k_block = blockIdx.y * kChannels;

@@ -3,9 +3,19 @@
 // ACTIVATIONS keys, so the plan passes the attribute string straight through as -DACTIVATION=<name>.
 //
 // Compile-time inputs: ACTIVATION, ACTIVATION_ALPHA, ACTIVATION_BETA, POST_ACTIVATION, POST_ACTIVATION_ALPHA,
-// POST_ACTIVATION_BETA, HAS_SHIFT, HAS_SCALE, HAS_RESIDUAL; INPUT_SCALE (FP8 only).
+// POST_ACTIVATION_BETA, HAS_SHIFT, HAS_SCALE, HAS_RESIDUAL; INPUT_SCALE (FP8 only); OUTPUT_E4M3 with
+// OUTPUT_SCALE_INV (an FP8 producer: Y written as e4m3(y * OUTPUT_SCALE_INV) bytes for FP8 consumers).
 #pragma once
 #include "common/element.cuh"
+#ifndef OUTPUT_E4M3
+#define OUTPUT_E4M3 0
+#endif
+#if OUTPUT_E4M3
+#include <cuda_fp8.h>
+typedef unsigned char out_t;  // Y in global memory: e4m3 bytes, what an FP8 consumer's X_E4M3 path reads
+#else
+typedef elem_t out_t;
+#endif
 
 namespace act {
 struct none { static __device__ __forceinline__ float apply(float x, float, float) { return x; } };
@@ -111,19 +121,53 @@ __device__ __forceinline__ void load_residual(ElemVec<VEC>& res, const elem_t* _
 #endif
 }
 
-// Finish VEC consecutive output channels of one pixel from their activated values: residual add and
-// post-activation (when HAS_RESIDUAL; `res` is ignored otherwise), rounding, one VEC-wide store at `offset`.
+#if OUTPUT_E4M3
+// VEC e4m3 bytes moved as one access (VEC = 8, 4, 2, 1: 8/4/2/1 bytes).
+template <int VEC> struct ByteBits;
+template <> struct ByteBits<8> { typedef uint2 type; };
+template <> struct ByteBits<4> { typedef unsigned type; };
+template <> struct ByteBits<2> { typedef unsigned short type; };
+template <> struct ByteBits<1> { typedef unsigned char type; };
+
+// e4m3(v * OUTPUT_SCALE_INV) of VEC values, packed low byte first (saturating, round-to-nearest-even: the
+// contract's e4m3(y / output_scale)), stored as one VEC-byte access.
 template <int VEC>
-__device__ __forceinline__ void store_output(const float (&v)[VEC], const ElemVec<VEC>& res, elem_t* __restrict__ y,
+__device__ __forceinline__ void store_e4m3(const float (&v)[VEC], unsigned char* __restrict__ y, long long offset) {
+  const float inv = float(OUTPUT_SCALE_INV);
+  if constexpr (VEC == 1) {
+    *(y + offset) = __nv_cvt_float_to_fp8(v[0] * inv, __NV_SATFINITE, __NV_E4M3);
+  } else {
+    union { typename ByteBits<VEC>::type bits; unsigned short pair[VEC / 2]; } out;
+#pragma unroll
+    for (int i = 0; i < VEC / 2; ++i)
+      out.pair[i] = __nv_cvt_float2_to_fp8x2(make_float2(v[2 * i] * inv, v[2 * i + 1] * inv), __NV_SATFINITE,
+                                             __NV_E4M3);
+    *reinterpret_cast<typename ByteBits<VEC>::type*>(y + offset) = out.bits;
+  }
+}
+#endif
+
+// Finish VEC consecutive output channels of one pixel from their activated values: residual add and
+// post-activation (when HAS_RESIDUAL; `res` is ignored otherwise), rounding (to elem_t, or to e4m3 with
+// OUTPUT_E4M3), one VEC-wide store at `offset`.
+template <int VEC>
+__device__ __forceinline__ void store_output(const float (&v)[VEC], const ElemVec<VEC>& res, out_t* __restrict__ y,
                                              long long offset) {
-  ElemVec<VEC> out;
+  float done[VEC];
 #pragma unroll
   for (int i = 0; i < VEC; ++i) {
 #if HAS_RESIDUAL
-    out.e[i] = from_float(add_residual(v[i], to_float(res.e[i])));
+    done[i] = add_residual(v[i], to_float(res.e[i]));
 #else
-    out.e[i] = from_float(v[i]);
+    done[i] = v[i];
 #endif
   }
+#if OUTPUT_E4M3
+  store_e4m3<VEC>(done, y, offset);
+#else
+  ElemVec<VEC> out;
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) out.e[i] = from_float(done[i]);
   *reinterpret_cast<typename VecBits<VEC>::type*>(y + offset) = out.bits;
+#endif
 }

@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from _attention_cases import CASES, SPLIT_KV_CASES, WARP_SPECIALIZED_CASES, WGMMA_CASES
+from _attention_decode_cases import DECODE_CASES
 from trt_fusedattn.launcher import CompileError, compile_cubin
 from trt_fusedattn.launcher.compile import nvcc_path
 
@@ -34,7 +35,7 @@ def _nvcc_missing() -> bool:
 @pytest.mark.skipif(_nvcc_missing(), reason="nvcc not found (CUDA toolkit)")
 def test_every_tested_specialization_compiles_without_spills():
     plans = {}
-    for case, arch in [(c, a) for c in CASES for a in ARCHES] + [(c, "sm_90a") for c in WGMMA_CASES + WARP_SPECIALIZED_CASES + SPLIT_KV_CASES]:
+    for case, arch in [(c, a) for c in CASES for a in ARCHES] + [(c, "sm_90a") for c in WGMMA_CASES + WARP_SPECIALIZED_CASES + SPLIT_KV_CASES + DECODE_CASES]:
         plan = case.plan(arch)
         plans[(arch, tuple(sorted(plan.defines.items())))] = plan
     for case in CASES:  # the 99 KB GPUs' smaller tiles (where the plan shrinks one), built for sm_89

@@ -141,3 +141,55 @@ def test_padded_and_unequal_head_dims_and_softcap():
     with pytest.raises(ValueError, match="wgmma mainloop"):
         plan_attention([(2, 100, 8, 64), (2, 77, 2, 64), (2, 77, 2, 128), None, None], ["float16"] * 3 + [None, None],
                        FUSED_ATTENTION.resolve({}), "sm_90a", tuning={"WGMMA": 1})
+
+
+def _decode(batch=1, lq=1, lkv=32768, hq=32, hkv=8, dim=128, arch="sm_90a", mask=None, **attrs):
+    return plan_attention([(batch, lq, hq, dim), (batch, lkv, hkv, dim), (batch, lkv, hkv, dim), mask, None],
+                          ["bfloat16"] * 3 + [None if mask is None else "bool", None], FUSED_ATTENTION.resolve(attrs),
+                          arch)
+
+
+@pytest.mark.parametrize("batch, lq, lkv, hq, hkv, rows_tile, split", [
+    (4, 1, 32768, 32, 8, 16, 8),     # 32 CTAs without the split: 8 per cluster
+    (32, 1, 4096, 32, 8, 16, 2),     # 256 CTAs: a split of 2 reaches two per SM
+    (1, 16, 32768, 32, 8, 64, 8),    # 64 packed rows: one four-warp tile per K/V head
+    (1, 16, 1000, 8, 1, 128, 2),     # MQA: 128 rows; 16 key tiles split in two (8 tiles a CTA at least)
+    (8, 3, 4096, 32, 8, 16, 8),      # 12 rows in one one-warp tile; 64 CTAs
+    (2, 5, 4096, 16, 2, 64, 8),      # 40 rows
+])
+def test_decode_packs_a_kv_heads_query_heads_and_splits_small_grids(batch, lq, lkv, hq, hkv, rows_tile, split):
+    """Issue 10 item 2: the query heads of one K/V head share a tile (rows = query x head of the group), the grid runs
+    over K/V heads, and the keys split over a cluster until the grid has two CTAs per SM."""
+    from trt_fusedattn.plugins.attention.plan_decode import DECODE_TILES
+    p = _decode(batch, lq, lkv, hq, hkv, causal=1, causal_alignment="bottom_right")
+    tile = dict(DECODE_TILES)[rows_tile]
+    assert p.source.name == "attention.cu" and p.defines["WGMMA"] == 0 and p.defines["PACK_GQA"] == hq // hkv
+    assert (p.defines["BLOCK_M"], p.defines["BLOCK_N"], p.defines["NUM_WARPS"]) == tile[:3]
+    assert p.defines["KV_SPLIT"] == split and p.block == (32 * tile[2], 1, 1)
+    assert p.grid == (-(-lq * hq // hkv // tile[0]) * split, hkv, batch)
+
+
+def test_decode_split_and_packing_need_what_the_build_knows():
+    """Packing needs static query length and head counts; the split also static batch and key length, and clusters
+    (sm_90); prefill-length queries and head dims over 128 keep the general plan."""
+    assert _decode(arch="sm_80", batch=4).defines["KV_SPLIT"] == 1 and _decode(arch="sm_80").defines["PACK_GQA"] == 4
+    for general in (_decode(lq=17), _decode(lq=4096, causal=1), _decode(dim=256)):
+        assert general.defines["PACK_GQA"] == 1 and general.defines["KV_SPLIT"] == 1
+    b, lkv = Symbolic(4), Symbolic(32768)
+    dynamic_keys = plan_attention([(b, 1, 32, 128), (b, lkv, 8, 128), (b, lkv, 8, 128), None, None],
+                                  ["bfloat16"] * 3 + [None, None], FUSED_ATTENTION.resolve({}), "sm_90a")
+    assert dynamic_keys.defines["PACK_GQA"] == 4 and dynamic_keys.defines["KV_SPLIT"] == 1
+    assert dynamic_keys.grid[1] == 8 and int(dynamic_keys.grid[2]) == 4
+    lq = Symbolic(1)
+    dynamic_queries = plan_attention([(4, lq, 32, 128), (4, 32768, 8, 128), (4, 32768, 8, 128), None, None],
+                                     ["bfloat16"] * 3 + [None, None], FUSED_ATTENTION.resolve({}), "sm_90a")
+    assert dynamic_queries.defines["PACK_GQA"] == 1
+    masked = _decode(batch=4, mask=(4, 32, 1, 32768))  # packing takes every mask: rows read their own head's
+    assert masked.defines["PACK_GQA"] == 4 and masked.scalars[-4:] == (32 * 32768, 32768, 0, 1)
+
+
+def test_packing_rejected_where_the_kernel_cannot_pack():
+    shapes, dtypes = [(1, 1, 32, 128), (1, 4096, 8, 128), (1, 4096, 8, 128), None, None], ["bfloat16"] * 3 + [None] * 2
+    for tuning in ({"WGMMA": 1, "PACK_GQA": 4}, {"WGMMA": 0, "PACK_GQA": 2}):
+        with pytest.raises(ValueError, match="PACK_GQA"):
+            plan_attention(shapes, dtypes, FUSED_ATTENTION.resolve({}), "sm_90a", tuning=tuning)

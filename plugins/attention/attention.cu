@@ -30,23 +30,19 @@ extern "C" __global__ void KV_SPLIT_CLUSTER __launch_bounds__(kThreads, kMinBloc
   elem_t* sV = sK + kStages * kKTileElems;   // kVStages V tiles
 
   const AttentionTile tile = schedule_tile();
-  const int head_kv = tile.head / (heads_q / heads_kv);
+  // PACK_GQA: the grid's heads are K/V heads and the tile's rows are (query, head of the group) pairs
+  const int head_kv = kPackGqa > 1 ? tile.head : tile.head / (heads_q / heads_kv);
+  const int head_q = kPackGqa > 1 ? tile.head * kPackGqa : tile.head;  // the tile's (first) query head
+  const int len_rows = len_q * kPackGqa;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int m0 = tile.m_block * kBlockM;
 
-  const elem_t* q_base = Q + static_cast<int64_t>(tile.batch) * q_stride_b + static_cast<int64_t>(tile.head) * q_stride_h;
+  const elem_t* q_base = Q + static_cast<int64_t>(tile.batch) * q_stride_b + static_cast<int64_t>(head_q) * q_stride_h;
   const elem_t* k_base = K + static_cast<int64_t>(tile.batch) * kv_stride_b + static_cast<int64_t>(head_kv) * kv_stride_h;
   const elem_t* v_base = V + static_cast<int64_t>(tile.batch) * v_stride_b + static_cast<int64_t>(head_kv) * v_stride_h;
 
-  // Keys [0, kv_end) can be attended by some row of this block; later keys are never loaded.
-  int kv_end = len_kv;
-#if HAS_KEY_LENGTHS
-  kv_end = min(kv_end, max(key_lengths[tile.batch], 0));
-#endif
-  const int causal_offset = CAUSAL_BOTTOM_RIGHT ? len_kv - len_q : 0;
-#if CAUSAL
-  kv_end = min(kv_end, min(m0 + kBlockM, len_q) + causal_offset);
-#endif
+  const int kv_end = attended_key_end(tile, m0, len_q, len_kv, ATTENTION_KEY_LENGTHS);
+  const int causal_offset = causal_key_offset(len_q, len_kv);
   const int n_tiles = kv_end > 0 ? (kv_end + kBlockN - 1) / kBlockN : 0;
   // This CTA's tiles, visited from t_first down to t_last (all of them unless a cluster splits the keys).
   const int tiles_per_split = (n_tiles + kKvSplit - 1) / kKvSplit;
@@ -55,15 +51,19 @@ extern "C" __global__ void KV_SPLIT_CLUSTER __launch_bounds__(kThreads, kMinBloc
 
 #if MASK_KIND != MASK_NONE
   const mask_t* mask_base = mask + static_cast<int64_t>(tile.batch) * mask_stride_b +
-                            static_cast<int64_t>(tile.head) * mask_stride_h;
+                            static_cast<int64_t>(head_q) * mask_stride_h;
 #else
   const mask_t* mask_base = nullptr;
-  const int mask_stride_q = 0, mask_stride_k = 0;
+  const int mask_stride_q = 0, mask_stride_k = 0, mask_stride_h = 0;
 #endif
 
   // KV_STAGES 1: one K and one V buffer, V(t) loads during Q K^T(t), K(t-1) during softmax and P V(t) (two
   // barriers per tile). KV_STAGES 2: two K/V buffer pairs, tile t-1 loads during all of tile t (one barrier).
+#if PACK_GQA > 1
+  load_tile_async<kBlockM, kHeadDim, true>(sQ, q_base, q_stride_s, m0, len_rows, q_stride_h);
+#else
   load_tile_async<kBlockM, kHeadDim>(sQ, q_base, q_stride_s, m0, len_q);
+#endif
   if (t_first >= t_last) {
     load_tile_async<kBlockN, kHeadDim>(sK, k_base, kv_stride_s, t_first * kBlockN, len_kv);
     if (kStages == 2) load_tile_async<kBlockN, kHeadDimV>(sV, v_base, v_stride_s, t_first * kBlockN, len_kv);
@@ -127,10 +127,12 @@ extern "C" __global__ void KV_SPLIT_CLUSTER __launch_bounds__(kThreads, kMinBloc
 #else
     gemm_qk(s, q_operand, sK_t, lane);
 #endif
-    const bool check_bounds = n0 + kBlockN > kv_end || (CAUSAL && n0 + kBlockN - 1 > m0 + causal_offset);
+    // (the block's first row's query, m0 / kPackGqa, sees the fewest keys)
+    const bool check_bounds = n0 + kBlockN > kv_end || (CAUSAL && n0 + kBlockN - 1 > m0 / kPackGqa + causal_offset);
     if (check_bounds || MASK_KIND != MASK_NONE || kPrescale) {
       coords.col0 = n0 + (lane % 4) * 2;
-      mask_scores(s, coords, check_bounds, kv_end, causal_offset, len_q, mask_base, mask_stride_q, mask_stride_k);
+      mask_scores(s, coords, check_bounds, kv_end, causal_offset, len_q, mask_base, mask_stride_q, mask_stride_k,
+                  mask_stride_h);
     }
     if (kStages == 1) {
       wait_tiles_landed();
@@ -172,13 +174,13 @@ extern "C" __global__ void KV_SPLIT_CLUSTER __launch_bounds__(kThreads, kMinBloc
 
   cp_async_wait_all();  // the Q load is still in flight when there was no tile
   __syncthreads();      // every warp is done reading sQ/sV: sQ becomes the output staging buffer
-  elem_t* out = O + static_cast<int64_t>(tile.batch) * o_stride_b + static_cast<int64_t>(tile.head) * o_stride_h;
+  elem_t* out = O + static_cast<int64_t>(tile.batch) * o_stride_b + static_cast<int64_t>(head_q) * o_stride_h;
 #if KV_SPLIT > 1
-  combine_split_kv(reinterpret_cast<float*>(sQ), o, row_max, row_sum, warp, lane, tile.split, out, o_stride_s, m0,
-                   len_q);
+  combine_split_kv(reinterpret_cast<float*>(sQ), o, row_max, row_sum, warp, lane, tile.split, out, o_stride_s,
+                   o_stride_h, m0, len_rows);
 #else
   stage_output(sQ, o, row_sum, warp, lane);
   __syncthreads();
-  store_output(out, sQ, o_stride_s, m0, len_q, threadIdx.x);
+  store_output(out, sQ, o_stride_s, m0, len_rows, threadIdx.x, o_stride_h);
 #endif
 }

@@ -7,8 +7,8 @@
     !defined(MASK_KIND) || !defined(HAS_KEY_LENGTHS) || !defined(SCALE_LOG2) || !defined(BLOCK_M) ||  \
     !defined(BLOCK_N) || !defined(NUM_WARPS) || !defined(Q_IN_REGISTERS) || !defined(KV_STAGES) || \
     !defined(RESCALE_THRESHOLD) || !defined(WGMMA) || !defined(MIN_BLOCKS_PER_SM) || \
-    !defined(WGMMA_OVERLAP) || !defined(KV_SPLIT) || !defined(WARP_SPECIALIZED)
-#error "attention.cu needs WARP_SPECIALIZED KV_SPLIT HEAD_DIM HEAD_DIM_V SOFTCAP DTYPE_BF16 CAUSAL CAUSAL_BOTTOM_RIGHT MASK_KIND HAS_KEY_LENGTHS SCALE_LOG2 BLOCK_M BLOCK_N NUM_WARPS Q_IN_REGISTERS KV_STAGES RESCALE_THRESHOLD WGMMA MIN_BLOCKS_PER_SM WGMMA_OVERLAP (plan_attention sets them)"
+    !defined(WGMMA_OVERLAP) || !defined(KV_SPLIT) || !defined(WARP_SPECIALIZED) || !defined(PACK_GQA)
+#error "attention.cu needs PACK_GQA WARP_SPECIALIZED KV_SPLIT HEAD_DIM HEAD_DIM_V SOFTCAP DTYPE_BF16 CAUSAL CAUSAL_BOTTOM_RIGHT MASK_KIND HAS_KEY_LENGTHS SCALE_LOG2 BLOCK_M BLOCK_N NUM_WARPS Q_IN_REGISTERS KV_STAGES RESCALE_THRESHOLD WGMMA MIN_BLOCKS_PER_SM WGMMA_OVERLAP (plan_attention sets them)"
 #endif
 
 #define MASK_NONE 0
@@ -33,8 +33,10 @@ typedef elem_t mask_t;         // additive mask: the dtype of Q
 #endif
 #if HAS_KEY_LENGTHS
 #define ATTENTION_KEY_LENGTHS_PARAM const int* __restrict__ key_lengths,
+#define ATTENTION_KEY_LENGTHS key_lengths
 #else
 #define ATTENTION_KEY_LENGTHS_PARAM
+#define ATTENTION_KEY_LENGTHS nullptr
 #endif
 #define ATTENTION_KERNEL_PARAMS                                                                                      \
   const elem_t* __restrict__ Q, const elem_t* __restrict__ K, const elem_t* __restrict__ V,                         \
@@ -68,6 +70,9 @@ constexpr int kRowPitch = kHeadDimQKPad + 8;
 constexpr int kRowPitchV = kHeadDimVPad + 8;
 constexpr int kChunksPerRow = kHeadDim / 8;   // 16-byte chunks per row of Q/K (the wgmma tiles' loads)
 constexpr int kKvSplit = KV_SPLIT;            // CTAs of a cluster sharing one query block's keys (decode)
+// GQA packing (decode): the query heads of one K/V head share a tile, row r = (query r / kPackGqa, head in the group
+// r % kPackGqa), so K/V are read once per K/V head (grid y = K/V heads). 1: a tile holds one head's queries.
+constexpr int kPackGqa = PACK_GQA;
 constexpr int kStages = KV_STAGES;            // K/V tile buffers (1 or 2)
 constexpr float kScaleLog2 = SCALE_LOG2;      // scale * log2(e): softmax runs on exp2
 constexpr float kRescaleThreshold = RESCALE_THRESHOLD;  // log2 units; 0 = rescale whenever the max grows
@@ -87,4 +92,12 @@ static_assert(kRescaleThreshold >= 0.f && kRescaleThreshold <= 14.f, "p <= 2^thr
 static_assert(kStages == 1 || kStages == 2 || (kStages == 3 && WARP_SPECIALIZED),
               "KV_STAGES must be 1 or 2 (3: the warp-specialized kernel's mbarrier pipeline)");
 static_assert(kKvSplit >= 1 && kKvSplit <= 8 && kBlockM % kKvSplit == 0, "KV_SPLIT: 1..8 CTAs, dividing BLOCK_M");
+static_assert(kPackGqa >= 1 && (kPackGqa == 1 || (!WGMMA && !WARP_SPECIALIZED)),
+              "PACK_GQA (query heads per tile) is an option of the mma.sync mainloop");
+
+// Element offset of tile row r (absolute, packed) in Q or O: query r / kPackGqa, head r % kPackGqa of the tile's
+// first head (with kPackGqa = 1 simply r * stride_s).
+__device__ __forceinline__ int64_t packed_row_offset(int r, int64_t stride_s, int64_t stride_h) {
+  return static_cast<int64_t>(r / kPackGqa) * stride_s + static_cast<int64_t>(r % kPackGqa) * stride_h;
+}
 

@@ -19,9 +19,11 @@ __device__ __forceinline__ void stage_output(elem_t* sO, const float (&o)[kMAtom
     }
 }
 
-// Copies the staged rows [m0, m0 + kBlockM) that exist (< len_q) to global memory, kThreads threads (this one is
-// `tid`), 16 bytes per access where D_v % 8 == 0 (else 8/4/2: rows are only that aligned).
-__device__ __forceinline__ void store_output(elem_t* out, const elem_t* sO, int64_t stride, int m0, int len_q, int tid) {
+// Copies the staged rows [m0, m0 + kBlockM) that exist (< len_rows) to global memory, kThreads threads (this one is
+// `tid`), 16 bytes per access where D_v % 8 == 0 (else 8/4/2: rows are only that aligned). Row r goes to
+// packed_row_offset(r, stride, head_stride): with PACK_GQA rows are (query, head) pairs.
+__device__ __forceinline__ void store_output(elem_t* out, const elem_t* sO, int64_t stride, int m0, int len_rows,
+                                             int tid, int64_t head_stride = 0) {
   constexpr int kVec = kHeadDimV % 8 == 0 ? 8 : kHeadDimV % 4 == 0 ? 4 : kHeadDimV % 2 == 0 ? 2 : 1;
   constexpr int kVecs = kHeadDimV / kVec;  // accesses per output row
   constexpr int kItems = kBlockM * kVecs;
@@ -31,8 +33,8 @@ __device__ __forceinline__ void store_output(elem_t* out, const elem_t* sO, int6
     const int idx = tid + i * kThreads;
     const int row = idx / kVecs;
     const int v = idx % kVecs;
-    if ((kItems % kThreads == 0 || idx < kItems) && m0 + row < len_q)
-      *reinterpret_cast<bits_t*>(out + (m0 + row) * stride + v * kVec) =
+    if ((kItems % kThreads == 0 || idx < kItems) && m0 + row < len_rows)
+      *reinterpret_cast<bits_t*>(out + packed_row_offset(m0 + row, stride, head_stride) + v * kVec) =
           *reinterpret_cast<const bits_t*>(sO + row * kRowPitchV + v * kVec);
   }
 }

@@ -23,8 +23,13 @@ __device__ __forceinline__ void wait_tiles_landed() { cp_async_wait<kNewest>(); 
 // to 16 (pitch + 8); rows >= len and the padding columns are zero-filled, so they add nothing to either product
 // and make no NaN. Rows start 16-byte aligned only when DIM % 8 == 0 (the API checks the base): other head dims
 // copy 8/4/2 bytes at a time with ordinary loads and stores (visible after the caller's barrier like cp.async).
-template <int ROWS, int DIM>
-__device__ __forceinline__ void load_tile_async(elem_t* smem, const elem_t* base, int64_t stride, int row0, int len) {
+// kPackedRows (the Q tile under PACK_GQA): row r is at packed_row_offset(r, stride, head_stride), not r * stride.
+template <int ROWS, int DIM, bool kPackedRows = false>
+__device__ __forceinline__ void load_tile_async(elem_t* smem, const elem_t* base, int64_t stride, int row0, int len,
+                                                int64_t head_stride = 0) {
+  const auto row_start = [&](int r) {
+    return base + (kPackedRows ? packed_row_offset(r, stride, head_stride) : static_cast<int64_t>(r) * stride);
+  };
   constexpr int kPad = (DIM + 15) / 16 * 16;
   constexpr int kPitch = kPad + 8;
   constexpr int kChunks = kPad / 8;  // 16-byte chunks of a padded row
@@ -38,6 +43,7 @@ __device__ __forceinline__ void load_tile_async(elem_t* smem, const elem_t* base
 #pragma unroll
     for (int i = 0; i < ROWS / kRowsPerStep; ++i) {
       const bool valid = row0 + row + i * kRowsPerStep < len;
+      if (kPackedRows) src = row_start(row0 + row + i * kRowsPerStep) + chunk * 8;
       cp_async_16(dst + i * kRowsPerStep * kPitch * sizeof(elem_t), valid ? src : base, valid ? 16 : 0);
       src += step;
     }
@@ -49,8 +55,8 @@ __device__ __forceinline__ void load_tile_async(elem_t* smem, const elem_t* base
       const int row = idx / kChunks, chunk = idx % kChunks;
       const bool valid = row0 + row < len && chunk * 8 < DIM;
       if (kItems % kThreads == 0 || idx < kItems)
-        cp_async_16(smem_addr(smem + row * kPitch + chunk * 8),
-                    valid ? base + (row0 + row) * stride + chunk * 8 : base, valid ? 16 : 0);
+        cp_async_16(smem_addr(smem + row * kPitch + chunk * 8), valid ? row_start(row0 + row) + chunk * 8 : base,
+                    valid ? 16 : 0);
     }
   } else {
     constexpr int kVec = DIM % 4 == 0 ? 4 : DIM % 2 == 0 ? 2 : 1;
@@ -64,7 +70,7 @@ __device__ __forceinline__ void load_tile_async(elem_t* smem, const elem_t* base
       if (kItems % kThreads == 0 || idx < kItems) {
         bits_t bits{};
         if (row0 + row < len && v * kVec < DIM)
-          bits = *reinterpret_cast<const bits_t*>(base + (row0 + row) * stride + v * kVec);
+          bits = *reinterpret_cast<const bits_t*>(row_start(row0 + row) + v * kVec);
         *reinterpret_cast<bits_t*>(smem + row * kPitch + v * kVec) = bits;
       }
     }

@@ -20,17 +20,19 @@ __device__ __forceinline__ float softcap_log2(float s) {
 
 // Turn raw Q.K into softmax inputs: scale (when the mask is additive) or soft-cap, add the bias, and set masked keys to -inf.
 // `check_bounds` is false for tiles wholly inside the causal and length limits (only the explicit mask applies).
+// Rows are packed (query row / kPackGqa, head row % kPackGqa: mask_stride_group is the mask's head stride) with PACK_GQA.
 __device__ __forceinline__ void mask_scores(float (&s)[kMAtoms][kNTiles][4], FragmentCoords c, bool check_bounds,
                                             int kv_end, int causal_offset, int len_q, const mask_t* mask_row_base,
-                                            int mask_stride_q, int mask_stride_k) {
+                                            int mask_stride_q, int mask_stride_k, int mask_stride_group = 0) {
 #pragma unroll
   for (int mt = 0; mt < kMAtoms; ++mt)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int row = c.row0 + mt * 16 + half * 8;
+      const int query = row / kPackGqa;
 #if MASK_KIND != MASK_NONE
-      const bool row_valid = row < len_q;
-      const mask_t* mrow = mask_row_base + static_cast<int64_t>(row) * mask_stride_q;
+      const bool row_valid = query < len_q;
+      const mask_t* mrow = mask_row_base + packed_row_offset(row, mask_stride_q, mask_stride_group);
 #endif
 #pragma unroll
       for (int nt = 0; nt < kNTiles; ++nt)
@@ -53,7 +55,7 @@ __device__ __forceinline__ void mask_scores(float (&s)[kMAtoms][kNTiles][4], Fra
           if (check_bounds) {
             bool masked = col >= kv_end;
 #if CAUSAL
-            masked |= col > row + causal_offset;
+            masked |= col > query + causal_offset;
 #endif
             if (masked) v = -INFINITY;
           }

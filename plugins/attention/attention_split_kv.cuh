@@ -4,7 +4,8 @@
 // against its reference (exp2 units), that reference and its row sum; after a cluster barrier CTA r combines rows
 // [r * R, (r + 1) * R), R = BLOCK_M / KV_SPLIT:
 //   M = max_j m_j,  w_j = 2^(m_j - M) (0 for a CTA that saw no key of the row),  O = sum_j w_j O_j / sum_j w_j l_j
-// and writes them; a second cluster barrier keeps every CTA's shared memory alive until the others have read it.
+// and writes them (rows are (query, head) pairs with PACK_GQA: packed_row_offset); a second cluster barrier keeps
+// every CTA's shared memory alive until the others have read it.
 #pragma once
 #include "attention_softmax.cuh"
 #include "common/cluster.cuh"
@@ -17,7 +18,8 @@ constexpr int kCombineFloats = kBlockM * kHeadDimVPad + 2 * kBlockM + kCombineRo
 __device__ __forceinline__ void combine_split_kv(float* smem, const float (&o)[kMAtoms][kDTiles][4],
                                                  const float (&row_max)[kMAtoms][2],
                                                  const float (&row_sum)[kMAtoms][2], int warp, int lane, int rank,
-                                                 elem_t* out, int64_t stride, int m0, int len_q) {
+                                                 elem_t* out, int64_t stride, int64_t head_stride, int m0,
+                                                 int len_rows) {
   float* s_o = smem;                                  // [kBlockM][kHeadDimVPad]
   float* s_ref = s_o + kBlockM * kHeadDimVPad;        // [kBlockM] reference, exp2 units (-inf: no key seen)
   float* s_sum = s_ref + kBlockM;                     // [kBlockM]
@@ -66,7 +68,8 @@ __device__ __forceinline__ void combine_split_kv(float* smem, const float (&o)[k
     for (int j = 0; j < kKvSplit; ++j)
       acc += s_weight[r * kKvSplit + j] *
              load_cluster(cluster_address(s_o + (row_begin + r) * kHeadDimVPad + col, j));
-    if (m0 + row_begin + r < len_q) out[(m0 + row_begin + r) * stride + col] = from_float(acc * s_inv_total[r]);
+    if (m0 + row_begin + r < len_rows)
+      out[packed_row_offset(m0 + row_begin + r, stride, head_stride) + col] = from_float(acc * s_inv_total[r]);
   }
   cluster_sync();  // no CTA leaves (freeing its shared memory) while another still reads it
 }

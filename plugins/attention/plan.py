@@ -12,6 +12,7 @@ from pathlib import Path
 from trt_fusedattn.launcher.arch import CLUSTER_ARCH, WGMMA_ARCHES, arch_number, shared_limit
 from trt_fusedattn.launcher.plan import LaunchPlan
 from trt_fusedattn.plugins.attention.contract import head_dim_problem
+from trt_fusedattn.plugins.attention.plan_decode import plan_decode
 
 SOURCE = Path(__file__).with_name("attention.cu")
 SOURCE_WARP_SPECIALIZED = Path(__file__).with_name("attention_sm90.cu")
@@ -61,22 +62,6 @@ WARP_SPECIALIZED_TILES = {64: (128, 128, 8, 0, 3), 128: (128, 128, 8, 0, 3), 256
 WARP_SPECIALIZED_TILES_MASKED = {**WARP_SPECIALIZED_TILES, 128: (128, 64, 8, 0, 2)}
 WARP_SPECIALIZED_DEFAULT_HEAD_DIMS = (128, 256)
 LOAD_WARPGROUP_THREADS = 128
-
-
-# Decode with few query blocks (attention_split_kv.cuh): when the lengths are static ints and the grid would have fewer
-# CTAs than half an H100's SMs, one-warp 16-row tiles with the keys split over a cluster of KV_SPLIT CTAs, combined
-# through DSMEM. Grids of half the SMs or more gained nothing from the split (NOTES.md), so they keep the default tiles.
-SPLIT_KV_TILE = (16, 64, 1, 0, 2)
-SPLIT_KV = 8
-SPLIT_KV_MAX_QUERIES, SPLIT_KV_MIN_KEYS, SPLIT_KV_MAX_BLOCKS = 16, 4096, 66
-
-
-def _split_decode(len_q, len_kv, heads_q, batch, mask_kind, arch: str) -> bool:
-    """Whether the default plan splits the keys over a cluster (static lengths only: a TensorRT profile's dynamic
-    lengths keep the default tiles)."""
-    static = all(isinstance(d, int) for d in (len_q, len_kv, heads_q, batch))
-    return (static and mask_kind is None and arch_number(arch) >= CLUSTER_ARCH and len_q <= SPLIT_KV_MAX_QUERIES
-            and len_kv >= SPLIT_KV_MIN_KEYS and batch * heads_q < SPLIT_KV_MAX_BLOCKS)
 
 
 def pipeline_barrier_bytes(stages: int) -> int:
@@ -141,7 +126,7 @@ def _mask_strides(mask_shape, batch, heads_q, len_q, len_kv) -> tuple:
 def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning: dict | None = None) -> LaunchPlan:
     """Launch plan of FusedAttention for these inputs (Q, K, V, mask, key_lengths; None when absent).
     ``tuning`` overrides tuning defines (WGMMA, BLOCK_M, BLOCK_N, NUM_WARPS, Q_IN_REGISTERS, KV_STAGES,
-    RESCALE_THRESHOLD, MIN_BLOCKS_PER_SM, WGMMA_OVERLAP, WARP_SPECIALIZED, KV_SPLIT) of the per-head-dim choice: for tests and benchmarks.
+    RESCALE_THRESHOLD, MIN_BLOCKS_PER_SM, WGMMA_OVERLAP, WARP_SPECIALIZED, KV_SPLIT, PACK_GQA) of the per-head-dim choice: for tests and benchmarks.
     WGMMA=1 forces the Hopper wgmma mainloop (sm_90a, head dims 64/128), WGMMA=0 the mma.sync one; without it
     ``WGMMA_BY_DEFAULT`` decides. WARP_SPECIALIZED=1 (on top of the wgmma mainloop) takes the warp-specialized kernel
     (attention_sm90.cu); without it (and without WGMMA) ``WARP_SPECIALIZED_DEFAULT_HEAD_DIMS`` decides."""
@@ -192,8 +177,8 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
     padded = max(-(-dim // 16) * 16, -(-vdim // 16) * 16)
     tile_key = min((d for d in table if d >= padded), default=None)
     wgmma_ok = arch in WGMMA_ARCHES and dim in WGMMA_TILES and vdim == dim
-    split = not tuning and _split_decode(len_q, len_kv, heads_q, batch, mask_kind, arch)
-    wgmma = int((tuning or {}).get("WGMMA", WGMMA_BY_DEFAULT and wgmma_ok and not split and
+    decode = None if tuning else plan_decode(batch, len_q, len_kv, heads_q, heads_kv, dim, vdim, arch)
+    wgmma = int((tuning or {}).get("WGMMA", WGMMA_BY_DEFAULT and wgmma_ok and not decode and
                                    (dim in WGMMA_DEFAULT_HEAD_DIMS or bool((tuning or {}).get("WARP_SPECIALIZED")))))
     if wgmma and not wgmma_ok:
         raise ValueError(f"FusedAttention: the wgmma mainloop runs on {', '.join(WGMMA_ARCHES)} for head dims "
@@ -207,12 +192,13 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
                          f"needs WGMMA=1 ({', '.join(WGMMA_ARCHES)}, head dims {sorted(WGMMA_TILES)})")
     ws_table = WARP_SPECIALIZED_TILES_MASKED if mask_kind is not None else WARP_SPECIALIZED_TILES
     block_m, block_n, warps, q_in_registers, stages = (ws_table[dim] if ws else WGMMA_TILES[dim] if wgmma
-                                                       else SPLIT_KV_TILE if split
+                                                       else decode.tile if decode
                                                        else table[tile_key] if tile_key else TILE_LARGE)
     tune = {"WARP_SPECIALIZED": ws, "WGMMA": wgmma, "BLOCK_M": block_m, "BLOCK_N": block_n, "NUM_WARPS": warps, "Q_IN_REGISTERS": q_in_registers,
             "KV_STAGES": stages, "RESCALE_THRESHOLD": RESCALE_THRESHOLD,
             "MIN_BLOCKS_PER_SM": WGMMA_MIN_BLOCKS_PER_SM[dim] if wgmma and not ws and mask_kind is None else 1,
-            "WGMMA_OVERLAP": WGMMA_OVERLAP[dim] if wgmma and not ws else 0, "KV_SPLIT": SPLIT_KV if split else 1}
+            "WGMMA_OVERLAP": WGMMA_OVERLAP[dim] if wgmma and not ws else 0, "KV_SPLIT": decode.split if decode else 1,
+            "PACK_GQA": decode.pack if decode else 1}
     unknown = set(tuning or ()) - set(tune)
     if unknown:
         raise ValueError(f"FusedAttention: unknown tuning defines {sorted(unknown)}; known: {sorted(tune)}")
@@ -224,6 +210,12 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
         raise ValueError(f"FusedAttention: KV_SPLIT (a thread-block cluster splitting the keys) needs the mma.sync "
                          f"mainloop (WGMMA=0), sm_90 or newer and BLOCK_M divisible by it; got {arch}, "
                          f"WGMMA={tune['WGMMA']}, BLOCK_M={block_m}, KV_SPLIT={tune['KV_SPLIT']}")
+    pack = tune["PACK_GQA"]
+    if pack > 1 and (tune["WGMMA"] or not (isinstance(heads_q, int) and isinstance(heads_kv, int))
+                     or pack * heads_kv != heads_q):
+        raise ValueError(f"FusedAttention: PACK_GQA (query heads of one K/V head in one tile) needs the mma.sync "
+                         f"mainloop (WGMMA=0) and static head counts with PACK_GQA = query heads / K/V heads; got "
+                         f"WGMMA={tune['WGMMA']}, heads {heads_q}/{heads_kv}, PACK_GQA={pack}")
     if tune["WARP_SPECIALIZED"] and (tune["WGMMA_OVERLAP"] or (block_m, warps) != (128, 8)):
         raise ValueError("FusedAttention: the warp-specialized kernel has its own overlap (WGMMA_OVERLAP=0) and two MMA "
                          "warpgroups (BLOCK_M=128, NUM_WARPS=8)")
@@ -271,5 +263,6 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
         scalars += _mask_strides(mask_shape, batch, heads_q, len_q, len_kv)
     ws = tune["WARP_SPECIALIZED"]
     return LaunchPlan(source=SOURCE_WARP_SPECIALIZED if ws else SOURCE, kernel=KERNEL, defines=defines,
-                      grid=((len_q + block_m - 1) // block_m * tune["KV_SPLIT"], heads_q, batch),
+                      grid=((len_q * pack + block_m - 1) // block_m * tune["KV_SPLIT"],
+                            heads_kv if pack > 1 else heads_q, batch),
                       block=(warps * 32 + (LOAD_WARPGROUP_THREADS if ws else 0), 1, 1), shared_mem=smem, scalars=scalars)

@@ -1,0 +1,59 @@
+"""Decode cases of FusedAttention (few queries, many keys): GQA packing (PACK_GQA) with and without the cluster key
+split (KV_SPLIT), as the default plan picks them and as tunings force them. The decode GPU test runs them against the
+float64 reference and the compile test builds them for sm_90a; ``small`` ones also run under compute-sanitizer."""
+from __future__ import annotations
+
+from _attention_cases import AttentionCase
+
+# A packed one-warp tile (16 rows) and a packed four-warp tile (64 rows), forced with the split given per case.
+PACKED_16 = (("WGMMA", 0), ("BLOCK_M", 16), ("NUM_WARPS", 1), ("BLOCK_N", 64))
+PACKED_64 = (("WGMMA", 0), ("BLOCK_M", 64), ("NUM_WARPS", 4), ("BLOCK_N", 64))
+
+
+def _cases():
+    llama = dict(heads_q=32, heads_kv=8, dim=128)
+    br = dict(causal=1, alignment="bottom_right")
+    return [
+        # the default plan's choice (no tuning): packs every group; splits where the grid would not fill the GPU
+        AttentionCase("gqa32-8-1x4100-keylen", batch=3, len_q=1, len_kv=4100, key_lengths=True, **llama),
+        AttentionCase("gqa32-8-2x3000-causal-br", batch=2, len_q=2, len_kv=3000, dtype="float16", **llama, **br),
+        AttentionCase("gqa32-8-4x2049-causal-br", batch=1, len_q=4, len_kv=2049, **llama, **br),
+        AttentionCase("gqa32-8-16x5000-causal-br", batch=1, len_q=16, len_kv=5000, **llama, **br),
+        AttentionCase("mqa8-1-1x2000-bool-b11k", len_q=1, len_kv=2000, heads_q=8, heads_kv=1, dim=128, mask="bool",
+                      mask_shape=(2, 1, 1, 2000), small=True),
+        AttentionCase("mqa8-1-16x1000-causal-br", len_q=16, len_kv=1000, heads_q=8, heads_kv=1, dim=128,
+                      dtype="float16", **br),
+        AttentionCase("mqa8-1-3x700-causal-br-keylen", len_q=3, len_kv=700, heads_q=8, heads_kv=1, key_lengths=True,
+                      **br),
+        AttentionCase("mha4-4-2x4096", len_q=2, len_kv=4096, heads_q=4, heads_kv=4, dim=128),
+        AttentionCase("gqa8-2-2x900-additive-per-head", len_q=2, len_kv=900, heads_q=8, heads_kv=2, dim=128,
+                      mask="additive", small=True),
+        AttentionCase("gqa8-2-5x1200-bool-per-head-causal-br", len_q=5, len_kv=1200, heads_q=8, heads_kv=2, mask="bool",
+                      dtype="float16", **br),
+        AttentionCase("gqa8-2-4x800-additive-1hqk", len_q=4, len_kv=800, heads_q=8, heads_kv=2, mask="additive",
+                      mask_shape=(1, 8, 4, 800)),
+        AttentionCase("gqa8-2-3x1500-softcap-hd64", len_q=3, len_kv=1500, heads_q=8, heads_kv=2, softcap=4.0,
+                      scale=0.6, dtype="float16"),
+        AttentionCase("gqa8-2-5x600-bhsd-causal-tl", len_q=5, len_kv=600, heads_q=8, heads_kv=2, layout="BHSD",
+                      causal=1, small=True),
+        AttentionCase("gqa8-2-1x1-keylen", len_q=1, len_kv=1, heads_q=8, heads_kv=2, dim=128, key_lengths=True,
+                      small=True),
+        AttentionCase("gqa6-3-7x333-hd40", len_q=7, len_kv=333, heads_q=6, heads_kv=3, dim=40),
+        AttentionCase("gqa4-2-2x500-hd20-dv33", len_q=2, len_kv=500, heads_q=4, heads_kv=2, dim=20, dim_v=33,
+                      dtype="float16", small=True),
+        AttentionCase("gqa8-2-3x1000-dv64-128", len_q=3, len_kv=1000, heads_q=8, heads_kv=2, dim=64, dim_v=128),
+        # forced packing and splits: uneven splits, more CTAs than key tiles, packing without a split (sm_80's way)
+        AttentionCase("packed16-split8-uneven-1x837", len_q=1, len_kv=64 * 13 + 5, heads_q=8, heads_kv=2, dim=128,
+                      tuning=PACKED_16 + (("PACK_GQA", 4), ("KV_SPLIT", 8)), small=True),
+        AttentionCase("packed16-split8-more-ctas-than-tiles", len_q=2, len_kv=100, heads_q=8, heads_kv=2, dim=128,
+                      key_lengths=True, tuning=PACKED_16 + (("PACK_GQA", 4), ("KV_SPLIT", 8)), small=True),
+        AttentionCase("packed16-nosplit-4x3000-causal-br", len_q=4, len_kv=3000, heads_q=8, heads_kv=2, dim=128,
+                      tuning=PACKED_16 + (("PACK_GQA", 4), ("KV_SPLIT", 1)), **br),
+        AttentionCase("packed64-split4-16x2500-causal-br-keylen", len_q=16, len_kv=2500, heads_q=8, heads_kv=2,
+                      dim=128, key_lengths=True, tuning=PACKED_64 + (("PACK_GQA", 4), ("KV_SPLIT", 4)), **br),
+        AttentionCase("packed64-split2-8x1000-bool", len_q=8, len_kv=1000, heads_q=16, heads_kv=2, dim=128,
+                      mask="bool", tuning=PACKED_64 + (("PACK_GQA", 8), ("KV_SPLIT", 2)), small=True),
+    ]
+
+
+DECODE_CASES = _cases()

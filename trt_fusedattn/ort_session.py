@@ -8,7 +8,8 @@ onnxruntime-extensions' Python custom ops, whose limits are worked around on a c
   (op, inputs present, dtypes) gets its own registered op type, and the node's attributes travel as one
   JSON string;
 - it cannot pass float16 outputs nor bfloat16/float8 at all: such tensors are carried as float32 by Cast
-  nodes around the custom node (exact both ways) and handed to the callable in their own dtype;
+  nodes around the custom node (exact both ways) and handed to the callable in their own dtype; one custom
+  node's carried output reaches another custom node as it is (no Cast to float8 and back: invalid below opset 19);
 - onnxruntime's Python API takes and gives no bfloat16/float8 arrays: such graph inputs and outputs are
   float32 at the copy's boundary (Cast inside), converted exactly on our side;
 - onnxruntime reads models of IR version <= 13: the copy is labelled 13 when newer;
@@ -245,6 +246,15 @@ def check_custom_node(node: onnx.NodeProto, contract: OpContract, version: int |
         raise FuseError(f"{where}: {first_line(err)}; the model is corrupt, fuse the original again") from None
 
 
+def _reads(node: onnx.NodeProto) -> set[str]:
+    """The tensor names a node reads, those its subgraphs (If, Loop, Scan) read included."""
+    names = set(node.input)
+    for attr in node.attribute:
+        for graph in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs):
+            names |= {name for inner in graph.node for name in _reads(inner)} | {o.name for o in graph.output}
+    return names
+
+
 def bridged_model(model: onnx.ModelProto, reference_ops=()) -> onnx.ModelProto:
     """A copy of ``model`` onnxruntime can run with the custom nodes, and the standard ops named in
     ``reference_ops``, bridged to Python (see module doc)."""
@@ -255,6 +265,11 @@ def bridged_model(model: onnx.ModelProto, reference_ops=()) -> onnx.ModelProto:
             check_custom_node(node, _BY_OP[node.domain, node.op_type], versions.get(node.domain))
     types = element_types(copy)
     weights = {t.name: t for t in copy.graph.initializer}
+    bridged = [(n.domain, n.op_type) in _BY_OP or n.domain in ("", "ai.onnx") and n.op_type in reference_ops
+               for n in copy.graph.node]
+    read_unbridged = {o.name for o in copy.graph.output} | {
+        name for node, b in zip(copy.graph.node, bridged) if not b for name in _reads(node)}
+    passed = {}  # a float32-carried output of a bridged node -> its carrier, read as is by bridged readers
     nodes = []
     for node in copy.graph.node:
         contract = _BY_OP.get((node.domain, node.op_type))
@@ -284,6 +299,8 @@ def bridged_model(model: onnx.ModelProto, reference_ops=()) -> onnx.ModelProto:
                         numpy_helper.to_array(weights[name]).astype(np.float32), f"{name}__float")
                     copy.graph.initializer.append(weights[f"{name}__float"])
                 name = f"{name}__float"
+            elif name in passed:
+                name = passed[name]
             elif types[name] in _CARRIED_AS_FLOAT:
                 nodes.append(helper.make_node("Cast", [name], [f"{name}__float_{node.name}"], to=TensorProto.FLOAT))
                 name = f"{name}__float_{node.name}"
@@ -291,9 +308,10 @@ def bridged_model(model: onnx.ModelProto, reference_ops=()) -> onnx.ModelProto:
         carried_out = [f"{o}__float" if types[o] in _CARRIED_AS_FLOAT else o for o in outputs]
         nodes.append(helper.make_node(_registered_op_type(contract, sig), carried_in, carried_out, name=node.name,
                                       domain=contract.domain, attributes=_attributes_json(node, **extra)))
-        nodes.extend(helper.make_node("Cast", [c], [o], to=types[o])
-                     for c, o in zip(carried_out, outputs) if c != o)
-    del copy.graph.node[:]
+        passed.update((o, c) for c, o in zip(carried_out, outputs) if c != o)
+        nodes.extend(helper.make_node("Cast", [c], [o], to=types[o])  # only for readers outside the bridge: below
+                     for c, o in zip(carried_out, outputs) if c != o and o in read_unbridged)  # opset 19 a Cast
+    del copy.graph.node[:]                                                # to float8 is not a valid node
     copy.graph.node.extend(nodes)
     copy.ir_version = min(copy.ir_version, MAX_IR_VERSION)
     return copy

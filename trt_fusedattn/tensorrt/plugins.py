@@ -162,13 +162,16 @@ def make_autotune(op: OpRecord):
         by_name, names = _io_by_name(op, descs, outputs)
         attrs = getattr(outputs[0], _ATTR_KEY)
         output_name = op.contract.outputs[0].name
-        combos = []
+        offered = []
         for main in MAIN_TYPES:
             follows = {n for n in names if n in op.main_inputs and by_name[n].dtype.name in ("HALF", "BF16", "FLOAT")}
             element = {"FP16": "float16", "BF16": "bfloat16"}[main]
             dtypes = [None if t.name not in by_name else element if t.name in follows else _dtype_name(
                 by_name[t.name].dtype) for t in op.contract.inputs]
-            out_type = _type_name(_trt_dtype(op.output_dtype(dtypes, attrs)))
+            try:
+                out_type = _type_name(_trt_dtype(op.output_dtype(dtypes, attrs)))
+            except ValueError:  # a combination the contract refuses (FP8 attention's mask must be its output dtype)
+                continue
             types, formats = [], []
             for name, desc in [(n, by_name[n]) for n in names] + [(output_name, outputs[0])]:
                 kind = out_type if name == output_name else main if name in follows else _type_name(desc.dtype)
@@ -176,8 +179,9 @@ def make_autotune(op: OpRecord):
                 channels_last = name in op.channels_last and len(desc.shape_expr) == 4
                 dtype = _DTYPE_NAMES.get("HALF" if kind == "FP16" else kind)
                 formats.append(CHANNELS_LAST_FORMATS.get(dtype, ("HWC8", 8))[0] if channels_last else "LINEAR")
-            combos.append(trtp.AutoTuneCombination(", ".join(types), ", ".join(formats)))
-        return combos
+            if (", ".join(types), ", ".join(formats)) not in offered:  # FP8 Q/K/V with no float input: one
+                offered.append((", ".join(types), ", ".join(formats)))
+        return [trtp.AutoTuneCombination(types, formats) for types, formats in offered]
 
     sig = _signature(op, attrs=False, tail=(("outputs", tuple[trtp.TensorDesc]),), returns=None)
     autotune.__signature__ = sig.replace(return_annotation=list[trtp.AutoTuneCombination])

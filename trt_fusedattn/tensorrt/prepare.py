@@ -84,8 +84,14 @@ def element_types(model: onnx.ModelProto) -> dict:
             continue
         op = record_of(node)
         if op is not None and all(n in types for n in node.input if n):
-            dtypes = [_ELEMENT.get(types[n]) if n else None for n in node.input]
-            out = op.output_dtype(dtypes + [None] * (len(op.contract.inputs) - len(dtypes)), {})
+            present = next((a.i for a in node.attribute if a.name == PRESENT_INPUTS), None)
+            given = iter(node.input)  # a prepared node lists only its present inputs
+            inputs = list(node.input) if present is None else [
+                next(given) if present >> i & 1 else "" for i in range(len(op.contract.inputs))]
+            dtypes = [_ELEMENT.get(types[n]) if n else None for n in inputs]
+            attrs = op.contract.resolve({a.name: helper.get_attribute_value(a) for a in node.attribute
+                                         if a.name not in (PRESENT_INPUTS, PLUGIN_NAMESPACE)})
+            out = op.output_dtype(dtypes + [None] * (len(op.contract.inputs) - len(dtypes)), attrs)
             types[node.output[0]] = next(k for k, v in _ELEMENT.items() if v == out)
         elif op is None and node.op_type not in _TYPE_CHANGING and node.input and node.input[0] in types:
             types[node.output[0]] = types[node.input[0]]
@@ -121,6 +127,9 @@ def _to_16_bit(node, op, types: dict, precision: str | None, notes: list) -> lis
     for i, cast in zip(main, before):
         node.input[i] = cast.output[0]
     out = node.output[0]
+    if types.get(out) != TensorProto.FLOAT:  # an FP8 producer's e4m3 output (output_scale) is read as it is
+        notes.append(f"{where}: float32 inputs cast to {_ELEMENT[to]} (precision {precision})")
+        return before, []
     node.output[0] = f"{out}_{precision}"
     after = [helper.make_node("Cast", [node.output[0]], [out], name=f"{out}_cast_float32", to=TensorProto.FLOAT)]
     notes.append(f"{where}: float32 inputs cast to {_ELEMENT[to]} and its output back to float32 (precision "

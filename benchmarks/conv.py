@@ -58,7 +58,11 @@ WGMMA_SWEEP = [(label, dict(mma="wgmma", tile=label.split()[0], **kw)) for label
     ("128x128w8 c2", dict(cluster=2)), ("128x128w8 c2 ti", dict(cluster=2, taps_inner=True)),
     ("128x256w8 c2", dict(cluster=2)), ("64x128w4 c2", dict(cluster=2)),
     ("128x128w8 c4 ti", dict(cluster=4, taps_inner=True)), ("64x256w4 c2", dict(cluster=2))]]
-SWEEPS = {"mma.sync": MMA_SYNC_SWEEP, "wgmma": WGMMA_SWEEP}
+# wgmma_ws (sm_90a): the warp-specialized kernel (implicit_gemm_sm90.cu) on its 8-warp tiles, with cluster splits.
+WS_SWEEP = [(f"ws {label}", dict(mma="wgmma_ws", tile=label.split()[0], **kw)) for label, kw in [
+    ("128x128w8", {}), ("128x256w8", {}), ("256x128w8", {}), ("128x64w8", {}), ("128x128w8 c2", dict(cluster=2)),
+    ("128x128w8 c4", dict(cluster=4)), ("128x256w8 c2", dict(cluster=2)), ("256x128w8 c2", dict(cluster=2))]]
+SWEEPS = {"mma.sync": MMA_SYNC_SWEEP, "wgmma": WGMMA_SWEEP, "wgmma_ws": WS_SWEEP}
 BATCHES = (1, 8, 32)
 QUICK_BATCHES = {"ResNet-50": (8, 32), "MobileNetV2": (32,)}  # --quick: the lead's one run in under 4 minutes
 # FP8 variants timed per layer: (label, plan_conv overrides); "default" is the plan's choice. "x8": X already e4m3 in
@@ -335,26 +339,29 @@ def _plan_or_none(lay: Layer, arch: str, input_scale: float = 0.0, **tile):
         plan = layer_plan(lay, 1, arch, input_scale, **tile)
     except ValueError:
         return None
-    return None if tile.get("mma") == "wgmma" and "WGMMA" not in plan.defines else plan
+    return None if tile.get("mma") in ("wgmma", "wgmma_ws") and "WGMMA" not in plan.defines else plan
 
 
 def sweep(nets: dict, batches: list, arch: str, variants: list) -> list[str]:
     """Time every variant (label, plan_conv overrides) on every non-depthwise layer: the data behind the plan's
-    default choices. Rows: layer, batch, base, default's time, best variant and its time, all times."""
+    default choices. Rows: layer, batch, base, the cuDNN fused graph, default's time, best variant and its time and
+    its speed over the graph, all times."""
     plans = {(lay, label): plan for layers in nets.values() for lay, _ in layers if lay.groups == 1
              for label, kw in variants for plan in [_plan_or_none(lay, arch, **kw)] if plan is not None}
     with ThreadPoolExecutor(max_workers=16) as pool:
         list(pool.map(lambda p: compile_ptx(p.source, arch, p.defines), plans.values()))
     lines = ["\n## Sweep (implicit-GEMM layers; µs)\n",
-             "| net | layer | batch | base | default | best | best variant | all (variant: µs) |",
-             "|---|---|---:|---:|---:|---:|---|---|"]
+             "| net | layer | batch | base | graph | default | best | best variant | best vs graph | all (variant: µs) |",
+             "|---|---|---:|---:|---:|---:|---:|---|---:|---|"]
+    stream = torch.cuda.Stream()
     for net, layers in nets.items():
         for lay, _ in layers:
             if lay.groups != 1:
                 continue
             for n in batches:
                 case = Case(lay, n)
-                base, default = time_us(case.baseline), time_us(case.fused)
+                row = time_layer(case, stream)
+                base, default, graph = row["base_us"], row["ours_us"], row["graph_us"]
                 want = case.baseline().float()
                 times = {}
                 for label, kw in variants:
@@ -372,7 +379,9 @@ def sweep(nets: dict, batches: list, arch: str, variants: list) -> list[str]:
                 if not times:  # no variant applies (wgmma on the element gather)
                     continue
                 best = min(times, key=times.get)
-                lines.append(f"| {net} | {lay.name} | {n} | {base:.1f} | {default:.1f} | {times[best]:.1f} | {best} | "
+                graph_cells = ("n/a", "n/a") if graph is None else (f"{graph:.1f}", f"{graph / times[best]:.2f}x")
+                lines.append(f"| {net} | {lay.name} | {n} | {base:.1f} | {graph_cells[0]} | {default:.1f} | "
+                             f"{times[best]:.1f} | {best} | {graph_cells[1]} | "
                              + ", ".join(f"{k}: {v:.1f}" for k, v in times.items()) + " |")
                 print(lines[-1], flush=True)
                 del case

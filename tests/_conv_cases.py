@@ -204,3 +204,35 @@ X_E4M3_CASES = [
     ConvCase("x8_3x3_groups2_c64_k96", 2, 64, 8, 8, 96, 3, 3, pad=1, groups=2, input_scale=FP8_INPUT_SCALE,
              x_e4m3=True, residual=True),
 ]
+
+# The warp-specialized Hopper kernel (implicit_gemm_sm90.cu, mma="wgmma_ws"), float16/bfloat16, forced onto each of its
+# 8-warp tiles: odd M (batch 1, several M tiles, rows past M), K/G not a multiple of BLOCK_N, BLOCK_K 32 (64-byte
+# swizzle) and 64, a ring deeper than the reduction (one tile) and the shallowest ring (3 stages: publishing lag 1),
+# strides, dilation, conv groups, taps-inner order, cluster splits (uneven slices; a CTA of the cluster with no
+# tile), residual / post-activation / scale epilogues.
+def _ws(case: ConvCase, tile: str, **overrides) -> TunedCase:
+    tuned = _tuned(case, tile, **overrides)
+    return TunedCase(tuned.name.replace(case.name, case.name + "_ws", 1), case, {**tuned.overrides, "mma": "wgmma_ws"})
+
+
+WS_CASES = [
+    _ws(ConvCase("3x3_c64_k96_b1", 1, 64, 11, 9, 96, 3, 3, pad=1, scale=True), "128x128w8"),
+    _ws(ConvCase("3x3_c256_k256", 2, 256, 7, 9, 256, 3, 3, pad=1, residual=True, post_activation="relu"),
+        "128x256w8"),
+    _ws(ConvCase("1x1_c128_k320_bf16", 2, 128, 13, 11, 320, 1, 1, residual=True, **_WGMMA_BF16), "256x128w8"),
+    _ws(ConvCase("3x3_c96_k72_bf16", 2, 96, 10, 10, 72, 3, 3, pad=1, activation="silu", **_WGMMA_BF16),
+        "128x64w8"),                                                                              # BLOCK_K 32
+    _ws(ConvCase("3x3_s2_c64_k128", 5, 64, 17, 15, 128, 3, 3, stride=2, pad=1, scale=True), "128x128w8"),
+    _ws(ConvCase("3x3_dil2_c64_k128_bf16", 2, 64, 12, 10, 128, 3, 3, pad=2, dil=2, **_WGMMA_BF16), "256x128w8"),
+    _ws(ConvCase("3x3_groups2_c128_k192", 2, 128, 8, 8, 192, 3, 3, pad=1, groups=2, residual=True), "128x64w8"),
+    _ws(ConvCase("1x1_c64_k64_one_tile", 2, 64, 9, 9, 64, 1, 1, activation="none"), "128x64w8"),
+    _ws(ConvCase("3x3_c64_k64_3stages", 2, 64, 9, 9, 64, 3, 3, pad=1), "128x128w8", stages=3),
+    _ws(ConvCase("3x3_c128_k64_ti", 2, 128, 10, 9, 64, 3, 3, pad=1), "128x64w8", taps_inner=True),
+    # cluster splits of the reduction
+    _ws(ConvCase("3x3_c256_k128_b1", 1, 256, 7, 7, 128, 3, 3, pad=1, residual=True, post_activation="relu"),
+        "128x128w8", cluster=2),
+    _ws(ConvCase("3x3_c64_k80_b1_bf16", 1, 64, 13, 11, 80, 3, 3, pad=1, **_WGMMA_BF16), "128x128w8", cluster=4),
+    _ws(ConvCase("1x1_c64_k64_empty_rank", 2, 64, 7, 7, 64, 1, 1, residual=True), "128x64w8", cluster=2),
+    _ws(ConvCase("3x3_s2_c128_k256_bf16", 3, 128, 11, 11, 256, 3, 3, stride=2, pad=1, scale=True, **_WGMMA_BF16),
+        "128x256w8", cluster=2),
+]

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from _conv_cases import CASES, FP8_CASES, WGMMA_CASES, X_E4M3_CASES
+from _conv_cases import CASES, FP8_CASES, WGMMA_CASES, WS_CASES, X_E4M3_CASES
 from trt_fusedattn.launcher import compile as comp
 
 try:
@@ -30,7 +30,7 @@ def _specializations(arch: str) -> dict:
     plans = [(c, c.plan(arch)) for c in CASES]
     plans += [(c, c.plan(arch, mma=m)) for c in FP8_CASES for m in ("mma.sync", "wgmma") if arch != "sm_80"]
     plans += [(c, c.plan(arch)) for c in X_E4M3_CASES if arch != "sm_80"]
-    plans += [(t, t.plan(arch)) for t in WGMMA_CASES if arch == "sm_90a"]
+    plans += [(t, t.plan(arch)) for t in WGMMA_CASES + WS_CASES if arch == "sm_90a"]
     for case, plan in plans:
         specs.setdefault((plan.source, tuple(sorted(plan.defines.items()))), case.name)
     return specs
@@ -138,3 +138,39 @@ def test_wgmma_variant_sass_runs_warpgroup_mma(name, sass_mma):
     sass = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
     assert sass_mma in sass, f"{sass_mma} missing from {name}'s SASS"
     assert "HMMA.16816" not in sass  # no mma.sync left
+
+
+@pytest.mark.parametrize("tuned", WS_CASES, ids=lambda t: t.name)
+def test_warp_specialized_kernel_ptx(tuned):
+    """The warp-specialized kernel: its own entry point, register hand-over between the roles (setmaxnreg), the
+    ring's mbarrier hand-offs, cp.async loads, warpgroup MMAs of BLOCK_N columns with one tile in flight, the
+    cluster shape exactly when CLUSTER_K is set; no mma.sync; no ptxas warning (C7508: setmaxnreg ignored,
+    C7514/C7517: wgmma serialized)."""
+    plan = tuned.plan("sm_90a")
+    d = plan.defines
+    assert plan.kernel == "fused_conv_implicit_gemm_sm90" and plan.block == (384, 1, 1) and d["WARP_SPECIALIZED"] == 1
+    ptx = comp.compile_ptx(plan.source, "sm_90a", d)
+    operand = "k16.f32.bf16.bf16" if d["DTYPE_BF16"] else "k16.f32.f16.f16"
+    for instruction in ("setmaxnreg.dec.sync.aligned.u32", "setmaxnreg.inc.sync.aligned.u32",
+                        "mbarrier.try_wait.parity.shared::cta.b64", "mbarrier.arrive.shared::cta.b64",
+                        "cp.async.cg.shared.global", "fence.proxy.async.shared::cta",
+                        f"wgmma.mma_async.sync.aligned.m64n{d['BLOCK_N']}{operand}", "wgmma.wait_group.sync.aligned 1"):
+        assert instruction in ptx, f"{instruction} missing from {tuned.name}'s PTX"
+    assert "mma.sync" not in ptx
+    assert (".reqnctapercluster" in ptx) == ("CLUSTER_K" in d)
+    _, report = comp.compile_cubin(plan.source, "sm_90a", d)
+    assert "warning" not in report.lower(), report
+
+
+@pytest.mark.parametrize("name", ["3x3_c256_k256_ws__128x256w8", "3x3_c256_k128_b1_ws__128x128w8_cluster2"])
+def test_warp_specialized_kernel_sass(name):
+    """SASS of the warp-specialized kernel: HGMMA of the tile width, the register hand-over, no local memory."""
+    tool = _cuobjdump()
+    if tool is None:
+        pytest.skip("cuobjdump not found (CUDA toolkit without it): SASS not checked")
+    plan = next(t for t in WS_CASES if t.name == name).plan("sm_90a")
+    cubin, _ = comp.compile_cubin(plan.source, "sm_90a", plan.defines)
+    sass = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+    assert f"HGMMA.64x{plan.defines['BLOCK_N']}x16.F32" in sass
+    assert "USETMAXREG.DEALLOC" in sass and "USETMAXREG.TRY_ALLOC" in sass
+    assert not re.search(r"\b(LDL|STL)\b", sass), "local memory (spills) in the SASS"

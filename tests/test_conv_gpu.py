@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from _conv_cases import CASES, FP8_CASES, WGMMA_CASES, X_E4M3_CASES, ConvCase
+from _conv_cases import CASES, FP8_CASES, WGMMA_CASES, WS_CASES, X_E4M3_CASES, ConvCase
 from trt_fusedattn.plugins.conv.contract import FUSED_CONV, fused_conv_reference
 
 torch = pytest.importorskip("torch")
@@ -155,10 +155,11 @@ def test_e4m3_activations_match_float64_reference(case):
     check(case, got, want, seed)
 
 
-@pytest.mark.parametrize("tuned", WGMMA_CASES, ids=lambda t: t.name)
+@pytest.mark.parametrize("tuned", WGMMA_CASES + WS_CASES, ids=lambda t: t.name)
 def test_wgmma_variants_match_float64_reference(tuned):
-    """The sm_90a wgmma main loop forced onto every warpgroup tile, cluster split and taps-inner order (plan
-    overrides the default may not pick), launched as TensorRT would from the plan, against float64."""
+    """The sm_90a wgmma main loop and the warp-specialized kernel (WS_CASES, mma="wgmma_ws") forced onto every
+    warpgroup tile, cluster split and taps-inner order (plan overrides the default may not pick), launched as
+    TensorRT would from the plan, against float64."""
     from trt_fusedattn.launcher.launch import device_arch, launch
     arch = device_arch(0)
     if arch != "sm_90a":

@@ -7,11 +7,12 @@ from dataclasses import replace
 
 import pytest
 
-from _conv_cases import CASES, FP8_CASES, FP8_INPUT_SCALE, WGMMA_CASES, ConvCase, TunedCase
+from _conv_cases import CASES, FP8_CASES, FP8_INPUT_SCALE, WGMMA_CASES, WS_CASES, ConvCase, TunedCase
 from trt_fusedattn.plugins.conv.contract import FUSED_CONV
 from trt_fusedattn.plugins.conv import plan as conv_plan
-from trt_fusedattn.plugins.conv.plan import (DEPTHWISE, GEMM_TILES, IMPLICIT_GEMM, SHARED_LIMIT, float_literal,
-                                             gemm_shared_bytes, output_shape_conv, plan_conv, wgmma_fits)
+from trt_fusedattn.plugins.conv.plan import (DEPTHWISE, GEMM_TILES, IMPLICIT_GEMM, IMPLICIT_GEMM_SM90, SHARED_LIMIT,
+                                             float_literal, gemm_shared_bytes, output_shape_conv, plan_conv,
+                                             wgmma_fits)
 
 
 class Sym:
@@ -459,3 +460,53 @@ def test_wgmma_cases_cover_what_they_claim():
     assert {"64x256w4", "128x64w8", "128x128w8s2", "64x128w4s2"} <= {t.overrides["tile"] for t in WGMMA_CASES}
     assert {t.case.dtype for t in WGMMA_CASES} == {"float16", "bfloat16"} and any(t.case.fp8 for t in WGMMA_CASES)
     assert len({t.name for t in WGMMA_CASES}) == len(WGMMA_CASES)
+
+
+@pytest.mark.parametrize("tuned", WS_CASES, ids=lambda t: t.name)
+def test_warp_specialized_case_plans(tuned: TunedCase):
+    """mma="wgmma_ws": the sm90 source with a 128-thread load warpgroup beside the tile's 8 MMA warps, the ring's
+    1 KB of barriers before the stages, a ring as deep as fits (<= 6) and the reduction needs, the same grid."""
+    plan = tuned.plan("sm_90a")
+    d, case = plan.defines, tuned.case
+    assert plan.source == IMPLICIT_GEMM_SM90 and plan.kernel == "fused_conv_implicit_gemm_sm90"
+    assert d["WARP_SPECIALIZED"] == 1 and d["WGMMA"] == 1 and d["SPLIT_K"] == 1 and d["WARPS_M"] * d["WARPS_N"] == 8
+    assert plan.block == (384, 1, 1)
+    assert plan.shared_mem == gemm_shared_bytes(d) <= 232448
+    stage = (d["BLOCK_M"] + d["BLOCK_N"]) * d["BLOCK_K"] * 2
+    assert plan.shared_mem >= 1024 + d["STAGES"] * stage
+    tiles = math.ceil(case.kh * case.kw * case.c // case.groups / d["BLOCK_K"] / d.get("CLUSTER_K", 1))
+    assert 3 <= d["STAGES"] <= max(3, min(tuned.overrides.get("stages", 6), tiles + 1))
+    assert plan.shared_mem + stage > 232448 or d["STAGES"] == max(3, min(tuned.overrides.get("stages", 6), tiles + 1))
+    p, q = case.out_hw
+    assert plan.grid == (math.ceil(case.n * p * q / d["BLOCK_M"]), math.ceil(case.k // case.groups / d["BLOCK_N"]),
+                         case.groups * d.get("CLUSTER_K", 1))
+
+
+def test_warp_specialized_cases_cover_what_they_claim():
+    """Every 8-warp tile, BLOCK_K 32 and 64, both dtypes, odd M, K/G not a multiple of BLOCK_N, a cluster CTA with
+    no reduction tile, the shallowest ring."""
+    plans = [(t, t.plan("sm_90a").defines) for t in WS_CASES]
+    assert {t.overrides["tile"] for t in WS_CASES} == {"128x128w8", "128x256w8", "256x128w8", "128x64w8"}
+    assert {d["BLOCK_K"] for _, d in plans} == {32, 64} and {t.case.dtype for t in WS_CASES} == {"float16", "bfloat16"}
+    m = lambda t: t.case.n * t.case.out_hw[0] * t.case.out_hw[1]  # noqa: E731
+    assert any(m(t) % d["BLOCK_M"] for t, d in plans) and any(m(t) > 2 * d["BLOCK_M"] for t, d in plans)
+    assert any((t.case.k // t.case.groups) % d["BLOCK_N"] for t, d in plans)
+    tiles = lambda t, d: math.ceil(t.case.kh * t.case.kw * t.case.c // t.case.groups / d["BLOCK_K"])  # noqa: E731
+    assert any(tiles(t, d) < d["CLUSTER_K"] for t, d in plans if "CLUSTER_K" in d)
+    assert any(d["STAGES"] == 3 for _, d in plans) and len({t.name for t in WS_CASES}) == len(WS_CASES)
+
+
+@pytest.mark.parametrize("arch, dtypes, tile, message", [
+    ("sm_89", None, "128x128w8", "sm_90a"),
+    ("sm_90a", "fp8", "128x128w8", "FP8"),
+    ("sm_90a", None, "128x64w4", "8-warp"),
+    ("sm_90a", None, "128x128w8s2", "8-warp"),
+])
+def test_warp_specialized_rejections(arch, dtypes, tile, message):
+    case = ConvCase("t", 2, 64, 9, 9, 64, 3, 3, pad=1)
+    if dtypes == "fp8":
+        case = replace(case, scale=True, input_scale=FP8_INPUT_SCALE)
+    with pytest.raises(ValueError, match=message):
+        case.plan(arch, mma="wgmma_ws", tile=tile)
+    with pytest.raises(ValueError, match="C/G = 12"):
+        ConvCase("t", 2, 12, 9, 9, 64, 3, 3, pad=1).plan("sm_90a", mma="wgmma_ws", tile="128x128w8")

@@ -23,6 +23,9 @@
 #ifndef X_E4M3
 #define X_E4M3 0
 #endif
+#ifndef WARP_SPECIALIZED
+#define WARP_SPECIALIZED 0  // 1: implicit_gemm_sm90.cu (a load warpgroup feeding WARPS_M x WARPS_N MMA warps)
+#endif
 // A staged as elem_t and quantized in shared memory: FP8 with float16/bfloat16 X on the 16-byte path.
 #define QUANTIZE_A (FP8 && IN_VEC == 8 && !X_E4M3)
 #ifndef CLUSTER_K

@@ -4,6 +4,8 @@
 // w of a group owns rows w * BLOCK_M / warpgroups.. of the tile and every column. One tile's MMAs stay in flight while
 // the next tile is waited for and issued (wait_group 1), so loads run STAGES - 2 tiles ahead. The accumulators keep
 // the m16n8 fragment layout per warp, so split groups and the epilogue are shared with the mma.sync path.
+// WARP_SPECIALIZED = 1 (implicit_gemm_sm90.cu): the MMA warpgroups take their tiles from the load warpgroup's ring
+// (mma_ring_tiles) instead of loading them themselves.
 #pragma once
 #include "common/cp_async.cuh"
 #include "common/smem.cuh"
@@ -57,3 +59,23 @@ __device__ __forceinline__ void mma_tile_end(float (&acc)[kMI][kNI][4], const un
 }
 // Every MMA has finished (the accumulators are final).
 __device__ __forceinline__ void mma_drain(float (&acc)[kMI][kNI][4]) { wgmma_tile_wait<0>(acc); }
+
+#if WARP_SPECIALIZED
+#include "implicit_gemm_pipeline_sm90.cuh"
+
+// The MMA warpgroups' main loop of the warp-specialized kernel: for each of k_tiles ring tiles, wait until it has
+// landed, issue its MMAs on this warpgroup's rows, wait for the previous tile's (one tile stays in flight) and hand
+// that tile's stage back to the loader. Returns with the accumulators final.
+__device__ __forceinline__ void mma_ring_tiles(float (&acc)[kMI][kNI][4], const TileRing& ring,
+                                               const unsigned char* stages, int k_tiles, int warpgroup, int lane) {
+#pragma unroll 1
+  for (int i = 0; i < k_tiles; ++i) {
+    ring.wait(i);
+    const unsigned char* stage = stages + TileRing::stage(i) * kStageBytes;
+    wgmma_tile_issue(acc, stage, stage + kAStageBytes, warpgroup);
+    wgmma_tile_wait<1>(acc);
+    if (i > 0 && lane == 0) ring.release(i - 1);
+  }
+  wgmma_tile_wait<0>(acc);
+}
+#endif

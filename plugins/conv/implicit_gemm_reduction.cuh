@@ -69,3 +69,12 @@ __device__ __forceinline__ bool sum_cluster_partials(float (&acc)[kMI][kNI][4], 
 #endif
   return rank == 0;
 }
+
+// The cluster barriers of sum_cluster_partials, for threads that hold no accumulators (the warp-specialized kernel's
+// load warpgroup): every thread of the cluster takes part in both.
+__device__ __forceinline__ void join_cluster_sum() {
+#if CLUSTER_K > 1
+  cluster_sync();
+  cluster_sync();
+#endif
+}

@@ -34,7 +34,7 @@ __device__ __forceinline__ void stage_accumulators(const float (&acc)[kMI][kNI][
 template <int kPassThreads>
 __device__ __forceinline__ void store_staged_tile(const elem_t* tile, int pass_tid, int m0, int n0, int M, int Kg,
                                                   int K, int channel0, const elem_t* __restrict__ residual,
-                                                  elem_t* __restrict__ y) {
+                                                  out_t* __restrict__ y) {
   constexpr int kVecsPerRow = BLOCK_N / OUT_VEC;
   constexpr int kIters = BLOCK_M * kVecsPerRow / kPassThreads;
   constexpr int kBatch = kIters < 8 ? kIters : 8;

@@ -28,6 +28,7 @@ from trt_fusedattn.tensorrt import CHANNELS_LAST_FORMATS
 
 HERE = Path(__file__).resolve().parent
 IMPLICIT_GEMM = HERE / "implicit_gemm.cu"
+IMPLICIT_GEMM_SM90 = HERE / "implicit_gemm_sm90.cu"  # warp-specialized (mma="wgmma_ws")
 DEPTHWISE = HERE / "depthwise.cu"
 ELEMENT_DTYPES = ("float16", "bfloat16")
 
@@ -107,7 +108,13 @@ GEMM_TILES = {
     "128x32w4": (128, 32, 4, 1, 1), "128x64w4s2": (128, 64, 2, 2, 2), "128x32w4s2": (128, 32, 4, 1, 2),
     "64x64w4s2": (64, 64, 2, 2, 2), "64x64w4s4": (64, 64, 2, 2, 4), "64x256w4": (64, 256, 1, 4, 1),
     "128x64w8": (128, 64, 4, 2, 1), "128x128w8s2": (128, 128, 2, 4, 2), "64x128w4s2": (64, 128, 2, 2, 2),
+    "256x128w8": (256, 128, 2, 4, 1),
 }
+# The warp-specialized Hopper kernel (implicit_gemm_sm90.cu): a load warpgroup feeding two MMA warpgroups through a
+# ring of up to WS_MAX_STAGES stages; its tiles are the 8-warp wgmma tiles without split groups.
+WS_LOAD_THREADS = 128
+WS_RING_OFFSET = 1024  # the ring's mbarriers, before the 1024-byte-aligned stages
+WS_MAX_STAGES = 6
 # The wgmma main loop is the default on sm_90a since its GPU tests passed and it timed faster (NOTES.md); for FP8 it is
 # the only way to Hopper's FP8 rate (ptxas lowers mma.sync e4m3 to fp16 HMMA there).
 FP8_WGMMA_BY_DEFAULT = True
@@ -167,8 +174,12 @@ def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, b
     ``*_WGMMA_BY_DEFAULT`` switch); ``cluster``: CTAs splitting the reduction (sm_90+); ``taps_inner``: the
     taps-inner reduction order with A through L1 (needs C/G % BLOCK_K == 0 and a filter larger than 1x1);
     ``x_e4m3``: X already e4m3 in global memory (FP8, C/G % 16 == 0: A moves as bytes, no quantize pass)."""
-    if mma not in (None, "wgmma", "mma.sync"):
-        raise ValueError(f"mma={mma!r}: give 'wgmma' or 'mma.sync'")
+    if mma not in (None, "wgmma", "wgmma_ws", "mma.sync"):
+        raise ValueError(f"mma={mma!r}: give 'wgmma', 'wgmma_ws' (warp-specialized) or 'mma.sync'")
+    warp_specialized = mma == "wgmma_ws"
+    if warp_specialized and (fp8 or arch not in WGMMA_ARCHES or cg % 8):
+        raise ValueError(f"mma='wgmma_ws' runs float16/bfloat16 with C/G % 8 == 0 on sm_90a; got "
+                         f"{'FP8' if fp8 else 'C/G = ' + str(cg)} on {arch}")
     default_tile, default_block_k = default_gemm_tile(cg, kg, taps)
     # 16-byte loads: 8 channels of X; FP8 also 16 e4m3 of W per copy, so W's rows (taps * C/G bytes) must keep
     # 16-byte alignment
@@ -176,7 +187,8 @@ def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, b
     if fp8 and in_vec == 1:  # the FP8 gather holds 64 elements of A per thread at BLOCK_M 128: halve the rows
         default_tile = "64x64w4" + ("s2" if default_tile.endswith("s2") else "")
     by_default = FP8_WGMMA_BY_DEFAULT if fp8 else FP16_WGMMA_BY_DEFAULT
-    wants_wgmma = (mma == "wgmma" or (mma is None and by_default)) and arch in WGMMA_ARCHES and in_vec == 8
+    wants_wgmma = (mma in ("wgmma", "wgmma_ws") or (mma is None and by_default)) and arch in WGMMA_ARCHES \
+        and in_vec == 8
     choice = default_wgmma_tile(cg, kg, taps) if wants_wgmma and tile is None else None
     if choice:
         (default_tile, default_cluster), default_block_k = choice, None
@@ -188,6 +200,8 @@ def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, b
         raise ValueError(f"unknown implicit-GEMM tile {name!r}; pick one of {', '.join(GEMM_TILES)}")
     block_m, block_n, warps_m, warps_n, split = GEMM_TILES[name]
     wgmma = wants_wgmma and wgmma_fits(name)
+    if warp_specialized and not (wgmma and warps_m * warps_n == 8 and split == 1):
+        raise ValueError(f"mma='wgmma_ws' takes the 8-warp wgmma tiles without split groups; {name} is not one")
     if fp8:  # e4m3 X over >= 256 channels: 128-byte rows (wgmma sweep, NOTES.md)
         block_k = block_k or (128 if x_e4m3 and cg % 128 == 0 and cg >= 256 else 64)
     else:
@@ -204,6 +218,8 @@ def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, b
     k_tiles = -(-taps * cg // block_k)
     k_tiles = -(-k_tiles // (split * cluster))  # reduction tiles per warp group
     depth = max(min_stages, min(stages or (4 if fp8 or block_k == 32 or wgmma else 3), k_tiles + wgmma))
+    if warp_specialized:  # the deepest ring that fits (cut below), no deeper than the CTA's tiles need
+        depth = max(min_stages, min(stages or WS_MAX_STAGES, k_tiles + 1))
     config = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, WARPS_M=warps_m, WARPS_N=warps_n,
                   SPLIT_K=split, STAGES=depth, IN_VEC=in_vec, OUT_VEC=_largest_vector(kg))
     if fp8:
@@ -212,6 +228,8 @@ def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, b
         config["X_E4M3"] = 1
     if wgmma:
         config["WGMMA"] = 1
+    if warp_specialized:
+        config["WARP_SPECIALIZED"] = 1
     if cluster > 1:
         config["CLUSTER_K"] = cluster
     if taps_inner:
@@ -242,7 +260,8 @@ def gemm_shared_bytes(tile: dict) -> int:
     stages = tile["SPLIT_K"] * group
     partial_tiles = max(tile["SPLIT_K"] - 1, int(tile.get("CLUSTER_K", 1) > 1))
     partials = partial_tiles * tile["BLOCK_M"] * tile["BLOCK_N"] * 4
-    return max(stages, partials, tile["BLOCK_M"] * (tile["BLOCK_N"] + 8) * 2)
+    ring_offset = WS_RING_OFFSET if tile.get("WARP_SPECIALIZED") else 0
+    return ring_offset + max(stages, partials, tile["BLOCK_M"] * (tile["BLOCK_N"] + 8) * 2)
 
 
 def depthwise_tile(c: int, k: int) -> dict:
@@ -361,10 +380,13 @@ def plan_conv(input_shapes, input_dtypes, attrs, arch: str, *, formats=None, til
                           block=(256, 1, 1), shared_mem=0, scalars=scalars)
     config = gemm_tile(geo["Cg"], geo["Kg"], geo["KH"] * geo["KW"], arch, tile, block_k, stages, fp8, mma, cluster,
                        taps_inner, x_e4m3)
-    return LaunchPlan(source=IMPLICIT_GEMM, kernel="fused_conv_implicit_gemm",
+    ws = bool(config.get("WARP_SPECIALIZED"))
+    return LaunchPlan(source=IMPLICIT_GEMM_SM90 if ws else IMPLICIT_GEMM,
+                      kernel="fused_conv_implicit_gemm_sm90" if ws else "fused_conv_implicit_gemm",
                       defines={**defines, "GROUPS": geo["G"], **config},
                       grid=((pixels + config["BLOCK_M"] - 1) // config["BLOCK_M"],
                             (geo["Kg"] + config["BLOCK_N"] - 1) // config["BLOCK_N"],
                             geo["G"] * config.get("CLUSTER_K", 1)),
-                      block=(config["WARPS_M"] * config["WARPS_N"] * config["SPLIT_K"] * 32, 1, 1),
+                      block=(config["WARPS_M"] * config["WARPS_N"] * config["SPLIT_K"] * 32
+                             + WS_LOAD_THREADS * ws, 1, 1),
                       shared_mem=gemm_shared_bytes(config), scalars=scalars)

@@ -1,0 +1,42 @@
+// The shared-memory ring between the load warpgroup and the two MMA warpgroups of the warp-specialized Hopper
+// implicit GEMM (implicit_gemm_sm90.cu): STAGES stages of one reduction tile each (A rows then W rows, the swizzled
+// layout of implicit_gemm_config.cuh), each with a "full" mbarrier (every loader thread's arrival: its copies into
+// the stage have landed and are visible to wgmma) and an "empty" one (every MMA warp's arrival: its wgmmas no longer
+// read the stage). Tile i sits in stage i % STAGES, round i / STAGES; a waiter names the round's phase by its parity.
+#pragma once
+#include "common/mbarrier.cuh"
+#include "implicit_gemm_config.cuh"
+
+constexpr int kLoadThreads = 128;                    // the load warpgroup (warps 0-3)
+constexpr int kMmaThreads = kGroupThreads;           // the MMA warpgroups (WARPS_M x WARPS_N warps from warp 4 on)
+constexpr int kMmaWarps = kMmaThreads / 32;
+constexpr int kBlockThreads = kLoadThreads + kMmaThreads;
+constexpr int kRingOffset = 1024;                    // barriers in the first 1 KB; stages on 1024-byte boundaries
+static_assert(kMmaThreads == 256 && SPLIT_K == 1, "two MMA warpgroups, one reduction group");
+static_assert(2 * STAGES * 8 <= kRingOffset && kStageBytes % 1024 == 0, "ring layout");
+
+struct TileRing {
+  uint32_t base;  // shared address of 2 * STAGES 8-byte mbarriers: full[s], then empty[s]
+
+  __device__ __forceinline__ uint32_t full(int s) const { return base + 8 * s; }
+  __device__ __forceinline__ uint32_t empty(int s) const { return base + 8 * (STAGES + s); }
+
+  // One thread initializes; the block syncs before anyone uses the barriers.
+  __device__ __forceinline__ void init() const {
+    for (int s = 0; s < STAGES; ++s) {
+      mbarrier_init(full(s), kLoadThreads);
+      mbarrier_init(empty(s), kMmaWarps);
+    }
+  }
+  static __device__ __forceinline__ int stage(int tile) { return tile % STAGES; }
+  static __device__ __forceinline__ uint32_t parity(int tile) { return (tile / STAGES) & 1; }
+
+  // Loader: wait until the stage of `tile` is free (the first round passes at once).
+  __device__ __forceinline__ void acquire(int tile) const { mbarrier_wait(empty(stage(tile)), parity(tile) ^ 1); }
+  // Loader thread: its copies of `tile` have landed and are fenced for wgmma.
+  __device__ __forceinline__ void publish(int tile) const { mbarrier_arrive(full(stage(tile))); }
+  // MMA threads: wait until `tile` has landed.
+  __device__ __forceinline__ void wait(int tile) const { mbarrier_wait(full(stage(tile)), parity(tile)); }
+  // One lane per MMA warp: the warp's wgmmas on `tile` have finished.
+  __device__ __forceinline__ void release(int tile) const { mbarrier_arrive(empty(stage(tile))); }
+};

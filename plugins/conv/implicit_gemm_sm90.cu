@@ -1,0 +1,81 @@
+// FusedConv as a warp-specialized implicit GEMM for Hopper (sm_90a): the GEMM view, tile layout, loads, MMAs, cluster
+// split and epilogue of implicit_gemm.cu, with the loads taken off the MMA warps. One thread block computes one
+// BLOCK_M x BLOCK_N output tile with three warpgroups:
+// - warpgroup 0 loads (implicit_gemm_load_sm90.cuh): im2col rows of X and rows of W by cp.async into a STAGES-deep
+//   ring of swizzled stages, handed over through mbarriers (implicit_gemm_pipeline_sm90.cuh); it gives most of its
+//   registers away (setmaxnreg);
+// - warpgroups 1 and 2 multiply (implicit_gemm_mainloop_sm90.cuh, mma_ring_tiles), BLOCK_M / 2 rows each, with
+//   wgmma straight from the stages, one tile's MMAs in flight while the next is waited for;
+// then CLUSTER_K > 1 sums the cluster's partial tiles through DSMEM (implicit_gemm_reduction.cuh) and the MMA
+// warpgroups run the shared output pass (implicit_gemm_store.cuh: scale, shift, activation, residual,
+// post-activation). Arguments, defines and the launch grid are implicit_gemm.cu's (WGMMA = 1, WARP_SPECIALIZED = 1,
+// 8 MMA warps as WARPS_M x WARPS_N, SPLIT_K 1, 16-byte loads, float16/bfloat16); the block has 384 threads.
+#include "epilogue.cuh"
+#include "implicit_gemm_config.cuh"
+#include "implicit_gemm_load_sm90.cuh"
+#include "implicit_gemm_mainloop_sm90.cuh"
+#include "implicit_gemm_reduction.cuh"
+#include "implicit_gemm_store.cuh"
+#include "common/named_barrier.cuh"
+#include "common/warpgroup.cuh"
+
+static_assert(WARP_SPECIALIZED && WGMMA && IN_VEC == 8 && !FP8, "the warp-specialized kernel: wgmma, 16-byte loads, "
+              "float16/bfloat16");
+// 88 * 128 + 208 * 256 = 64512 of the SM's 65536 registers: the loader keeps each of its rows' im2col origin and W
+// offset in registers (16 A + 8 W rows at BLOCK_M 256 spilled at 56), the MMA warps 128 accumulators at most.
+constexpr int kLoadRegisters = 120;
+constexpr int kMmaRegisters = 192;
+constexpr int kMmaBarrier = 1;  // named barrier of the MMA warpgroups (0 is __syncthreads')
+
+extern "C" __global__ void __launch_bounds__(kBlockThreads, 1) CLUSTER_ATTRIBUTE
+fused_conv_implicit_gemm_sm90(const x_t* __restrict__ x, const op_t* __restrict__ w SHIFT_PARAM SCALE_PARAM
+                              RESIDUAL_PARAM, int N, int H, int W, int C, int K, int P, int Q, int pad_h, int pad_w,
+                              int x_stride, out_t* __restrict__ y) {
+  extern __shared__ __align__(1024) unsigned char smem_raw[];  // wgmma's swizzle atoms: 512/1024-byte aligned
+  unsigned char* stages = smem_raw + kRingOffset;  // the ring; after the main loop the partial / staged output tile
+  const TileRing ring{smem_addr(smem_raw)};
+
+  const int Cg = C / GROUPS, Kg = K / GROUPS;
+  const int M = N * P * Q, Kgemm = KH * KW * Cg;
+  const int m0 = blockIdx.x * BLOCK_M, n0 = blockIdx.y * BLOCK_N;
+  const int g = blockIdx.z / CLUSTER_K, rank = blockIdx.z % CLUSTER_K;  // conv group; CTA rank in the cluster
+  // This CTA's contiguous slice of the reduction tiles.
+  const int tiles = (Kgemm + BLOCK_K - 1) / BLOCK_K;
+  const int t_begin = rank * tiles / CLUSTER_K, k_tiles = (rank + 1) * tiles / CLUSTER_K - t_begin;
+
+  if (threadIdx.x == 0) ring.init();
+  __syncthreads();
+
+  // Each role is one branch (setmaxnreg: the load warpgroup never runs code that holds the accumulators).
+  if (threadIdx.x < kLoadThreads) {
+    warpgroup_registers_decrease<kLoadRegisters>();
+    const FastDivmod pq_div(P * Q), q_div(Q), cg_div(Cg);
+    RingLoader loader(threadIdx.x, m0, n0, g, M, Kg, Kgemm, H, W, x_stride, Cg, pad_h, pad_w, pq_div, q_div);
+    load_tiles(ring, stages, loader, k_tiles, [&](int i) { return tile_k0(t_begin + i, Cg); }, x, w, H, W, x_stride,
+               Cg, Kgemm, cg_div);
+    join_cluster_sum();
+  } else {
+    warpgroup_registers_increase<kMmaRegisters>();
+    const int mma_tid = threadIdx.x - kLoadThreads, lane = threadIdx.x & 31;
+    float acc[kMI][kNI][4];
+#pragma unroll
+    for (int mi = 0; mi < kMI; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < kNI; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.f;
+    mma_ring_tiles(acc, ring, stages, k_tiles, mma_tid / 128, lane);
+    // Both warpgroups' MMAs have finished reading the ring before it holds partial or output tiles.
+    named_barrier_sync<kMmaThreads>(kMmaBarrier);
+    if (!sum_cluster_partials(acc, stages, rank, true, mma_tid)) return;  // ranks > 0 are done
+
+    // Epilogue: scale, shift, activation on the accumulators, staged through shared memory so that the residual
+    // read and the output store are OUT_VEC wide.
+    elem_t* tile = reinterpret_cast<elem_t*>(stages);
+    const int warp = mma_tid >> 5, channel0 = g * Kg + n0;
+    const int row_base = (warp >> 2) * kWgRows + (warp & 3) * 16;  // this warp's accumulator rows
+    stage_accumulators(acc, tile, row_base, 0, lane, n0, Kg, channel0, ChannelAffine{SCALE_ARG, SHIFT_ARG});
+    named_barrier_sync<kMmaThreads>(kMmaBarrier);
+    store_staged_tile<kMmaThreads>(tile, mma_tid, m0, n0, M, Kg, K, channel0, RESIDUAL_ARG, y);
+  }
+}

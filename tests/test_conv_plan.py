@@ -183,7 +183,11 @@ def test_float_literal_is_exact_and_handles_infinity():
      "multiple of 16"),
     (dict(shapes=[(1, 16, 8, 8), (8, 3, 3, 16), None, None, (1, 8, 6, 6)],
           dtypes=["float8_e4m3fn", "float8_e4m3fn", None, None, "float8_e4m3fn"], attrs=dict(input_scale=0.5)),
-     "output's dtype float16"),
+     "computed in, float16"),
+    (dict(attrs=dict(output_scale=-0.5)), "output_scale must be a positive"),
+    (dict(attrs=dict(output_scale=0.5), arch="sm_80"), "sm_89 or newer"),
+    (dict(shapes=[(1, 8, 8, 8), (8, 3, 3, 8), None, None, (1, 8, 6, 6)],  # an FP8 producer adds a 16-bit residual
+          dtypes=["float16", "float16", None, None, "float8_e4m3fn"], attrs=dict(output_scale=0.5)), "computed in"),
     (dict(dtypes=["float16", "float8_e4m3fn", None, None, None], attrs=dict(input_scale=-1.0)), "positive"),
     (dict(dtypes=["float16", "float8_e4m3fn", None, None, None], attrs=dict(input_scale=0.5), arch="sm_80"),
      "sm_89"),

@@ -252,12 +252,16 @@ def test_bfloat16_builds(line, stem):
 
 @pytest.mark.parametrize("path", FP8_MODELS, ids=lambda p: p.stem)
 def test_fp8_conv_builds_with_quantized_weights(line, path):
-    """FP8 FusedConv as ``fuse(precision="fp8")`` writes it (e4m3 W, X quantized in the kernel) writes float16 (B1)
-    and gets its FP8 weights from a QuantizeLinear (N1); an opset-17 export is declared opset 19 for that."""
+    """FP8 FusedConv as ``fuse(precision="fp8")`` writes it (e4m3 W, X quantized in the kernel) writes float16 (B1),
+    or e4m3 in HWC16 where it produces an FP8 chain's X (``output_scale``), and gets its FP8 weights from a
+    QuantizeLinear (N1); an opset-17 export is declared opset 19 for that."""
     model, precision = model_and_precision("fp8", path)
     result = simulate(*line, model, precision)
     fp8 = [launch for launch in result.launches if launch.input_dtypes[1] == "float8_e4m3fn"]
-    assert fp8 and all(launch.types[-1] == "HALF" for launch in fp8)
+    assert fp8 and all(launch.types[-1] == ("FP8" if launch.attrs["output_scale"] else "HALF") for launch in fp8)
+    producers = [launch for launch in result.launches if launch.attrs["output_scale"]]
+    assert producers or path.stem == "resnet_bn_modelopt_fp8"  # its Convs' outputs all reach a residual Add
+    assert all(launch.formats[-1] == "HWC16" for launch in producers)
     check_launches(result, {"FusedConv"})
     assert any("QuantizeLinear" in note for note in result.notes)
     opset = next(o.version for o in model.opset_import if o.domain == "")

@@ -19,7 +19,7 @@ from trt_fusedattn.qdq import unabsorbed_quantizers
 from trt_fusedattn.report import Report
 from trt_fusedattn.rewrites import FAMILIES, run_all
 from trt_fusedattn.rewrites._folding import constants_to_initializers
-from trt_fusedattn.rewrites.conv import qdq
+from trt_fusedattn.rewrites.conv import fp8_chain, qdq
 
 # Default-domain opsets the rewrites read: from 13 (Softmax over one axis, Split/Squeeze/Unsqueeze axes as
 # inputs) to the newest this onnx package knows.
@@ -68,7 +68,7 @@ def check_target(target: str | None) -> None:
 
 def fuse(model_or_path, only=None, *, consume: bool = False, precision: str | None = None,
          calibration: str | int = DEFAULT_SOURCE, calib_method: Method | str = "max", dims=None,
-         quiet: bool = True, target: str | None = None) -> tuple[onnx.ModelProto, Report]:
+         quiet: bool = True, target: str | None = None, fp8_chains: bool = True) -> tuple[onnx.ModelProto, Report]:
     """Rewrite every attention and convolution site of a model (ModelProto or path) into our custom ops.
 
     ``only``: family names to run (default all of ``FAMILIES``). ``consume=True`` lets the pass change the
@@ -77,9 +77,11 @@ def fuse(model_or_path, only=None, *, consume: bool = False, precision: str | No
     an .npz path or ``random:N``; ``calib_method``: see ``calibration.parse_method``; ``dims`` sizes random
     inputs; progress on stderr unless ``quiet``). Convs of a Q/DQ-quantized model are FP8 whatever the
     precision. ``target`` (a GPU arch, e.g. "sm_90a"): convs that TensorRT's own fused conv runs faster on that
-    arch are left unfused (plugins/conv/tensorrt_choice); None fuses every conv the op can express. Returns the
-    fused model and the report of every site found; a model with nothing to fuse comes back unchanged but for
-    shape info."""
+    arch are left unfused (plugins/conv/tensorrt_choice); None fuses every conv the op can express.
+    ``fp8_chains``: a FusedConv whose output only FP8 FusedConvs read writes it in e4m3 for them
+    (``rewrites.conv.fp8_chain``); False keeps every FusedConv output in the original's tensors and dtypes (each
+    node then checkable against the original alone). Returns the fused model and the report of every site found;
+    a model with nothing to fuse comes back unchanged but for shape info."""
     check_families(only)
     if isinstance(model_or_path, onnx.ModelProto):
         where = "<in memory>"
@@ -105,6 +107,8 @@ def fuse(model_or_path, only=None, *, consume: bool = False, precision: str | No
             "(FusedAttention has no FP8 contract yet: attention with quantized MatMuls is not matched)")
     if original is not None:
         report.notes.extend(calibrate(original, fused, sites, calibration, method, dims, quiet))
+    if fp8_chains and (only is None or "conv" in only):  # FP8 convs from calibration or Q/DQ
+        report.notes.extend(fp8_chain.chain_fp8(fused, sites))
     return fused, report
 
 

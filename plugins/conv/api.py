@@ -9,6 +9,9 @@ Launches exactly the PTX and plan a TensorRT FusedConv node runs (``plan.plan_co
     w_scale = w.float().abs().amax(dim=(1, 2, 3)) / 448
     w8 = (w.float() / w_scale[:, None, None, None]).to(torch.float8_e4m3fn)          # keeps channels-last
     y = trt_fusedattn.conv2d(x, w8, bias, scale=w_scale, input_scale=x_amax / 448, padding=1, activation="relu")
+    # an FP8 chain: y8 = e4m3(y / y_scale) (float8_e4m3fn), read by the next FP8 layer with input_scale=y_scale
+    y8 = trt_fusedattn.conv2d(x, w8, bias, scale=w_scale, input_scale=x_amax / 448, output_scale=y_scale, padding=1)
+    z = trt_fusedattn.conv2d(y8, w8_next, scale=w_next_scale, input_scale=y_scale, padding=1)
 """
 from __future__ import annotations
 
@@ -51,15 +54,18 @@ def _channels_first_view(array):
 def conv2d(x, w, bias=None, *, scale=None, stride=1, padding=0, dilation=1, groups: int = 1,
            activation: str = "none", activation_alpha: float = 0.0, activation_beta: float = 0.0,
            residual=None, post_activation: str = "none", post_activation_alpha: float = 0.0,
-           post_activation_beta: float = 0.0, input_scale: float = 0.0, out=None, stream=None):
+           post_activation_beta: float = 0.0, input_scale: float = 0.0, output_scale: float = 0.0, out=None,
+           stream=None):
     """``post_act(act(conv(x, w) * scale + bias) + residual)`` in one kernel (the FusedConv contract).
 
     x [N, C, H, W] and w [K, C/groups, kH, kW] are float16/bfloat16 and channels-last in memory (NHWC, OHWI);
     FP8 (sm_89+): w float8_e4m3fn and ``input_scale`` > 0, x is quantized as e4m3(x / input_scale) and the
     accumulator multiplied by ``input_scale * scale`` (scale: the per-output-channel weight scale); x may also be
     float8_e4m3fn already (e4m3(x / input_scale), as an FP8 producer writes it; C/groups % 16 == 0), and the
-    output is then float16.
-    bias and scale float32 [K]; residual [N, K, P, Q] channels-last like the output. ``padding`` is an int, a
+    output is then float16. ``output_scale`` > 0 (sm_89+): the output is float8_e4m3fn, e4m3(y / output_scale), what
+    the next FP8 layer reads as x with input_scale = output_scale.
+    bias and scale float32 [K]; residual [N, K, P, Q] channels-last like the output, in x's dtype (float16 for
+    float8_e4m3fn x). ``padding`` is an int, a
     pair, or ONNX's (top, left, bottom, right). Returns ``out`` (or a new array of x's library), [N, K, P, Q]
     channels-last, written asynchronously on ``stream`` (default: the current stream of x's library)."""
     names = ("x", "w", "bias", "scale", "residual")
@@ -77,7 +83,7 @@ def conv2d(x, w, bias=None, *, scale=None, stride=1, padding=0, dilation=1, grou
         strides=_pair(stride, "stride"), pads=pads, dilations=_pair(dilation, "dilation"), group=groups,
         activation=activation, activation_alpha=activation_alpha, activation_beta=activation_beta,
         post_activation=post_activation, post_activation_alpha=post_activation_alpha,
-        post_activation_beta=post_activation_beta, input_scale=float(input_scale)))
+        post_activation_beta=post_activation_beta, input_scale=float(input_scale), output_scale=float(output_scale)))
     k, cg, kh, kw = wa.shape
     shapes = [xa.shape, (k, kh, kw, cg), None if shift is None else shift.shape, None if sc is None else sc.shape,
               None if res is None else res.shape]
@@ -89,7 +95,7 @@ def conv2d(x, w, bias=None, *, scale=None, stride=1, padding=0, dilation=1, grou
         _require_channels_last(res, "residual")
         if tuple(res.shape) != out_shape:
             raise ArrayError(f"residual has shape {res.shape}; the output is {out_shape}")
-    y_dtype = output_dtype_conv([xa.dtype])
+    y_dtype = output_dtype_conv([xa.dtype], attrs)
     if out is None:
         y = empty_like_kind(xa, (n, p, q, k), y_dtype, "out")
         result = _channels_first_view(y)

@@ -9,8 +9,11 @@ input-channel-last, [K, kH, kW, C/G] ("OHWI", what a channels-last implicit GEMM
     acc[n, k, p, q] = sum over c in k's group, r, s of X'[n, c, p*sh + r*dh - pad_h, q*sw + s*dw - pad_w] * W[k, r, s, c]
                       (out-of-range X reads are 0)
     y = act(acc * scale[k] + shift[k])             scale defaults to 1, shift to 0 (bias, folded BatchNorm, FP8 dequant)
-    y = post_act(y + residual)                     only when a residual is given
-    Y = y in X's dtype (float16 when X is float8e4m3fn), accumulated in float32 or better
+    y = post_act(y + residual)                     only when a residual is given (residual in y's dtype, below)
+    Y = y in X's dtype (float16 when X is float8e4m3fn), accumulated in float32 or better, when output_scale == 0
+    Y = e4m3(y / output_scale)                     otherwise: float8e4m3fn, saturating round-to-nearest-even (an
+                                                   FP8 producer: its FP8 consumers read Y as X with input_scale =
+                                                   output_scale, with no separate quantize pass)
 
 Activations (``activation`` and ``post_activation``; alpha/beta as in the ONNX op of the same meaning):
 none, relu, clip (alpha = min, beta = max), leaky_relu (alpha), sigmoid, silu (x * sigmoid(x)),
@@ -24,6 +27,7 @@ import math
 import numpy as np
 
 from trt_fusedattn.contract import AttrSpec, OpContract, TensorSpec
+from trt_fusedattn.fp8 import quantize_e4m3, to_e4m3
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
@@ -45,14 +49,6 @@ ACTIVATIONS = {
     "gelu_tanh": lambda x, a, b: 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3))),
     "tanh": lambda x, a, b: np.tanh(x),
 }
-
-
-def quantize_e4m3(x: np.ndarray, scale: float) -> np.ndarray:
-    """``scale * e4m3(x / scale)`` in float64: what an FP8 FusedConv sees of its input."""
-    import ml_dtypes
-
-    q = np.clip(np.asarray(x, np.float64) / scale, -448.0, 448.0).astype(ml_dtypes.float8_e4m3fn)
-    return q.astype(np.float64) * scale
 
 
 def conv_reference(x, w, *, strides, pads, dilations, group) -> np.ndarray:
@@ -80,7 +76,7 @@ def conv_reference(x, w, *, strides, pads, dilations, group) -> np.ndarray:
 def fused_conv_reference(x, w, shift=None, scale=None, residual=None, *, strides=(), pads=(), dilations=(),
                          group=1, activation="none", activation_alpha=0.0, activation_beta=0.0,
                          post_activation="none", post_activation_alpha=0.0, post_activation_beta=0.0,
-                         input_scale=0.0):
+                         input_scale=0.0, output_scale=0.0):
     """The contract in numpy, computed in float64 and returned in Y's dtype."""
     import ml_dtypes
     x = np.asarray(x)
@@ -98,6 +94,8 @@ def fused_conv_reference(x, w, shift=None, scale=None, residual=None, *, strides
     if residual is not None:
         y = ACTIVATIONS[post_activation](y + np.asarray(residual, np.float64), post_activation_alpha,
                                          post_activation_beta)
+    if output_scale:
+        return to_e4m3(y, output_scale)
     return y.astype(np.float16 if x_e4m3 else x.dtype)
 
 
@@ -112,9 +110,11 @@ FUSED_CONV = OpContract(
         TensorSpec("shift", "float32 [K], added per output channel (bias, BatchNorm shift)", optional=True),
         TensorSpec("scale", "float32 [K], multiplied per output channel before shift (FP8 weight scale)",
                    optional=True),
-        TensorSpec("residual", "added after the activation; shape and dtype of the output", optional=True),
+        TensorSpec("residual", "added after the activation; shape of the output, dtype of X (float16 for "
+                               "float8e4m3fn X)", optional=True),
     ),
-    outputs=(TensorSpec("Y", "[N, K, P, Q] or [N, K, Q], dtype of X (float16 for float8e4m3fn X)"),),
+    outputs=(TensorSpec("Y", "[N, K, P, Q] or [N, K, Q], dtype of X (float16 for float8e4m3fn X); float8e4m3fn "
+                             "with output_scale"),),
     attributes=(
         AttrSpec("strides", "ints", (), "per spatial axis; empty means 1"),
         AttrSpec("pads", "ints", (), "begin pads then end pads per spatial axis, as ONNX Conv; empty means 0"),
@@ -127,6 +127,8 @@ FUSED_CONV = OpContract(
         AttrSpec("post_activation_alpha", "float", 0.0, "first parameter of post_activation"),
         AttrSpec("post_activation_beta", "float", 0.0, "second parameter of post_activation"),
         AttrSpec("input_scale", "float", 0.0, "FP8 per-tensor scale of X; 0 means X is not quantized"),
+        AttrSpec("output_scale", "float", 0.0, "FP8 per-tensor scale of Y (Y = e4m3(y / output_scale), for FP8 "
+                 "consumers); 0 means Y is not quantized"),
     ),
     reference=fused_conv_reference,
 )

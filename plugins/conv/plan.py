@@ -279,11 +279,12 @@ def output_shape_conv(input_shapes, attrs) -> tuple:
 
 
 def check_formats(formats, dtypes, geo: dict) -> int:
-    """TensorRT's formats (X, W, shift, scale, residual, Y; with X's and Y's dtypes) -> X's pixel stride. The
-    kernels read NHWC: ``HWC8`` (16-bit) and ``HWC16`` (e4m3) are NHWC with channels padded to a multiple of 8 /
-    16, which the kernels skip for X (its pixel stride is a scalar argument) but not for the residual and Y."""
-    x_dtype, y_dtype = dtypes
-    tensors = (("X", formats[0], geo["C"], x_dtype), ("residual", formats[4], geo["K"], y_dtype),
+    """TensorRT's formats (X, W, shift, scale, residual, Y; with the dtypes of X, residual and Y) -> X's pixel
+    stride. The kernels read NHWC: ``HWC8`` (16-bit) and ``HWC16`` (e4m3) are NHWC with channels padded to a
+    multiple of 8 / 16, which the kernels skip for X (its pixel stride is a scalar argument) but not for the
+    residual and Y (an FP8 producer's e4m3 Y in HWC16: K % 16 == 0)."""
+    x_dtype, residual_dtype, y_dtype = dtypes
+    tensors = (("X", formats[0], geo["C"], x_dtype), ("residual", formats[4], geo["K"], residual_dtype),
                ("Y", formats[5], geo["K"], y_dtype))
     for name, fmt, channels, dtype in tensors:
         if fmt is None:
@@ -315,9 +316,23 @@ def check_fp8(x_dtype, w_dtype, input_scale: float, arch: str) -> None:
                          "run the layer in float16/bfloat16 (input_scale 0)")
 
 
-def output_dtype_conv(input_dtypes, attrs=None) -> str:
-    """Y's dtype: X's, float16 when X is float8_e4m3fn (the contract)."""
+def float_dtype_conv(input_dtypes) -> str:
+    """The dtype the epilogue computes y in and reads the residual in: X's, float16 when X is float8_e4m3fn."""
     return "float16" if input_dtypes[0] == "float8_e4m3fn" else input_dtypes[0]
+
+
+def output_dtype_conv(input_dtypes, attrs=None) -> str:
+    """Y's dtype (the contract): float8_e4m3fn with ``output_scale``, else the epilogue's (``float_dtype_conv``)."""
+    return "float8_e4m3fn" if attrs and attrs.get("output_scale") else float_dtype_conv(input_dtypes)
+
+
+def check_output_scale(output_scale: float, arch: str) -> None:
+    """An FP8 output (``output_scale`` != 0): a positive finite scale, and e4m3 conversion in hardware."""
+    if not (math.isfinite(output_scale) and output_scale > 0):
+        raise ValueError(f"output_scale must be a positive finite number (0 writes Y unquantized); got {output_scale}")
+    if arch_number(arch) < 89:
+        raise ValueError(f"FusedConv with output_scale writes e4m3 for FP8 consumers (sm_89 or newer); {arch} has "
+                         "none: set output_scale 0")
 
 
 def plan_conv(input_shapes, input_dtypes, attrs, arch: str, *, formats=None, tile: str | None = None,
@@ -344,16 +359,20 @@ def plan_conv(input_shapes, input_dtypes, attrs, arch: str, *, formats=None, til
     for name, shape, dtype in (("shift", shift_shape, input_dtypes[2:3]), ("scale", scale_shape, input_dtypes[3:4])):
         if shape is not None and (list(dtype) != ["float32"] or len(shape) != 1):
             raise ValueError(f"{name} must be float32 [K]; got {dtype[0] if dtype else None} {tuple(shape)}")
-    y_dtype = output_dtype_conv(input_dtypes)
-    if residual_shape is not None and input_dtypes[4] != y_dtype:
-        raise ValueError(f"residual must have the output's dtype {y_dtype}; got {input_dtypes[4]}")
+    output_scale = float(attrs.get("output_scale", 0.0))
+    if output_scale:
+        check_output_scale(output_scale, arch)
+    float_dtype, y_dtype = float_dtype_conv(input_dtypes), output_dtype_conv(input_dtypes, attrs)
+    if residual_shape is not None and input_dtypes[4] != float_dtype:
+        raise ValueError(f"residual must have the dtype the output is computed in, {float_dtype}; got "
+                         f"{input_dtypes[4]}")
     geo = conv_geometry(x_shape, w_shape, attrs)
-    x_stride = geo["C"] if formats is None else check_formats(formats, (x_dtype, y_dtype), geo)
+    x_stride = geo["C"] if formats is None else check_formats(formats, (x_dtype, float_dtype, y_dtype), geo)
     for name, shape in (("shift", shift_shape), ("scale", scale_shape)):
         if shape is not None and isinstance(shape[0], int) and shape[0] != geo["K"]:
             raise ValueError(f"{name} has {shape[0]} entries; W has K={geo['K']} output channels")
 
-    defines = {"DTYPE_BF16": int(y_dtype == "bfloat16"), "KH": geo["KH"], "KW": geo["KW"],
+    defines = {"DTYPE_BF16": int(float_dtype == "bfloat16"), "KH": geo["KH"], "KW": geo["KW"],
                "STRIDE_H": geo["strides"][0], "STRIDE_W": geo["strides"][1],
                "DIL_H": geo["dilations"][0], "DIL_W": geo["dilations"][1],
                **epilogue_defines(attrs, shift_shape is not None, scale_shape is not None,
@@ -365,6 +384,8 @@ def plan_conv(input_shapes, input_dtypes, attrs, arch: str, *, formats=None, til
     if fp8:
         defines.update(FP8=1, INPUT_SCALE=float_literal(input_scale),
                        INPUT_SCALE_INV=float_literal(1.0 / input_scale))
+    if output_scale:
+        defines.update(OUTPUT_E4M3=1, OUTPUT_SCALE_INV=float_literal(1.0 / output_scale))
     if x_e4m3 and geo["Cg"] % 16:
         raise ValueError(f"float8_e4m3fn X moves 16 channels per load: C/G = {geo['Cg']} is not a multiple of 16 "
                          "(give X in float16/bfloat16 for this layer)")

@@ -62,6 +62,7 @@ WGMMA_SWEEP = [(label, dict(mma="wgmma", tile=label.split()[0], **kw)) for label
 WS_SWEEP = [(f"ws {label}", dict(mma="wgmma_ws", tile=label.split()[0], **kw)) for label, kw in [
     ("128x128w8", {}), ("128x256w8", {}), ("256x128w8", {}), ("128x64w8", {}), ("128x128w8 c2", dict(cluster=2)),
     ("128x128w8 c4", dict(cluster=4)), ("128x256w8 c2", dict(cluster=2)), ("256x128w8 c2", dict(cluster=2))]]
+WS_SWEEP.append(("wg 128x128w8 c4", dict(mma="wgmma", tile="128x128w8", cluster=4)))  # the unspecialized loop, split
 SWEEPS = {"mma.sync": MMA_SYNC_SWEEP, "wgmma": WGMMA_SWEEP, "wgmma_ws": WS_SWEEP}
 BATCHES = (1, 8, 32)
 QUICK_BATCHES = {"ResNet-50": (8, 32), "MobileNetV2": (32,)}  # --quick: the lead's one run in under 4 minutes

@@ -133,14 +133,17 @@ def _link(graph: _Graph, producer: onnx.NodeProto) -> _Link:
             scales.add(_fp8_reader_scale(graph, node, index))
             link.readers.append(node)
     if len(scales) > 1:
-        raise CannotFuse(f"its FP8 readers quantize it with different input scales {sorted(scales)}")
+        raise CannotFuse(f"its FP8 readers quantize it with different input scales "
+                         f"{', '.join(f'{s:.4g}' for s in sorted(scales))}")
     link.scale = scales.pop()
     return link
 
 
-def _reads_fp8(graph: _Graph, producer: onnx.NodeProto) -> bool:
-    """Whether some reader of the producer's output is an FP8 FusedConv (or an e4m3 QuantizeLinear): a chain was
-    possible, so a refusal is worth reporting."""
+def _worth_reporting(graph: _Graph, producer: onnx.NodeProto) -> bool:
+    """Whether a refusal says something: the producer is FP8, or some reader of its output is an FP8 FusedConv
+    (or an e4m3 QuantizeLinear)."""
+    if FUSED_CONV.node_attributes(producer)["input_scale"]:
+        return True
     for node, index in graph.readers.get(producer.output[0], []):
         if node.op_type == "QuantizeLinear" or (FUSED_CONV.is_node(node) and index == X
                                                 and FUSED_CONV.node_attributes(node)["input_scale"]):
@@ -226,7 +229,7 @@ def chain_fp8(model: onnx.ModelProto, sites: list[Site]) -> list[str]:
         try:
             links.append(_link(graph, producer))
         except CannotFuse as reason:
-            if _reads_fp8(graph, producer):
+            if _worth_reporting(graph, producer):
                 kept += 1
                 if site is not None:
                     site.details["fp8_output"] = f"no: {reason}"
@@ -240,5 +243,5 @@ def chain_fp8(model: onnx.ModelProto, sites: list[Site]) -> list[str]:
     quantizers = sum(len(link.quantizers) for link in links)
     in_kernel = sum(len(link.readers) for link in links)
     return [f"FP8 chains: {len(links)} FusedConv outputs written in e4m3 by their producers for FP8 readers "
-            f"(quantize passes removed: {quantizers} QuantizeLinear, {in_kernel} in-kernel); {kept} outputs read by "
-            f"FP8 convs stay 16-bit (each site's fp8_output detail says why)"]
+            f"(quantize passes removed: {quantizers} QuantizeLinear, {in_kernel} in-kernel); {kept} outputs of or "
+            f"for FP8 convs stay 16-bit (each site's fp8_output detail says why)"]

@@ -3,6 +3,8 @@ against torch under onnxruntime.
 
     python -m models.generate --out DIR [--only NAME ...] [--exporter torchscript|dynamo] [--fp16]
                               [--layers N --hidden H --heads A ...] [--check]
+    python -m models.generate --out models/samples --samples
+    python -m models.generate --out models/samples/fp8 --fp8-attention-samples
 """
 
 from __future__ import annotations
@@ -44,6 +46,15 @@ FP16_SAMPLES = (("bert_eager", "torchscript"), ("gpt2_eager", "torchscript"), ("
                 ("deberta_v2", "dynamo"), ("gemma2", "torchscript"), ("levit", "torchscript"), ("mixtral", "dynamo"),
                 ("unet", "torchscript"), ("whisper_encoder", "torchscript"), ("torch_transformer", "dynamo"))
 FP32_SAMPLES = tuple(name for name in CATALOGUE if name not in ("gpt2_eager", "llama_gqa_eager"))
+# The FP8 attention samples (models/samples/fp8/, `<arch>_hd64_<exporter>.onnx`): the FP8 kernel takes head dims 64,
+# 128 and 256 only (plugins/attention/plan.py), the other samples have heads of 16, so these have heads of 64.
+# Outside models/samples/ itself, so the every-sample tests do not run them twice; tests/test_fp8_attention.py does.
+# TorchScript's Softmax pattern (the one Q/DQ models quantize) for each; dynamo's ONNX Attention op once (BERT).
+FP8_ATTENTION_SAMPLES = (("bert_sdpa", "torchscript"), ("bert_sdpa", "dynamo"), ("llama_gqa", "torchscript"),
+                         ("vit", "torchscript"))
+FP8_ATTENTION_CONFIG = {"bert_sdpa": dict(hidden=128, heads=2, intermediate=256),
+                        "llama_gqa": dict(hidden=128, heads=2, kv_heads=1, intermediate=256),
+                        "vit": dict(hidden=128, heads=2)}
 # ResNet-152's layout, for `architectures.resnet(**RESNET152)`.
 RESNET152 = dict(depths=(3, 8, 36, 3), hidden_sizes=(256, 512, 1024, 2048), embedding_size=64, image_size=224)
 
@@ -89,6 +100,17 @@ def generate(out: str | Path, names=tuple(CATALOGUE), exporters=tuple(EXPORTERS)
     return records
 
 
+def write_fp8_attention_samples(out: str | Path) -> list[dict]:
+    """The FP8 attention samples (``FP8_ATTENTION_SAMPLES``, checked) into ``out``, named ``<arch>_hd64_<exporter>``."""
+    records = []
+    for name, exporter in FP8_ATTENTION_SAMPLES:
+        sample = build(name, **FP8_ATTENTION_CONFIG[name])
+        path = export(sample, Path(out) / f"{name}_hd64_{exporter}.onnx", exporter)
+        records.append({"file": str(path), "bytes": _file_bytes(path), "rel_err": relative_error(sample, path)})
+        print(records[-1], flush=True)
+    return records
+
+
 def write_samples(out: str | Path) -> list[dict]:
     """The committed sample set, all checked: every FP32_SAMPLES model with both exporters, FP16_SAMPLES, and
     resnet_bn_torchscript (ResNet exported without constant folding, so BatchNormalization nodes remain)."""
@@ -111,6 +133,8 @@ def main(argv=None) -> None:
     parser.add_argument("--check", action="store_true", help="compare onnxruntime with torch on random inputs")
     parser.add_argument("--samples", action="store_true",
                         help="write exactly the committed sample set (models/samples/), ignoring the other options")
+    parser.add_argument("--fp8-attention-samples", action="store_true",
+                        help="write exactly the committed FP8 attention samples (models/samples/fp8/)")
     for option in ("layers", "hidden", "heads", "kv-heads", "intermediate", "vocab", "max-positions", "image-size",
                    "seed"):
         parser.add_argument(f"--{option}", type=int)
@@ -121,8 +145,12 @@ def main(argv=None) -> None:
     if args.samples:
         write_samples(args.out)
         return
+    if args.fp8_attention_samples:
+        write_fp8_attention_samples(args.out)
+        return
     overrides = {k: v for k, v in vars(args).items()
-                 if k not in ("out", "only", "exporter", "fp16", "check", "samples") and v is not None}
+                 if k not in ("out", "only", "exporter", "fp16", "check", "samples", "fp8_attention_samples")
+                 and v is not None}
     for key in ("depths", "hidden_sizes"):
         if key in overrides:
             overrides[key] = tuple(overrides[key])

@@ -35,9 +35,10 @@ class CannotFuse(Exception):
 FAMILIES = ("attention", "conv")  # the order the driver runs them in
 
 
-def run_all(graph, only=None, conv_options: dict | None = None) -> list[Site]:
+def run_all(graph, only=None, conv_options: dict | None = None, attention_options: dict | None = None) -> list[Site]:
     """Run each family's rewrite on ``graph`` (all, or those named in ``only``); the sites of all, in order.
-    ``conv_options``: the conv rewrite's keywords (target arch and precision of its TensorRT choice)."""
+    ``conv_options``: the conv rewrite's keywords (target arch and precision of its TensorRT choice);
+    ``attention_options``: the attention rewrite's (the FP8 kernel's arch, calibrated amax)."""
     from trt_fusedattn.rewrites import attention, conv  # here: they import Site from this module
     from trt_fusedattn.rewrites._folding import fold_cast_likes, fold_constants
 
@@ -47,6 +48,6 @@ def run_all(graph, only=None, conv_options: dict | None = None) -> list[Site]:
     sites = []
     for family in FAMILIES:
         if only is None or family in only:
-            options = (conv_options or {}) if family == "conv" else {}
+            options = (conv_options or {}) if family == "conv" else (attention_options or {})
             sites.extend(modules[family].rewrite(graph, **options))
     return sites

@@ -16,10 +16,13 @@ SAMPLES = Path(__file__).resolve().parents[1] / "models" / "samples"
 CONV_SAMPLES = ("resnet_dynamo", "resnet_bn_torchscript", "mobilenetv2_dynamo", "mobilenetv2_torchscript",
                 "vit_dynamo", "vit_torchscript")
 ATTENTION_SAMPLES = ("bert_sdpa_dynamo", "bert_sdpa_torchscript", "llama_gqa_dynamo", "llama_gqa_torchscript")
+# Head dim 64 versions (models/samples/fp8/, models.generate.FP8_ATTENTION_SAMPLES): what the FP8 kernel takes.
+FP8_ATTENTION_SAMPLES = ("bert_sdpa_hd64_torchscript", "bert_sdpa_hd64_dynamo", "llama_gqa_hd64_torchscript",
+                         "vit_hd64_torchscript")
 
 
 def sample(name: str) -> onnx.ModelProto:
-    return onnx.load(SAMPLES / f"{name}.onnx")
+    return onnx.load(SAMPLES / ("fp8" if "_hd64_" in name else "") / f"{name}.onnx")
 
 
 def fp8_convs(model: onnx.ModelProto) -> list[onnx.NodeProto]:
@@ -41,9 +44,20 @@ def conv_qdq_version(model: onnx.ModelProto, samples: int = 8, **options) -> onn
 
 def matmul_qdq_version(model: onnx.ModelProto, samples: int = 4) -> onnx.ModelProto:
     """``model`` with FP8 Q/DQ on both inputs of every MatMul (Model Optimizer's FP8 GEMM/BMM pattern), one
-    calibrated scale per tensor."""
+    calibrated scale per tensor; attention probabilities (a Softmax output) take amax 1 (scale 1/448), as their
+    range is [0, 1] whatever the calibration saw."""
     tensors = sorted({i for n in model.graph.node if n.op_type == "MatMul" for i in n.input})
     amax = record_amax(model, tensors, calibration_batches(model, samples))
+    producers = {o: n for n in model.graph.node for o in n.output}
+
+    def probabilities(name: str) -> bool:  # a Softmax output, maybe through the sdpa NaN guard or a Cast
+        for _ in range(4):
+            node = producers.get(name)
+            if node is None or node.op_type == "Softmax":
+                return node is not None
+            name = node.input[-1] if node.op_type == "Where" else node.input[0]
+        return False
+    amax.update({name: 1.0 for name in amax if probabilities(name)})
     model = with_qdq_opset(model)
     graph = model.graph
     graph.initializer.append(numpy_helper.from_array(np.zeros((), ml_dtypes.float8_e4m3fn), "fp8_zero"))

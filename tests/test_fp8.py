@@ -245,8 +245,9 @@ def test_attention_samples_keep_their_dtype_under_fp8_with_the_reason(name):
     model = sample(name)
     fused, report = fuse(model, precision="fp8", calibration="random:2")
     attention = [s for s in report.sites if s.family == "attention" and s.fused]
-    if attention:
-        assert any("FusedAttention has no FP8 contract" in note for note in report.notes)
+    if attention:  # heads of 16: the FP8 kernel takes 64, 128, 256 (tests/test_fp8_attention.py: FP8 samples)
+        assert any(f"0 of {len(attention)} attention sites FP8" in note for note in report.notes), report.notes
+        assert all(s.details["fp8"].startswith("no: no FP8 kernel") for s in attention)
     assert verify(model, fused).passed
 
 

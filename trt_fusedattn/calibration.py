@@ -10,7 +10,9 @@ memory, resolution of 1/2048 of the range). Weights are constants: their per-out
 
 Scales are amax / 448 (E4M3's largest finite value), so amax lands on the top of E4M3's range. What is FP8 today
 (plugins/conv/contract.py): FusedConv X per tensor (``input_scale``), W per output channel (W float8_e4m3fn, the
-scale in the ``scale`` input). FusedAttention has no FP8 contract yet: its sites keep their dtype.
+scale in the ``scale`` input). FusedAttention (plugins/attention/contract.py): Q, K, V per tensor, asked by the
+attention rewrite (``calibrated_amax``) for the sites the FP8 kernel takes; P's amax is 1 by construction
+(p_scale 1/448).
 """
 from __future__ import annotations
 
@@ -24,8 +26,8 @@ import numpy as np
 import onnx
 
 from trt_fusedattn.errors import InputError
+from trt_fusedattn.fp8 import E4M3_MAX, to_e4m3
 
-E4M3_MAX = 448.0
 METHODS = ("max", "percentile")
 DEFAULT_PERCENTILE = 99.99
 DEFAULT_SOURCE = "random:16"
@@ -104,10 +106,7 @@ def channel_scales(w: np.ndarray) -> np.ndarray:
 
 def quantize_weights(w: np.ndarray, scales: np.ndarray) -> np.ndarray:
     """``e4m3(w / scale[k])`` per output channel (axis 0), saturating, rounding to nearest even."""
-    import ml_dtypes
-
-    scaled = np.asarray(w, np.float64) / np.asarray(scales, np.float64).reshape(-1, *[1] * (w.ndim - 1))
-    return np.clip(scaled, -E4M3_MAX, E4M3_MAX).astype(ml_dtypes.float8_e4m3fn)
+    return to_e4m3(w, np.asarray(scales, np.float64).reshape(-1, *[1] * (w.ndim - 1)))
 
 
 def parse_source(text: str) -> str | int:
@@ -189,6 +188,27 @@ def record_amax(model: onnx.ModelProto, tensors: list[str], batches: list[dict],
     return {name: observer.value() for name, observer in observers.items()}
 
 
+def amax_over(model: onnx.ModelProto, tensors: list[str], batches: list[dict], method: Method = Method(),
+              quiet: bool = True) -> dict[str, float]:
+    """``record_amax``, with the one InputError of a model that does not run on its calibration inputs."""
+    from trt_fusedattn.ort_session import RunFailed
+
+    try:
+        return record_amax(model, tensors, batches, method, quiet)
+    except RunFailed as err:
+        raise InputError(f"FP8 calibration: the original model does not run on the calibration inputs ({err}); "
+                         f"give its sizes with --dim NAME=SIZE, or samples it runs on with --calib samples.npz"
+                         ) from None
+
+
+def calibrated_amax(model: onnx.ModelProto, source: str | int, method: Method, dims: Mapping | None, quiet: bool,
+                    tensors: list[str]) -> dict[str, float]:
+    """The amax of ``tensors`` of ``model`` over the calibration inputs of ``source``: what the attention rewrite
+    asks for the Q, K and V of its sites (``functools.partial`` of the first five arguments)."""
+    batches = calibration_batches(model, parse_source(source) if isinstance(source, str) else source, dims)
+    return amax_over(model, tensors, batches, method, quiet)
+
+
 def fp8_conv_problem(node: onnx.NodeProto, weights: Mapping[str, onnx.TensorProto]) -> str:
     """Why a FusedConv node cannot run FP8 (empty when it can)."""
     from trt_fusedattn.plugins.conv.contract import FUSED_CONV
@@ -231,7 +251,6 @@ def calibrate(original: onnx.ModelProto, fused: onnx.ModelProto, sites: list, so
               method: Method = Method(), dims: Mapping | None = None, quiet: bool = True) -> list[str]:
     """Make every FusedConv of ``fused`` that can run FP8 do so, with scales calibrated on ``original``; the
     sites' details say each one's scales (or why it stays in its dtype). Returns notes for the report."""
-    from trt_fusedattn.ort_session import RunFailed
     from trt_fusedattn.plugins.conv.contract import FUSED_CONV
 
     weights = {t.name: t for t in fused.graph.initializer}
@@ -250,19 +269,15 @@ def calibrate(original: onnx.ModelProto, fused: onnx.ModelProto, sites: list, so
         else:
             candidates.append(node)
     notes = []
-    attention = sum(site.fused and site.family == "attention" for site in sites)
+    attention = [site for site in sites if site.fused and site.family == "attention"]
     if attention:
-        notes.append(f"--precision fp8: {attention} attention sites keep their dtype (FusedAttention has no FP8 "
-                     f"contract yet)")
+        fp8 = sum(not str(site.details.get("fp8", "no")).startswith("no") for site in attention)
+        notes.append(f"--precision fp8: {fp8} of {len(attention)} attention sites FP8 (Q, K, V per tensor, P at "
+                     f"1/448; scales in each site's fp8 detail); the others keep their dtype, their fp8 detail says why")
     batches = calibration_batches(original, parse_source(source) if isinstance(source, str) else source, dims)
     if not candidates:  # the samples were still checked against the model's inputs
         return notes
-    try:
-        amax = record_amax(original, [node.input[0] for node in candidates], batches, method, quiet)
-    except RunFailed as err:
-        raise InputError(f"FP8 calibration: the original model does not run on the calibration inputs ({err}); "
-                         f"give its sizes with --dim NAME=SIZE, or samples it runs on with --calib samples.npz"
-                         ) from None
+    amax = amax_over(original, [node.input[0] for node in candidates], batches, method, quiet)
     for node in candidates:
         site = by_node[node.name]
         if not amax[node.input[0]] > 0:

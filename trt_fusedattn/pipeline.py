@@ -3,6 +3,7 @@ declare our op domain. Verification and saving are separate steps (``verificatio
 """
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -11,11 +12,13 @@ import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.ir.tensor import LazyValues
 
 from trt_fusedattn import io
-from trt_fusedattn.calibration import DEFAULT_SOURCE, Method, calibrate, parse_method
+from trt_fusedattn.calibration import (DEFAULT_SOURCE, FLOAT8_IR_VERSION, Method, calibrate, calibrated_amax,
+                                      parse_method)
+from trt_fusedattn.contract import DOMAIN
 from trt_fusedattn.errors import InputError
 from trt_fusedattn.plugins import CONTRACTS
 from trt_fusedattn.plugins.conv.tensorrt_choice import table_arch
-from trt_fusedattn.qdq import unabsorbed_quantizers
+from trt_fusedattn.qdq import declare_opset, unabsorbed_quantizers
 from trt_fusedattn.report import Report
 from trt_fusedattn.rewrites import FAMILIES, run_all
 from trt_fusedattn.rewrites._folding import constants_to_initializers
@@ -98,13 +101,17 @@ def fuse(model_or_path, only=None, *, consume: bool = False, precision: str | No
         original = onnx.ModelProto()
         original.CopyFrom(model)
     check_target(target)
-    fused, sites = rewrite(model, only, conv_options=dict(target=target, precision=precision))
+    attention_options = {"arch": target}
+    if original is not None and (only is None or "attention" in only):  # the rewrite asks for its sites' Q, K, V
+        attention_options["amax"] = functools.partial(calibrated_amax, original, calibration, method, dims, quiet)
+    fused, sites = rewrite(model, only, conv_options=dict(target=target, precision=precision),
+                           attention_options=attention_options)
     report = Report(model=where, sites=sites)
     left = unabsorbed_quantizers(fused)
     if left:
         report.notes.append("FP8 Q/DQ left as it is (TensorRT runs it): " + ", ".join(
-            f"{count} read by {op}" for op, count in sorted(left.items())) + "; only Q/DQ around Conv is absorbed "
-            "(FusedAttention has no FP8 contract yet: attention with quantized MatMuls is not matched)")
+            f"{count} read by {op}" for op, count in sorted(left.items())) + "; Q/DQ around Conv and around "
+            "attention's MatMuls and Softmax is absorbed where the site fuses (the others say why not)")
     if original is not None:
         report.notes.extend(calibrate(original, fused, sites, calibration, method, dims, quiet))
     if fp8_chains and (only is None or "conv" in only):  # FP8 convs from calibration or Q/DQ
@@ -112,9 +119,10 @@ def fuse(model_or_path, only=None, *, consume: bool = False, precision: str | No
     return fused, report
 
 
-def rewrite(model: onnx.ModelProto, only=None, conv_options: dict | None = None) -> tuple[onnx.ModelProto, list]:
-    """The pass itself on a loaded model, which becomes the fused model: shapes, family rewrites (``conv_options``:
-    see ``rewrites.run_all``), cleanup, export."""
+def rewrite(model: onnx.ModelProto, only=None, conv_options: dict | None = None,
+            attention_options: dict | None = None) -> tuple[onnx.ModelProto, list]:
+    """The pass itself on a loaded model, which becomes the fused model: shapes, family rewrites (``conv_options``,
+    ``attention_options``: see ``rewrites.run_all``), cleanup, export (opset 19 where FP8 attention quantizes)."""
     constants_to_initializers(model, io.EXTERNAL_THRESHOLD)  # onnxscript's weights are Constant nodes
     infer_shapes(model)
     graph = gs.import_onnx(model)
@@ -123,7 +131,7 @@ def rewrite(model: onnx.ModelProto, only=None, conv_options: dict | None = None)
         if isinstance(values, LazyValues) and values.tensor.data_location == onnx.TensorProto.EXTERNAL:
             tensor._values = _ExternalValues(values.tensor)
     quantized = qdq.dequantize_weights(graph) if only is None or "conv" in only else {}
-    sites = run_all(graph, only, conv_options)
+    sites = run_all(graph, only, conv_options, attention_options)
     qdq.absorb(graph, sites, quantized)
     graph.cleanup().toposort()
     used = {(n.domain, n.op) for n in graph.nodes}
@@ -131,7 +139,15 @@ def rewrite(model: onnx.ModelProto, only=None, conv_options: dict | None = None)
     for contract in CONTRACTS:  # one declaration per domain, however many of its ops the graph uses
         if (contract.domain, contract.name) in used and all(o.domain != contract.domain for o in opsets):
             opsets.append(contract.opset())
-    return _export(graph, model, opsets), sites
+    fused = _export(graph, model, opsets)
+    if any(n.op_type == "FusedAttention" and n.domain == DOMAIN and any(a.name == "q_scale" for a in n.attribute)
+           for n in fused.graph.node):  # FP8 attention's QuantizeLinear to e4m3: opset 19, float8 tensors (IR 9)
+        try:
+            declare_opset(fused)
+        except ValueError as err:
+            raise InputError(f"FP8 attention: {err}") from None
+        fused.ir_version = max(fused.ir_version, FLOAT8_IR_VERSION)
+    return fused, sites
 
 
 class _ExternalValues(LazyValues):

@@ -17,6 +17,11 @@ from onnx import TensorProto, helper, numpy_helper
 
 QDQ_OPSET = 19  # the first opset whose QuantizeLinear/DequantizeLinear take float8e4m3fn
 
+# Reductions whose ``axes`` became an input in opset 18; every other op of opsets 13-17 keeps its meaning at 19
+# (the attributes added since default to the old behaviour).
+_AXES_TO_INPUT = {"ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin",
+                  "ReduceProd", "ReduceSumSquare"}
+
 
 @dataclass(frozen=True)
 class ConvScales:
@@ -34,6 +39,28 @@ def with_qdq_opset(model: onnx.ModelProto) -> onnx.ModelProto:
         copy.CopyFrom(model)
         return copy
     return onnx.version_converter.convert_version(model, QDQ_OPSET)
+
+
+def declare_opset(model: onnx.ModelProto, version: int = QDQ_OPSET) -> int | None:
+    """Make ``model`` (changed in place) import the default-domain opset ``version`` when it imports an older one,
+    moving reductions' ``axes`` attributes to inputs as opset 18 wants; returns the old version (None when nothing
+    changed). A model with subgraphs is refused with a one-line ValueError (their reductions are not walked)."""
+    opset = next((o for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    if opset is None or opset.version >= version:
+        return None
+    if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for n in model.graph.node
+           for a in n.attribute):
+        raise ValueError(f"the model has opset {opset.version} and subgraphs, and FP8 needs opset {version}: "
+                         f"export it with opset {version}+")
+    for node in model.graph.node:
+        axes = next((a for a in node.attribute if a.name == "axes"), None)
+        if node.domain in ("", "ai.onnx") and node.op_type in _AXES_TO_INPUT and axes is not None:
+            name = f"{node.name or node.output[0]}_axes"
+            model.graph.initializer.append(numpy_helper.from_array(np.array(list(axes.ints), np.int64), name))
+            node.attribute.remove(axes)
+            node.input.extend([name])
+    old, opset.version = opset.version, version
+    return old
 
 
 def insert_conv_qdq(model: onnx.ModelProto, scales: dict[str, ConvScales], *, quantize_weights: bool = False,

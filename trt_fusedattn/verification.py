@@ -12,12 +12,15 @@ original's own float32 error (its distance from a float64 evaluation of itself, 
 float32 computations each within ``rtol + e`` of exact arithmetic differ by up to that (``_allow_float32_error``),
 unless ``e > MAX_FLOAT32_ERROR * rtol``: an original that unstable (a TopK flipping) would excuse any fault.
 
-FP8: when the fused model has FP8 nodes (a FusedConv with ``input_scale``), the default rtol of every float
-output is ``FP8_RTOL``: E4M3 keeps 3 mantissa bits (a rounding moves a value by up to 1/16), and the errors of
-a deep stack of FP8 layers compound (a random-weight ResNet of 17 FP8 convs: 0.12 of the output's largest
-magnitude); a wrong scale or a misplaced quantization gives O(1) errors or saturates, far above it. The
-numpy references quantize exactly as the kernels do (``quantize_e4m3``), so this error is FP8's own: the
-fusion of a Q/DQ model, whose original already computes in FP8, reproduces it to float rounding (tests).
+FP8: when the fused model has FP8 nodes (a FusedConv with ``input_scale``, a FusedAttention with float8e4m3fn
+Q/K/V), the default rtol of every float output is ``FP8_RTOL``: E4M3 keeps 3 mantissa bits (a rounding moves a
+value by up to 1/16), and the errors of a deep stack of FP8 layers compound (a random-weight ResNet of 17 FP8
+convs: 0.12 of the output's largest magnitude); a wrong scale or a misplaced quantization gives O(1) errors or
+saturates, far above it. The numpy references quantize exactly as the kernels do (``trt_fusedattn.fp8``), so
+this error is FP8's own: the fusion of a Q/DQ conv model, whose original already computes in FP8, reproduces it
+to float rounding (tests). FP8 attention quantizes P before normalizing (exp(s - max) in [0, 1], as a flash
+kernel can), where a Q/DQ graph quantizes the normalized softmax: the same FP8 error at a different place, so a
+Q/DQ attention model's fusion matches its original to FP8's size, not to float rounding.
 
 When the original model does not run under onnxruntime at the default sizes (an export that baked its
 example's sequence length into a Reshape, a conv stack longer than 17 samples), sizes are searched: the
@@ -137,10 +140,13 @@ def compare(name: str, got: np.ndarray, want: np.ndarray, rtol: float | None = N
 
 
 def has_fp8_nodes(model: onnx.ModelProto) -> bool:
-    """Whether a fused model computes in FP8 somewhere (a FusedConv with an input_scale)."""
+    """Whether a fused model computes in FP8 somewhere (a FusedConv with an input_scale, a FusedAttention with
+    float8e4m3fn Q/K/V, which its q_scale says)."""
+    from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION
     from trt_fusedattn.plugins.conv.contract import FUSED_CONV
 
     return any(FUSED_CONV.is_node(node) and FUSED_CONV.node_attributes(node)["input_scale"]
+               or FUSED_ATTENTION.is_node(node) and FUSED_ATTENTION.node_attributes(node)["q_scale"]
                for node in model.graph.node)
 
 

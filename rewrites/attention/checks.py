@@ -13,8 +13,9 @@ from trt_fusedattn.rewrites.attention.masks import check_masks
 from trt_fusedattn.rewrites.attention.match import Match, Operand
 from trt_fusedattn.rewrites.attention.operands import FLOAT_DTYPES, is_float
 
-def check(match: Match, shapes: TensorShapes) -> None:
-    """Assumptions the replacement relies on, from what shapes and dtypes are known."""
+def check(match: Match, shapes: TensorShapes) -> tuple[tuple, tuple]:
+    """Assumptions the replacement relies on, from what shapes and dtypes are known; returns the static
+    (query heads, K/V heads) and (Q/K head dim, V head dim), None where unknown."""
     kr, vr = match.k.repeats, match.v.repeats
     if (kr == 1) != (vr == 1) or None not in (kr, vr) and kr != vr:
         raise CannotFuse(f"K heads are repeated {kr or 'some'}x but V heads {vr or 'some'}x; FusedAttention "
@@ -39,6 +40,7 @@ def check(match: Match, shapes: TensorShapes) -> None:
     if problem:
         raise CannotFuse(problem)
     check_masks(match, shapes)
+    return (hq, hkv), (dq if dq is not None else dk, dv)
 
 
 def _heads(op: Operand, shapes: TensorShapes) -> int | None:

@@ -1,14 +1,20 @@
 """Replacement: the FusedAttention node in the layout needing the fewest new Transposes (BSHD on a tie: it
-absorbs the head split/merge), its one mask input (several combined, shared by all layers), and the output
-routed back to the original readers."""
+absorbs the head split/merge), its one mask input (several combined, shared by all layers), FP8 Q/K/V through
+QuantizeLinear when the site has FP8 scales, and the output routed back to the original readers."""
 from __future__ import annotations
 
+from dataclasses import replace as replace_fields
+
+import ml_dtypes
 import numpy as np
 import onnx_graphsurgeon as gs
 from onnx import TensorProto, helper
 
-from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION
+from trt_fusedattn.fp8 import NUMPY_NAME
+from trt_fusedattn.fp8 import numpy_dtype as numpy_dtype_named
+from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION, output_dtype_name
 from trt_fusedattn.rewrites._graph import numpy_dtype, unique_name
+from trt_fusedattn.rewrites.attention.fp8 import Fp8Scales, describe, fp8_attributes
 from trt_fusedattn.rewrites.attention.match import (FOLDED_KEY_TRANSPOSE, HEAD_SPLIT, KEY_TRANSPOSE, FilledMask, Match,
                                                     Operand, Output, Shared)
 
@@ -37,6 +43,14 @@ class _Emitter:
 
     def transpose(self, tensor: gs.Tensor, perm: tuple, what: str) -> gs.Tensor:
         return self.node("Transpose", [tensor], what, numpy_dtype(tensor), {"perm": list(perm)})
+
+    def quantize(self, tensor: gs.Tensor, scale: float, what: str) -> gs.Tensor:
+        """QuantizeLinear of ``tensor`` to e4m3 with ``scale`` (a constant in the tensor's dtype, as opset 19 wants)."""
+        scale = gs.Constant(unique_name(f"{self.base}/{what}_scale", self.taken),
+                            np.array(scale, numpy_dtype(tensor) or np.float32))
+        zero = gs.Constant(unique_name(f"{self.base}/{what}_zero_point", self.taken),
+                           np.zeros((), ml_dtypes.float8_e4m3fn))
+        return self.node("QuantizeLinear", [tensor, scale, zero], f"{what}_e4m3", np.dtype(ml_dtypes.float8_e4m3fn))
 
     def constant(self, what: str, values) -> gs.Constant:
         return gs.Constant(unique_name(f"{self.base}/{what}", self.taken), np.array(values, np.int64))
@@ -195,15 +209,25 @@ def _reroute_shape(reader: gs.Node, shape: gs.Tensor, emit: _Emitter) -> None:
     emit.node("Slice", [shape, *bounds], "O_shape_slice", outputs=[out])
 
 
-def replace(match: Match, graph: gs.Graph, shared: Shared) -> gs.Node:
-    """Emit the FusedAttention node and route the output to the original readers."""
+def replace(match: Match, graph: gs.Graph, shared: Shared, fp8: Fp8Scales | None = None) -> gs.Node:
+    """Emit the FusedAttention node and route the output to the original readers. ``fp8``: Q, K, V quantized to
+    e4m3 by QuantizeLinear nodes with these scales (in Q's dtype, as QuantizeLinear takes them) before the node,
+    which writes float16 (bfloat16 for bfloat16 models; a Cast back for float32 readers)."""
     base = match.anchor.name or "attention"
     emit, taken = _Emitter(graph, f"{base}/fused", shared), shared.taken
     layout = _layout(match)
     qtype = numpy_dtype(match.q.any())
+    fp8_attrs = {}
+    if fp8 is not None:  # the scales as QuantizeLinear holds them: in Q's dtype
+        fp8 = replace_fields(fp8, **{k: float(np.asarray(getattr(fp8, k), qtype)) for k in ("q", "k", "v")})
+        fp8_attrs = fp8_attributes(fp8, qtype)
+        qtype = numpy_dtype_named(output_dtype_name(NUMPY_NAME, fp8_attrs))
     mask, kind = _mask_input(match, emit, qtype)
     inputs = [emit.operand(match.q, layout, "Q"), emit.operand(match.k, layout, "K"),
-              emit.operand(match.v, layout, "V")] + ([mask] if mask is not None else [])
+              emit.operand(match.v, layout, "V")]
+    if fp8 is not None:
+        inputs = [emit.quantize(t, s, what) for t, s, what in zip(inputs, (fp8.q, fp8.k, fp8.v), "QKV")]
+    inputs += [mask] if mask is not None else []
     if match.key_lengths is not None:  # int32 [B], after the mask slot (left empty when there is no mask)
         lengths = match.key_lengths
         if numpy_dtype(lengths) != np.dtype(np.int32):
@@ -215,6 +239,7 @@ def replace(match: Match, graph: gs.Graph, shared: Shared) -> gs.Node:
         attrs["causal_alignment"] = match.causal_alignment
     if match.softcap:
         attrs["softcap"] = match.softcap
+    attrs.update(fp8_attrs)
     node = gs.Node(op=FUSED_ATTENTION.name, domain=FUSED_ATTENTION.domain,
                    name=unique_name(f"{base}/FusedAttention", taken),
                    attrs=FUSED_ATTENTION.explicit_attributes(**attrs), inputs=inputs, outputs=[result])
@@ -224,5 +249,6 @@ def replace(match: Match, graph: gs.Graph, shared: Shared) -> gs.Node:
     match.details.update(layout=layout, mask=kind, scale=match.scale, causal=match.causal,
                          **({"causal_alignment": match.causal_alignment} if match.causal else {}),
                          **({"softcap": match.softcap} if match.softcap else {}),
-                         **({"gqa_group": match.k.repeats or "from shapes"} if match.k.repeats != 1 else {}))
+                         **({"gqa_group": match.k.repeats or "from shapes"} if match.k.repeats != 1 else {}),
+                         **({"fp8": describe(fp8)} if fp8 is not None else {}))
     return node

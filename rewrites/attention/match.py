@@ -26,6 +26,7 @@ class Operand:
     folded_kt: gs.Tensor | None = None
     heads: int | None = None
     repeats: int | None = 1  # K/V heads repeated this many times by the graph (GQA, None: unknown), undone
+    fp8_scale: float | None = None  # the scale of an FP8 Q/DQ pair peeled off on the way (rewrites/attention/fp8.py)
 
     def any(self) -> gs.Tensor:
         return next(t for t in (self.bshd, self.bhsd, self.kt, self.flat, self.folded, self.folded_kt)
@@ -87,6 +88,7 @@ class Match:
     causal: int = 0
     causal_alignment: str = "top_left"
     key_lengths: gs.Tensor | None = None   # valid keys per batch (int64 [B] from ONNX Attention's nonpad_kv_seqlen)
+    p_scale: float | None = None       # the scale of an FP8 Q/DQ pair on the probabilities, peeled off
     details: dict = field(default_factory=dict)
 
 

@@ -1,5 +1,5 @@
-"""Q, K, V and the output traced from the MatMuls to the tensors FusedAttention reads and writes: scalar scales
-(folded into ``scale``), K/V head repeats (GQA, undone), head split/merge Transposes, the sdpa export's Reshape
+"""Q, K, V and the output traced from the MatMuls to the tensors FusedAttention reads and writes: FP8 Q/DQ pairs
+(their scales kept for an FP8 node), scalar scales (folded into ``scale``), K/V head repeats (GQA, undone), head split/merge Transposes, the sdpa export's Reshape
 of the output to its own shape."""
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from trt_fusedattn.rewrites import CannotFuse
 from trt_fusedattn.rewrites._graph import (constant_value, consumers, is_graph_output, is_op, number, numpy_dtype,
                                            permutation, producer, static_value)
 from trt_fusedattn.rewrites._shapes import TensorShapes
+from trt_fusedattn.rewrites.attention.fp8 import peel_qdq
 from trt_fusedattn.rewrites.attention.match import (HEAD_SPLIT, KEY_TRANSPOSE, SPLIT_KEY_TRANSPOSE, Match, Operand,
                                                     Output)
 
@@ -92,38 +93,59 @@ def _unrepeat_heads(tensor: gs.Tensor, axis: int, shapes: TensorShapes) -> tuple
     return source, repeats
 
 
+def peel_operand(tensor: gs.Tensor, shapes: TensorShapes) -> tuple[gs.Tensor, float, float | None]:
+    """An FP8 Q/DQ pair and scalar scales peeled off a MatMul operand: (tensor, scale factor, FP8 scale). A factor
+    c > 0 below a pair of scale s folds into the attention scale like any other, the pair's scale becoming s / c:
+    e4m3(c x / s) = e4m3(x / (s / c)) up to float rounding (torchscript's sdpa scales Kᵀ after its head repeat)."""
+    tensor, fp8_scale = peel_qdq(tensor)
+    below, factor = peel_scale(tensor, shapes)
+    if fp8_scale is None:
+        return below, factor, None
+    return (below, factor, fp8_scale / factor) if factor > 0 else (tensor, 1.0, fp8_scale)
+
+
+def with_fp8_scale(operand: Operand, fp8_scale: float | None) -> Operand:
+    """``operand`` carrying the FP8 scale of a Q/DQ pair peeled above it; two pairs on one operand: CannotFuse."""
+    if fp8_scale is not None:
+        if operand.fp8_scale is not None:
+            raise CannotFuse("an attention operand passes two FP8 Q/DQ pairs; FusedAttention quantizes it once")
+        operand.fp8_scale = fp8_scale
+    return operand
+
+
 def trace_bhsd(tensor: gs.Tensor, allow_repeat: bool, shapes: TensorShapes) -> tuple[Operand, float]:
-    """A [B,H,S,D] operand traced upward: scalar scales, K/V head repeats, the head split Transpose."""
-    tensor, factor = peel_scale(tensor, shapes)
+    """A [B,H,S,D] operand traced upward: an FP8 Q/DQ pair, scalar scales, K/V head repeats, the head split
+    Transpose."""
+    tensor, factor, fp8_scale = peel_operand(tensor, shapes)
     repeats = 1
     if allow_repeat:
         tensor, repeats = _unrepeat_heads(tensor, 1, shapes)
         tensor, more = peel_scale(tensor, shapes)
         factor *= more
-    operand = Operand(bhsd=tensor, repeats=repeats)
+    operand = Operand(bhsd=tensor, repeats=repeats, fp8_scale=fp8_scale)
     split = producer(tensor)
     if permutation(split) == HEAD_SPLIT and shapes.rank(split.inputs[0]) in (None, 4):
         operand.bshd = split.inputs[0]
         if allow_repeat and repeats == 1:  # heads repeated before the split: [B,S,H,D] on axis 2
             source, repeats = _unrepeat_heads(operand.bshd, 2, shapes)
             if repeats != 1:
-                operand = Operand(bshd=source, repeats=repeats)
+                operand = Operand(bshd=source, repeats=repeats, fp8_scale=fp8_scale)
     return operand, factor
 
 
 def trace_keys(kt: gs.Tensor, shapes: TensorShapes) -> tuple[Operand, float]:
     """The keys from the right operand of Q·Kᵀ ([B,H,D,S])."""
-    kt, factor = peel_scale(kt, shapes)
+    kt, factor, fp8_scale = peel_operand(kt, shapes)
     node = producer(kt)
     perm = permutation(node)
     if perm == KEY_TRANSPOSE:
         keys, more = trace_bhsd(node.inputs[0], True, shapes)
-        return keys, factor * more
+        return with_fp8_scale(keys, fp8_scale), factor * more
     if perm == SPLIT_KEY_TRANSPOSE:
-        source, more = peel_scale(node.inputs[0], shapes)
+        source, more, inner = peel_operand(node.inputs[0], shapes)
         source, repeats = _unrepeat_heads(source, 2, shapes)
-        return Operand(bshd=source, repeats=repeats), factor * more
-    return Operand(kt=kt), factor
+        return with_fp8_scale(Operand(bshd=source, repeats=repeats, fp8_scale=inner), fp8_scale), factor * more
+    return Operand(kt=kt, fp8_scale=fp8_scale), factor
 
 
 def trace_output(out: gs.Tensor, graph: gs.Graph, match: Match, shapes: TensorShapes) -> Output:

@@ -1,6 +1,6 @@
 """The Softmax rule: a Softmax over the last axis whose input comes, through scalar scales, additive or boolean
-masks and Casts, from a rank-4 MatMul (Q·Kᵀ), and whose output reaches, through Casts, Dropout and the sdpa NaN
-guard, the left operand of a second MatMul (P·V)."""
+masks and Casts, from a rank-4 MatMul (Q·Kᵀ), and whose output reaches, through Casts, Dropout, the sdpa NaN
+guard and an FP8 Q/DQ pair, the left operand of a second MatMul (P·V)."""
 from __future__ import annotations
 
 import math
@@ -15,13 +15,15 @@ from trt_fusedattn.rewrites._graph import (consumers, is_graph_output, is_op, is
 from trt_fusedattn.rewrites._shapes import TensorShapes
 from trt_fusedattn.rewrites.attention.masks import MASKED_FILL_LIMIT
 from trt_fusedattn.rewrites.attention.match import FOLDED_KEY_TRANSPOSE, FilledMask, Match, Operand, Output
-from trt_fusedattn.rewrites.attention.operands import (FLOAT_DTYPES, peel_float_cast, peel_scale, scalar_factor,
-                                                       trace_bhsd, trace_keys, trace_output)
+from trt_fusedattn.rewrites.attention.fp8 import peel_qdq
+from trt_fusedattn.rewrites.attention.operands import (FLOAT_DTYPES, peel_float_cast, peel_operand, scalar_factor,
+                                                       trace_bhsd, trace_keys, trace_output, with_fp8_scale)
 
 _SCORE_STEPS = {"Cast", "Mul", "Div", "Add", "Where", "Tanh", "Reshape"}
 
 
-_PROBABILITY_STEPS = {"Cast", "Dropout", "Reshape", "Where", "IsNaN", "Identity", "Squeeze", "Unsqueeze"}
+_PROBABILITY_STEPS = {"Cast", "Dropout", "Reshape", "Where", "IsNaN", "Identity", "Squeeze", "Unsqueeze", "QuantizeLinear",
+                      "DequantizeLinear"}
 
 
 def weights_values(softmax: gs.Node) -> bool:
@@ -234,12 +236,30 @@ def _walk_probabilities(softmax: gs.Node, graph: gs.Graph, match: Match, shapes:
         if guard is not None:
             tensor = guard.outputs[0]
             continue
+        pair = _probability_qdq(tensor, readers)
+        if pair is not None:
+            if match.p_scale is not None:
+                raise CannotFuse("the attention probabilities pass two FP8 Q/DQ pairs; FusedAttention quantizes P once")
+            tensor, match.p_scale = pair
+            continue
         if len(readers) == 1 and is_op(readers[0], "MatMul") and readers[0].inputs[0] is tensor \
                 and readers[0].inputs[1] is not tensor:
             return readers[0]
         names = ", ".join(sorted({f"{n.op}" for n in readers})) or "nothing"
         raise CannotFuse(f"the attention probabilities '{tensor.name}' are read by {names}, not only by the MatMul "
                          f"with V")
+
+
+def _probability_qdq(tensor: gs.Tensor, readers: list) -> tuple[gs.Tensor, float] | None:
+    """(the DequantizeLinear output, its scale) when the probabilities' one reader is an FP8 QuantizeLinear read
+    only by a DequantizeLinear (Model Optimizer's Q/DQ on P), else None."""
+    if len(readers) != 1 or not is_op(readers[0], "QuantizeLinear"):
+        return None
+    dq = consumers(readers[0].outputs[0])
+    if len(dq) != 1 or not is_op(dq[0], "DequantizeLinear"):
+        return None
+    source, scale = peel_qdq(dq[0].outputs[0])
+    return (dq[0].outputs[0], scale) if scale is not None and source is tensor else None
 
 
 def _nan_guard(tensor: gs.Tensor, readers: list) -> gs.Node | None:
@@ -288,14 +308,16 @@ def _folded_match(match: Match, q: gs.Tensor, kt: gs.Tensor, values: gs.Tensor, 
     """Q·Kᵀ and P·V on [B*H,L,D] operands (heads folded into the batch, as torch's MultiheadAttention and
     DeBERTa compute them): operands traced through scalar scales, Kᵀ's Transpose undone."""
     heads = match.folded_heads
-    q, q_factor = peel_scale(q, shapes)
-    kt, k_factor = peel_scale(kt, shapes)
+    q, q_factor, q_fp8 = peel_operand(q, shapes)
+    kt, k_factor, k_fp8 = peel_operand(kt, shapes)
+    values, v_fp8 = peel_qdq(values)
     if permutation(producer(kt)) == FOLDED_KEY_TRANSPOSE:
-        keys, more = peel_scale(producer(kt).inputs[0], shapes)
-        match.k, k_factor = Operand(folded=keys, heads=heads), k_factor * more
+        keys, more, inner = peel_operand(producer(kt).inputs[0], shapes)
+        match.k, k_factor = with_fp8_scale(Operand(folded=keys, heads=heads, fp8_scale=inner), k_fp8), k_factor * more
     else:
-        match.k = Operand(folded_kt=kt, heads=heads)
-    match.q, match.v = Operand(folded=q, heads=heads), Operand(folded=values, heads=heads)
+        match.k = Operand(folded_kt=kt, heads=heads, fp8_scale=k_fp8)
+    match.q = Operand(folded=q, heads=heads, fp8_scale=q_fp8)
+    match.v = Operand(folded=values, heads=heads, fp8_scale=v_fp8)
     match.scale *= q_factor * k_factor
     match.out = Output(folded=pv_mm.outputs[0], producer=pv_mm)
     if shapes.rank(pv_mm.outputs[0]) not in (None, 3) or shapes.rank(values) not in (None, 3):

@@ -32,6 +32,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from trt_fusedattn.contract import DOMAIN
 from trt_fusedattn.errors import FuseError
+from trt_fusedattn.qdq import QDQ_OPSET, declare_opset
 from trt_fusedattn.tensorrt import PRECISIONS
 
 PRESENT_INPUTS = "present_inputs"
@@ -221,36 +222,21 @@ def _pad_output_channels(model, node, initializers: dict, types: dict, notes: li
     return before, after
 
 
-FP8_OPSET = 19  # QuantizeLinear to float8e4m3fn
-
-
-# Reductions whose ``axes`` became an input in opset 18; every other op of opsets 13-17 keeps its meaning at 19
-# (the attributes added since default to the old behaviour).
-_AXES_TO_INPUT = {"ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin",
-                  "ReduceProd", "ReduceSumSquare"}
+FP8_OPSET = QDQ_OPSET  # QuantizeLinear to float8e4m3fn
 
 
 def _raise_opset(model, version: int, why: str, notes: list) -> None:
-    """Declare the default-domain opset ``version`` in ``model`` (a copy), moving reductions' ``axes``
-    attributes to inputs as opset 18 wants; one line when a subgraph makes that unsafe."""
-    opset = next((o for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
-    if opset is None or opset.version >= version:
-        return
-    if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for n in model.graph.node
-           for a in n.attribute):
+    """Declare the default-domain opset ``version`` in ``model`` (a copy: ``qdq.declare_opset``); one line when a
+    subgraph makes that unsafe."""
+    try:
+        old = declare_opset(model, version)
+    except ValueError:
         raise ModelPrecisionError(f"{why} reads FP8 weights, which TensorRT takes only from a QuantizeLinear "
-                                  f"(opset >= {version}); the model has opset {opset.version} and subgraphs: "
-                                  f"export it with opset {version}+")
-    for node in model.graph.node:
-        axes = next((a for a in node.attribute if a.name == "axes"), None)
-        if node.domain in ("", "ai.onnx") and node.op_type in _AXES_TO_INPUT and axes is not None:
-            name = f"{node.name or node.output[0]}_axes"
-            model.graph.initializer.append(numpy_helper.from_array(np.array(list(axes.ints), np.int64), name))
-            node.attribute.remove(axes)
-            node.input.extend([name])
-    notes.append(f"opset {opset.version} declared as {version} in the model TensorRT parses (QuantizeLinear to "
-                 "FP8 needs it; reductions' axes moved to inputs)")
-    opset.version = version
+                                  f"(opset >= {version}), and the model's subgraphs keep its opset from being "
+                                  f"raised: export it with opset {version}+") from None
+    if old is not None:
+        notes.append(f"opset {old} declared as {version} in the model TensorRT parses (QuantizeLinear to "
+                     "FP8 needs it; reductions' axes moved to inputs)")
 
 
 def _quantized_weights(model, node, initializers: dict, notes: list) -> list:

@@ -103,6 +103,28 @@ def test_allocates_output_and_uses_callers_stream():
     assert relative_error(host(out), ref.cpu().numpy()) <= TOLERANCE["float16"]
 
 
+def test_repeated_torch_calls_take_the_fast_path_with_the_same_checks():
+    """Issue 10 item 3: a torch call seen before skips the array descriptions (api._torch_fast) but still computes
+    the same attention, into out= or a new tensor, and still refuses a misaligned tensor of a known layout."""
+    import trt_fusedattn
+    from trt_fusedattn.launcher import ArrayError
+    from trt_fusedattn.plugins.attention import api
+    q, k, v = (torch.randn(2, 77, 4, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    first = trt_fusedattn.attention(q, k, v, causal=True)
+    entries = len(api._torch_fast)
+    second = trt_fusedattn.attention(q, k, v, causal=1)  # the same key (True == 1)
+    out = torch.full_like(q, float("nan"))
+    third = trt_fusedattn.attention(q, k, v, causal=True, out=out)
+    fourth = trt_fusedattn.attention(q, k, v, causal=True, out=out)
+    torch.cuda.synchronize()
+    assert len(api._torch_fast) == entries + 1 and third is out and fourth is out  # out= is one more key
+    assert torch.equal(first, second) and torch.equal(first, out)
+    base = torch.randn(q.numel() + 8, device="cuda", dtype=torch.bfloat16)
+    shifted = base[1:1 + q.numel()].view(q.shape)  # q's layout, 2 bytes off alignment
+    with pytest.raises(ArrayError, match="q starts at 0x[0-9a-f]+, not 16-byte aligned"):
+        trt_fusedattn.attention(shifted, k, v, causal=True)
+
+
 def test_cupy_arrays_give_cupy_output():
     cupy = pytest.importorskip("cupy")
     import trt_fusedattn

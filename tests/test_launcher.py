@@ -171,6 +171,29 @@ def test_dlpack_capsule_parsed_with_ctypes():
     assert arr.parse_dlpack_capsule(np.ones(5, np.int32).__dlpack__())[3] == "int32"
 
 
+def test_dlpack_float8_capsule():
+    """FP8 arrays (issue 11: torch.float8_e4m3fn, and any DLPack producer's kDLFloat8_e4m3fn) reach the kernels."""
+    torch = pytest.importorskip("torch")
+    t = torch.zeros(3, 5, dtype=torch.float8_e4m3fn)
+    ptr, shape, strides, dtype, device = arr.parse_dlpack_capsule(t.__dlpack__())
+    assert (ptr, shape, strides, dtype, device) == (t.data_ptr(), (3, 5), (5, 1), "float8_e4m3fn", (1, 0))
+
+
+def test_prepared_launch_passes_pointers_then_scalars_then_outputs(tmp_path):
+    """The prepared kernel parameters in the AOT ABI order: the pointer slots a launch fills, the int32 scalars
+    converted once, the output slots (an empty grid loads no module: nothing here needs a GPU)."""
+    from trt_fusedattn.launcher.launch import PreparedLaunch
+    plan = LaunchPlan(tmp_path / "k.cu", "k", {}, (0, 1, 1), (128, 1, 1), 0, (7, -3, 2 ** 31 - 1))
+    prepared = PreparedLaunch(plan, "sm_90a", 2, 1)
+    prepared._pointers[:] = [0xA000, 0xB000, 0xC000]
+    read = [ctypes.cast(prepared.params[i], ctypes.POINTER(t)).contents.value
+            for i, t in enumerate([ctypes.c_uint64] * 2 + [ctypes.c_int32] * 3 + [ctypes.c_uint64])]
+    assert read == [0xA000, 0xB000, 7, -3, 2 ** 31 - 1, 0xC000]
+    prepared([0x1, None, 0x2], [0x3])  # an empty grid launches nothing
+    with pytest.raises(LaunchError, match="prepared for 2 inputs and 1 outputs, got 3 and 1"):
+        prepared([0x1, 0x2, 0x4], [0x3])
+
+
 def test_mixed_devices_rejected():
     make = lambda dev: arr.DeviceArray(0x1000, (2,), (1,), "float16", dev, "torch")  # noqa: E731
     assert arr.same_device([make(1), None, make(1)]) == 1

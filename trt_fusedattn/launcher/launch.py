@@ -216,34 +216,48 @@ class PreparedLaunch:
         self.grid, self.block = (grid + (1, 1))[:3], (block + (1, 1))[:3]
         self.shared = _as_int(plan.shared_mem, "shared_mem")
         self.device, self.kernel = device, plan.kernel
-        self.inputs = [ctypes.c_uint64(0) for _ in range(n_inputs)]
-        self.outputs = [ctypes.c_uint64(0) for _ in range(n_outputs)]
-        self._args = self.inputs + kernel_arguments((), plan.scalars, ()) + self.outputs  # alive as long as params
-        self.params = (ctypes.c_void_p * len(self._args))(*[ctypes.addressof(a) for a in self._args])
+        self.n_inputs, self.n_outputs = n_inputs, n_outputs
+        # one array of pointer slots (inputs, then outputs), filled by one slice assignment per launch
+        self._pointers = (ctypes.c_uint64 * (n_inputs + n_outputs))()
+        self._scalars = kernel_arguments((), plan.scalars, ())  # alive as long as params
+        slot = ctypes.addressof(self._pointers)
+        addresses = ([slot + 8 * i for i in range(n_inputs)] + [ctypes.addressof(a) for a in self._scalars]
+                     + [slot + 8 * (n_inputs + i) for i in range(n_outputs)])
+        self.params = (ctypes.c_void_p * len(addresses))(*addresses)
         self.function = None
         if 0 not in self.grid:  # an empty grid launches nothing (and needs no module)
             _, self.function, opted_in = _load_function(str(plan.source), arch, tuple(sorted(plan.defines.items())),
                                                         plan.kernel, device)
             with current_context(device):
                 _allow_shared_memory(self.function, opted_in, self.shared, device)
-            self._handle, self._context = int(self.function), int(primary_context(device))
+            lib = _libcuda()
+            self._context, self._current = int(primary_context(device)), ctypes.c_void_p()
+            self._get_current, self._current_ref = lib.cuCtxGetCurrent, ctypes.byref(self._current)
+            # cuLaunchKernel's arguments before the stream (function, grid, block, shared memory), bound once
+            self._launch, self._head = lib.cuLaunchKernel, (int(self.function), *self.grid, *self.block, self.shared)
+            self._params = ctypes.addressof(self.params)
         self._lock = threading.Lock()  # the pointer slots are shared: fill and launch as one step
 
     def __call__(self, pointers_in: Sequence, pointers_out: Sequence, stream: int = 0) -> None:
         present = [p for p in pointers_in if p is not None]
-        if len(present) != len(self.inputs) or len(pointers_out) != len(self.outputs):
-            raise LaunchError(f"{self.kernel} was prepared for {len(self.inputs)} inputs and {len(self.outputs)} "
+        if len(present) != self.n_inputs or len(pointers_out) != self.n_outputs:
+            raise LaunchError(f"{self.kernel} was prepared for {self.n_inputs} inputs and {self.n_outputs} "
                               f"outputs, got {len(present)} and {len(pointers_out)}")
+        self.launch_pointers([int(getattr(p, "ptr", p)) for p in present + list(pointers_out)], stream)
+
+    def launch_pointers(self, pointers: Sequence[int], stream: int) -> None:
+        """Launch with these pointers (ints: the present inputs, then the outputs, as prepared; unchecked) on the raw
+        ``stream``: the direct API's repeated-call path, a few driver-call costs of Python."""
         if self.function is None:
             return
-        lib, current = _libcuda(), ctypes.c_void_p()
         with self._lock:
-            for slot, p in zip(self.inputs + self.outputs, present + list(pointers_out)):
-                slot.value = int(getattr(p, "ptr", p))
-            lib.cuCtxGetCurrent(ctypes.byref(current))
-            with contextlib.nullcontext() if current.value == self._context else current_context(self.device):
-                err = lib.cuLaunchKernel(self._handle, *self.grid, *self.block, self.shared, stream,
-                                         ctypes.addressof(self.params), None)
+            self._pointers[:] = pointers
+            self._get_current(self._current_ref)
+            if self._current.value == self._context:
+                err = self._launch(*self._head, stream, self._params, None)
+            else:
+                with current_context(self.device):
+                    err = self._launch(*self._head, stream, self._params, None)
         if err:
             drv = driver()
             raise LaunchError(f"cuLaunchKernel({self.kernel}, grid={self.grid}, block={self.block}, "

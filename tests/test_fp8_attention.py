@@ -1,0 +1,194 @@
+"""FP8 attention end to end on the CPU: ``fuse(precision="fp8")`` with calibration and Q/DQ models (Model
+Optimizer's FP8 pattern on attention's MatMuls and Softmax) absorbed into FP8 FusedAttention, verified at the FP8
+tolerance, and the patterns left alone with their reason.
+
+The samples are models/samples/fp8/ (heads of 64: the FP8 kernel takes 64, 128, 256). A calibrated site's
+scales are checked against the amax of what its node quantizes, found by running the fused model itself; the
+error against the float original is FP8's (visible, bounded by FP8_RTOL). A Q/DQ model's fusion is compared with
+its own Q/DQ original: close to FP8's size, not to float rounding, since the contract quantizes P before the
+softmax's normalization and Model Optimizer's graph after it (verification.py says why)."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+
+from trt_fusedattn.calibration import E4M3_MAX, calibration_batches, record_amax
+from trt_fusedattn.pipeline import fuse
+from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION, MIN_P_SCALE
+from trt_fusedattn.verification import FP8_RTOL, verify
+
+from _fp8_models import FP8_ATTENTION_SAMPLES, matmul_qdq_version, sample
+
+QDQ_SAMPLES = tuple(name for name in FP8_ATTENTION_SAMPLES if name.endswith("torchscript"))  # Softmax patterns
+
+
+def fp8_attention_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
+    return [n for n in model.graph.node if FUSED_ATTENTION.is_node(n) and FUSED_ATTENTION.node_attributes(n)["q_scale"]]
+
+
+def worst(verification) -> float:
+    return max(o.max_rel for o in verification.outputs)
+
+
+def attention_sites(report) -> list:
+    return [s for s in report.sites if s.family == "attention"]
+
+
+@pytest.mark.parametrize("name", FP8_ATTENTION_SAMPLES)
+def test_calibrated_sample_runs_fp8_attention_with_amax_over_448_scales(name):
+    model = sample(name)
+    fused, report = fuse(model, ["attention"], precision="fp8", calibration="random:3")  # ViT's conv: below
+    nodes, sites = fp8_attention_nodes(fused), attention_sites(report)
+    assert len(nodes) == len(sites) > 0 and all(s.fused and s.details["fp8"].startswith("calibrated") for s in sites)
+    assert "q_scale=" in report.table()
+    # the scales are amax / 448 of what each node quantizes (its QuantizeLinear inputs, run in the fused model: the
+    # first node's inputs are the original's tensors exactly; later ones come through FP8 layers, FP8-close)
+    producers = {o: n for n in fused.graph.node for o in n.output}
+    quantized = {n.name: [producers[i].input[0] for i in n.input[:3]] for n in nodes}
+    assert all(producers[i].op_type == "QuantizeLinear" for n in nodes for i in n.input[:3])
+    amax = record_amax(fused, sorted({t for ts in quantized.values() for t in ts}), calibration_batches(model, 3))
+    for i, node in enumerate(nodes):
+        attrs = FUSED_ATTENTION.node_attributes(node)
+        got = [attrs[k] for k in ("q_scale", "k_scale", "v_scale")]
+        np.testing.assert_allclose(got, [amax[t] / E4M3_MAX for t in quantized[node.name]], rtol=1e-6 if i == 0 else 0.05)
+        assert attrs["p_scale"] == 0.0 and attrs["output_dtype"] == "auto"
+    assert fused.opset_import[0].version >= 19 and fused.ir_version >= 9
+    onnx.checker.check_model(fused)
+    result = verify(model, fused)
+    print(name, result.table())
+    assert result.passed and all(o.rtol == FP8_RTOL for o in result.outputs), result.table()
+    assert 1e-5 < worst(result) < FP8_RTOL  # FP8's own error: visible, bounded
+
+
+def test_vit_runs_fp8_convs_and_fp8_attention_together():
+    model = sample("vit_hd64_torchscript")
+    fused, report = fuse(model, precision="fp8", calibration="random:3")
+    assert len(fp8_attention_nodes(fused)) == 2 and any(s.family == "conv" and "input_scale=" in s.details["fp8"]
+                                                         for s in report.sites)
+    result = verify(model, fused)
+    print("vit_hd64_torchscript conv+attention", result.table())
+    assert result.passed and 1e-4 < worst(result) < FP8_RTOL, result.table()
+
+
+def test_file_calibration_with_percentile_gives_fp8_attention(tmp_path):
+    from trt_fusedattn.random_inputs import random_inputs
+
+    model = sample("llama_gqa_hd64_torchscript")
+    feeds = [random_inputs(model, seed=300 + i) for i in range(3)]
+    np.savez(tmp_path / "calib.npz", **{k: np.stack([f[k] for f in feeds]) for k in feeds[0]})
+    by_max, _ = fuse(model, precision="fp8", calibration=str(tmp_path / "calib.npz"))
+    fused, report = fuse(model, precision="fp8", calibration=str(tmp_path / "calib.npz"),
+                         calib_method="percentile:99.9")
+    assert len(fp8_attention_nodes(fused)) == 2
+    scales = [[FUSED_ATTENTION.node_attributes(n)[k] for k in ("q_scale", "k_scale", "v_scale")]
+              for n in fp8_attention_nodes(fused)]
+    maxed = [[FUSED_ATTENTION.node_attributes(n)[k] for k in ("q_scale", "k_scale", "v_scale")]
+             for n in fp8_attention_nodes(by_max)]
+    assert np.all(np.array(scales) <= np.array(maxed)) and np.any(np.array(scales) < np.array(maxed))
+    result = verify(model, fused)
+    assert result.passed and 1e-5 < worst(result) < FP8_RTOL, result.table()
+
+
+@pytest.mark.parametrize("name", QDQ_SAMPLES)
+def test_qdq_sample_is_absorbed_into_fp8_attention(name):
+    original = sample(name)
+    qdq = matmul_qdq_version(original)
+    pairs = sum(n.op_type == "DequantizeLinear" for n in qdq.graph.node)
+    fused, report = fuse(qdq)
+    sites = attention_sites(report)
+    assert len(fp8_attention_nodes(fused)) == len(sites) > 0
+    assert all(s.details["fp8"].startswith("Q/DQ") for s in sites)
+    for node in fp8_attention_nodes(fused):
+        assert FUSED_ATTENTION.node_attributes(node)["p_scale"] == pytest.approx(MIN_P_SCALE, rel=1e-6)
+    # each site's four pairs (Q, Kᵀ, P, V) are gone (constant folding may take weights' pairs too); the
+    # projections' MatMuls keep theirs for TensorRT
+    left = sum(n.op_type == "DequantizeLinear" for n in fused.graph.node)
+    assert 0 < left <= pairs - 4 * len(sites)
+    result = verify(qdq, fused)
+    print(name, "vs its Q/DQ original:", result.table())
+    assert result.passed and worst(result) < 0.1, result.table()
+    assert verify(original, fused).passed
+
+
+def _bert_qdq() -> onnx.ModelProto:
+    return matmul_qdq_version(sample("bert_sdpa_hd64_torchscript"), samples=2)
+
+
+def _softmax_pair(model: onnx.ModelProto) -> tuple[onnx.NodeProto, onnx.NodeProto]:
+    """The first site's Q/DQ pair on the probabilities (its QuantizeLinear reads a tensor computed from Softmax)."""
+    producers = {o: n for n in model.graph.node for o in n.output}
+    for node in model.graph.node:
+        if node.op_type == "QuantizeLinear":
+            source = producers.get(node.input[0])
+            for _ in range(3):
+                if source is None or source.op_type == "Softmax":
+                    break
+                source = producers.get(source.input[-1] if source.op_type == "Where" else source.input[0])
+            if source is not None and source.op_type == "Softmax":
+                dq = next(n for n in model.graph.node if n.op_type == "DequantizeLinear" and n.input[0] == node.output[0])
+                return node, dq
+    raise AssertionError("no Q/DQ on the probabilities")
+
+
+def _set_initializer(model: onnx.ModelProto, name: str, value: np.ndarray) -> None:
+    old = next(t for t in model.graph.initializer if t.name == name)
+    model.graph.initializer.remove(old)
+    model.graph.initializer.append(numpy_helper.from_array(value, name))
+
+
+def _unquantized_p(model):
+    q, dq = _softmax_pair(model)
+    model.graph.node.remove(q)
+    model.graph.node.remove(dq)
+    for node in model.graph.node:
+        node.input[:] = [q.input[0] if i == dq.output[0] else i for i in node.input]
+
+
+def _small_p_scale(model):
+    q, _ = _softmax_pair(model)
+    _set_initializer(model, q.input[1], np.array(0.5 / E4M3_MAX, np.float32))
+
+
+def _per_channel_k(model):
+    """K's pair (on the Q·Kᵀ MatMul's right input, [B, H, D, L]) with one scale per head-dim channel (axis 2)."""
+    producers = {o: n for n in model.graph.node for o in n.output}
+    node = producers[next(n for n in model.graph.node if n.op_type == "Softmax").input[0]]
+    while node.op_type != "MatMul":
+        node = producers[node.input[0]]
+    dq = producers[node.input[1]]
+    for pair in (producers[dq.input[0]], dq):
+        scale = float(numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == pair.input[1])))
+        name = f"{pair.output[0]}_channel"
+        model.graph.initializer.extend([numpy_helper.from_array(np.full(64, scale, np.float32), f"{name}_scale"),
+                                        numpy_helper.from_array(np.zeros(64, ml_dtypes.float8_e4m3fn), f"{name}_zero")])
+        pair.input[1:] = [f"{name}_scale", f"{name}_zero"]
+        pair.attribute.append(helper.make_attribute("axis", 2))
+
+
+@pytest.mark.parametrize("change, reason", [
+    (_unquantized_p, "but not on P"),
+    (_small_p_scale, "below 1/448"),
+    (_per_channel_k, "not per tensor"),
+])
+def test_unabsorbable_qdq_attention_is_left_with_its_reason(change, reason):
+    model = _bert_qdq()
+    change(model)
+    fused, report = fuse(model)
+    left = [s for s in attention_sites(report) if not s.fused]
+    assert left and all(reason in s.reason for s in left), [s.reason for s in attention_sites(report)]
+    assert len(fp8_attention_nodes(fused)) == len(attention_sites(report)) - len(left)  # the change hit one site
+    assert verify(model, fused).passed
+
+
+def test_heads_the_fp8_kernel_does_not_take_keep_their_dtype_with_the_plans_reason():
+    model = sample("bert_sdpa_torchscript")  # heads of 16
+    fused, report = fuse(model, precision="fp8", calibration="random:2")
+    assert not fp8_attention_nodes(fused)
+    assert all(s.details["fp8"].startswith("no: no FP8 kernel") for s in attention_sites(report))
+    qdq = matmul_qdq_version(model, samples=2)
+    fused, report = fuse(qdq)
+    assert all(not s.fused and "no FP8 kernel" in s.reason for s in attention_sites(report))
+    assert worst(verify(qdq, fused)) < 1e-4

@@ -209,12 +209,14 @@ class Case:
                                     **_fused_activation(lay))
 
 
-def layer_plan(lay: Layer, n: int, arch: str, input_scale: float = 0.0, x_e4m3: bool = False, **tile):
+def layer_plan(lay: Layer, n: int, arch: str, input_scale: float = 0.0, x_e4m3: bool = False,
+               output_scale: float = 0.0, **tile):
     """The FusedConv plan of one layer (what ``Case.fused`` launches; ``tile``: plan_conv's tuning override;
-    ``input_scale`` != 0: the FP8 plan, e4m3 W with a per-channel scale; ``x_e4m3``: X already e4m3)."""
+    ``input_scale`` != 0: the FP8 plan, e4m3 W with a per-channel scale; ``x_e4m3``: X already e4m3;
+    ``output_scale`` != 0: Y written in e4m3, an FP8 chain's producer)."""
     o = lay.out_hw
     attrs = FUSED_CONV.resolve(dict(strides=(lay.stride,) * 2, pads=(lay.pad,) * 4, group=lay.groups,
-                                    input_scale=input_scale, **_fused_activation(lay)))
+                                    input_scale=input_scale, output_scale=output_scale, **_fused_activation(lay)))
     shapes = [(n, lay.c, lay.hw, lay.hw), (lay.k, lay.kernel, lay.kernel, lay.c // lay.groups), (lay.k,),
               (lay.k,) if input_scale else None, (n, lay.k, o, o) if lay.residual else None]
     dtypes = ["float8_e4m3fn" if x_e4m3 else "float16", "float8_e4m3fn" if input_scale else "float16", "float32",
@@ -486,6 +488,8 @@ def main():
     parser.add_argument("--fp8", action="store_true", help="add the FP8 table (ResNet-50 3x3 layers, sm_89+)")
     parser.add_argument("--fp8-only", action="store_true", help="only the FP8 table")
     parser.add_argument("--fp8-batches", default="8,32", help="batches of the FP8 table")
+    parser.add_argument("--fp8-chain-only", action="store_true",
+                        help="only the FP8 chain table (benchmarks/conv_fp8_chain.py), at the --fp8-batches")
     parser.add_argument("--nets", default="ResNet-50,MobileNetV2", help="networks of the tables and sweep")
     parser.add_argument("--quick", action="store_true",
                         help=f"one run in under 4 minutes: batches {QUICK_BATCHES} per network, 150 s table budget")
@@ -503,6 +507,12 @@ def main():
             if name in args.nets.split(",")}
     resnet_3x3 = [lay for lay, _ in resnet50() if lay.kernel == 3]
     fp8_batches = [int(b) for b in args.fp8_batches.split(",")]
+    if args.fp8_chain_only:
+        from conv_fp8_chain import chain_table
+        lines = ["# FP8 chains: a FusedConv writing e4m3 for the FP8 layer it feeds\n", f"{environment()}\n"]
+        lines += chain_table(fp8_batches, arch)
+        _write(args.out, lines)
+        return
     if args.fp8_only:
         lines = ["# FP8 FusedConv vs cuDNN FP16 + separate epilogue ops\n", f"{environment()}\n"]
         lines += fp8_table(resnet_3x3, fp8_batches, arch)

@@ -2,16 +2,29 @@
 CI compiles what the GPU runs: every store width (OUT_VEC 8/4/2/1), X quantized in the kernel or already e4m3
 (a chain's middle link), float16 and bfloat16 X, residual and post-activation before the quantization, split
 groups, a 2-CTA cluster, the element gather, a float16 (not FP8) conv and the depthwise kernel as producers.
-The output scales (|y| up to about 5 or 9 before saturating) saturate the largest outputs of these random
-inputs, so saturation runs."""
+The output scales put |y| up to about 5 or 9 before saturation (the largest outputs of these random inputs);
+the "saturating" case's 1.8 saturates many."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
 
 from _conv_cases import FP8_INPUT_SCALE, ConvCase
 from trt_fusedattn.plugins.conv.plan import plan_conv
 
 _FP8 = dict(scale=True, input_scale=FP8_INPUT_SCALE)
+# A kernel rounds y to its element type in the staged output tile before the residual add and the e4m3 conversion
+# (as for a float16 Y); the reference converts the float64 y. Where that first rounding lands y on an e4m3 rounding
+# midpoint, the two differ by one e4m3 step: about 1/256 of the elements with float16 staging, 1/32 with bfloat16.
+E4M3_STEP_FRACTION = {"float16": 0.02, "bfloat16": 0.08}
+
+
+def e4m3_steps(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """|got - want| in units of the e4m3 spacing at the larger of the two (both in e4m3 units, no scale)."""
+    big = np.maximum(np.abs(got), np.abs(want))
+    spacing = np.where(big >= 2.0 ** -6, 2.0 ** (np.floor(np.log2(np.maximum(big, 2.0 ** -6))) - 3), 2.0 ** -9)
+    return np.abs(got - want) / spacing
 
 
 @dataclass(frozen=True)
@@ -33,7 +46,7 @@ class ProducerCase:
 
 
 PRODUCER_CASES = [ProducerCase(c, s) for c, s in [
-    (ConvCase("fp8_3x3_c64_k64_17x13", 2, 64, 17, 13, 64, 3, 3, pad=1, **_FP8), 0.012),
+    (ConvCase("fp8_3x3_c64_k64_17x13_saturating", 2, 64, 17, 13, 64, 3, 3, pad=1, **_FP8), 0.004),
     (ConvCase("fp8_1x1_c256_k64_residual", 2, 256, 9, 11, 64, 1, 1, residual=True, post_activation="relu", **_FP8),
      0.02),
     (ConvCase("x8_3x3_c256_k256_bk128", 2, 256, 7, 9, 256, 3, 3, pad=1, x_e4m3=True, residual=True,

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from _conv_cases import CASES, FP8_CASES, WGMMA_CASES, WS_CASES, X_E4M3_CASES, ConvCase
+from _fp8_chain_cases import E4M3_STEP_FRACTION, PRODUCER_CASES, ProducerCase, e4m3_steps
 from trt_fusedattn.plugins.conv.contract import FUSED_CONV, fused_conv_reference
 
 torch = pytest.importorskip("torch")
@@ -42,6 +43,9 @@ def compiled_specializations(request):
                   for p in selected if "case" in p and p["case"].fp8]
     if arch == "sm_90a":
         plans += [p["tuned"].plan(arch) for p in selected if "tuned" in p]
+    if has_fp8(arch):  # FP8 producers (e4m3 Y) on the plan's default, FP8 ones on mma.sync too
+        plans += [p["producer"].plan(arch, **({"mma": p["mma"]} if p["producer"].case.fp8 else {}))
+                  for p in selected if "producer" in p]
     plans = list({(p.source, tuple(sorted(p.defines.items()))): p for p in plans}.values())
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 8) as pool:
         list(pool.map(lambda p: compile_ptx(p.source, arch, p.defines), plans))
@@ -263,3 +267,84 @@ def test_fused_sample_models_match_the_originals(sample):
                                   implementations={FUSED_CONV: counted})
     assert len(calls) == sum(n.op_type == "FusedConv" for n in fused.graph.node)
     assert result.passed, result.table()
+
+
+# FP8 producers (output_scale: Y = e4m3(y / output_scale)) against the reference's emulation: no element more than
+# one e4m3 step away, few one step away (E4M3_STEP_FRACTION, _fp8_chain_cases.py says why).
+
+
+def run_producer(producer: ProducerCase, seed: int):
+    """(kernel's e4m3 output in e4m3 units as float64, the reference's, the reference's y / output_scale before
+    the conversion, the output tensor) on fresh inputs from ``seed``."""
+    import trt_fusedattn
+    case, attrs = producer.case, producer.attrs()
+    inputs = make_inputs(case, torch.Generator(device="cuda").manual_seed(seed))
+    nan = torch.full((case.n, case.k, *case.out_hw), 0x7F, device="cuda", dtype=torch.uint8)  # e4m3 NaN
+    out = channels_last(nan).view(torch.float8_e4m3fn)
+    trt_fusedattn.conv2d(
+        inputs["x"], inputs["w"], inputs.get("bias"), scale=inputs.get("scale"), stride=case.stride,
+        padding=case.pad, dilation=case.dil, groups=case.groups, activation=case.activation,
+        activation_alpha=attrs["activation_alpha"], activation_beta=attrs["activation_beta"],
+        residual=inputs.get("residual"), post_activation=case.post_activation,
+        post_activation_alpha=attrs["post_activation_alpha"], post_activation_beta=attrs["post_activation_beta"],
+        input_scale=case.input_scale, output_scale=producer.output_scale, out=out)
+    torch.cuda.synchronize()
+    x_values = host64(inputs["x"]) * (case.input_scale if inputs["x"].dtype == torch.float8_e4m3fn else 1.0)
+    args = (x_values, host64(inputs["w"]).transpose(0, 2, 3, 1), host64(inputs.get("bias")),
+            host64(inputs.get("scale")), host64(inputs.get("residual")))
+    want = fused_conv_reference(*args, **attrs).astype(np.float64)
+    y = fused_conv_reference(*args, **{**attrs, "output_scale": 0.0}) / producer.output_scale
+    return host64(out), want, y, out
+
+
+def check_producer(producer: ProducerCase, got: np.ndarray, want: np.ndarray, unquantized: np.ndarray, seed: int):
+    where = f"{producer.name} (seed {seed})"
+    assert not np.isnan(got).any(), f"{where}: {np.isnan(got).sum()} outputs unwritten or NaN"
+    steps = e4m3_steps(got, want)
+    assert steps.max() <= 1.0, f"{where}: an element {steps.max():.2f} e4m3 steps from the reference"
+    off = float((steps > 0).mean())
+    assert off <= E4M3_STEP_FRACTION[producer.case.dtype], f"{where}: {off:.2%} of elements one e4m3 step off"
+    beyond = np.abs(unquantized) > 480  # clearly past e4m3's largest value (448; the next step would be 480)
+    assert (np.abs(got[beyond]) == 448).all(), f"{where}: an output past 448 * output_scale did not saturate"
+    if "saturating" in producer.name:
+        assert beyond.mean() > 0.05, f"{where}: the case should saturate many outputs"
+
+
+@pytest.mark.parametrize("mma", ["wgmma", "mma.sync"])
+@pytest.mark.parametrize("producer", PRODUCER_CASES, ids=lambda p: p.name)
+def test_fp8_producer_writes_the_references_e4m3(producer, mma, monkeypatch):
+    """Each producer case on both FP8 main loops (16-bit producers and depthwise: their one kernel)."""
+    from trt_fusedattn.launcher.launch import device_arch
+    from trt_fusedattn.plugins.conv import plan as conv_plan
+    arch = device_arch(0)
+    if not has_fp8(arch):
+        pytest.skip(f"FP8 output needs sm_89+; this GPU is {arch}")
+    if mma == "mma.sync" and not producer.case.fp8:
+        pytest.skip("a 16-bit or depthwise producer has one kernel (run under wgmma)")
+    monkeypatch.setattr(conv_plan, "FP8_WGMMA_BY_DEFAULT", mma == "wgmma")
+    seed = random.SystemRandom().randrange(2 ** 31)
+    got, want, y, out = run_producer(producer, seed)
+    assert out.dtype == torch.float8_e4m3fn
+    check_producer(producer, got, want, y, seed)
+
+
+def test_fp8_chain_consumer_reads_what_its_producer_wrote():
+    """A producer's e4m3 output straight into an FP8 consumer (X_E4M3, input_scale = output_scale): the consumer
+    matches its reference on exactly those bytes (float16 bound), the producer its own."""
+    from trt_fusedattn.launcher.launch import device_arch
+    if not has_fp8(device_arch(0)):
+        pytest.skip(f"FP8 needs sm_89+; this GPU is {device_arch(0)}")
+    producer = next(p for p in PRODUCER_CASES if p.name == "y8_fp8_1x1_c256_k64_residual")
+    seed = random.SystemRandom().randrange(2 ** 31)
+    got, want, y, y8 = run_producer(producer, seed)
+    check_producer(producer, got, want, y, seed)
+    consumer = ConvCase("x8_3x3_c64_k128", 2, 64, 9, 11, 128, 3, 3, pad=1, scale=True,
+                        input_scale=producer.output_scale, x_e4m3=True, residual=True, post_activation="relu")
+    import trt_fusedattn
+    inputs = make_inputs(consumer, torch.Generator(device="cuda").manual_seed(seed + 1))
+    out = channels_last(torch.full((2, 128, 9, 11), float("nan"), device="cuda", dtype=torch.half))
+    trt_fusedattn.conv2d(y8, inputs["w"], inputs["bias"], scale=inputs["scale"], padding=1, activation="relu",
+                         residual=inputs["residual"], post_activation="relu", input_scale=producer.output_scale,
+                         out=out)
+    torch.cuda.synchronize()
+    check(consumer, host64(out), reference(consumer, {**inputs, "x": y8}), seed)

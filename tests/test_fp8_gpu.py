@@ -1,5 +1,6 @@
-"""FP8-fused sample models run with our FP8 FusedConv kernels (sm_89+) for their custom nodes: the kernels match
-the numpy reference's FP8 emulation, and the error against the original float model is reported.
+"""FP8-fused sample models run with our FP8 FusedConv kernels (sm_89+) and FP8 FusedAttention kernel (sm_90a) for
+their custom nodes: the kernels match the numpy reference's FP8 emulation, and the error against the original float
+model is reported.
 
 The fused models come from the CPU path (calibration on random inputs, and Model Optimizer-style Q/DQ); each
 FusedConv node runs the kernel through ``verify(implementations=...)``: X in float16 (what the TensorRT layer's
@@ -20,7 +21,7 @@ import pytest
 from trt_fusedattn.plugins.conv.contract import FUSED_CONV
 
 from _fp8_chain_cases import E4M3_STEP_FRACTION, e4m3_steps
-from _fp8_models import CONV_SAMPLES, conv_qdq_version, sample
+from _fp8_models import CONV_SAMPLES, FP8_ATTENTION_SAMPLES, conv_qdq_version, matmul_qdq_version, sample
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
@@ -121,5 +122,78 @@ def test_fp8_fused_samples_run_on_the_fp8_kernels(name, capsys):
                                                 > 0 for n in fused.graph.node) > 0
         assert max(e for _, e in errors) < KERNEL_VS_EMULATION, errors
         assert all(most <= 1 and share <= E4M3_STEP_FRACTION["float16"] for most, share in steps), steps
+        assert against_original.passed and all(o.rtol == FP8_RTOL for o in against_original.outputs), \
+            against_original.table()
+
+
+ATTENTION_KERNEL_VS_EMULATION = 0.08  # normwise, per node: tests/test_attention_fp8_gpu.py's kernel-vs-contract bound
+                                      # (the kernel rounds P relative to its running max, the contract to the row's)
+
+
+def gpu_fused_attention(q, k, v, mask=None, key_lengths=None, **attrs):
+    """A FusedAttention node on our kernel (``trt_fusedattn.attention`` with torch tensors): Q/K/V as the node has
+    them (float8_e4m3fn with their scales, or 16-bit), numpy in and out in the node's dtypes."""
+    import trt_fusedattn
+    from trt_fusedattn.fp8 import numpy_dtype
+    from trt_fusedattn.plugins.attention.contract import output_dtype_name
+
+    def dev(a):
+        if a is None:
+            return None
+        a = np.ascontiguousarray(a)
+        if a.dtype in (ml_dtypes.float8_e4m3fn, ml_dtypes.bfloat16):  # exact through float32
+            wanted = torch.float8_e4m3fn if a.dtype == ml_dtypes.float8_e4m3fn else torch.bfloat16
+            return torch.from_numpy(a.astype(np.float32)).to("cuda").to(wanted)
+        return torch.from_numpy(a).to("cuda")
+
+    o = trt_fusedattn.attention(dev(q), dev(k), dev(v), mask=dev(mask), key_lengths=dev(key_lengths),
+                                causal=bool(attrs.pop("causal")), **attrs)
+    return o.float().cpu().numpy().astype(numpy_dtype(output_dtype_name(np.asarray(q).dtype, attrs)))
+
+
+def _fused_attention_models(name):
+    from trt_fusedattn.pipeline import fuse
+
+    model = sample(name)
+    yield "calibrated", model, fuse(model, precision="fp8", calibration="random:8")[0]
+    if name.endswith("torchscript"):  # the Softmax pattern Model Optimizer quantizes
+        yield "Q/DQ", model, fuse(matmul_qdq_version(model))[0]
+
+
+@pytest.mark.parametrize("name", FP8_ATTENTION_SAMPLES)
+def test_fp8_attention_samples_run_on_the_fp8_kernel(name, capsys):
+    """Every FP8 FusedAttention node of the FP8-fused BERT / Llama-GQA / ViT samples on the sm_90a FP8 kernel: node
+    by node against the contract's FP8 emulation on the same inputs, and the whole model on the kernel against the
+    float original (FP8_RTOL)."""
+    import random
+
+    from trt_fusedattn.launcher.launch import device_arch
+    from trt_fusedattn.ort_session import run_model
+    from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION
+    from trt_fusedattn.random_inputs import random_inputs
+    from trt_fusedattn.verification import FP8_RTOL, verify
+
+    if device_arch() != "sm_90a":
+        pytest.skip(f"FP8 FusedAttention runs on sm_90a; this GPU is {device_arch()}")
+    seed = random.SystemRandom().randrange(2 ** 31)
+    for how, original, fused in _fused_attention_models(name):
+        feeds = random_inputs(original, seed=seed)
+        nodes = []
+        recorded = lambda *a, **k: nodes.append((a, k, FUSED_ATTENTION.reference(*a, **k))) or nodes[-1][2]  # noqa: E731
+        run_model(fused, feeds, {FUSED_ATTENTION: recorded})
+        fp8 = [(a, k, want) for a, k, want in nodes if k["q_scale"]]
+        errors = []
+        for args, attrs, want in fp8:
+            got = gpu_fused_attention(*args, **dict(attrs)).astype(np.float64)
+            want = want.astype(np.float64)
+            errors.append(float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30)))
+        against_original = verify(original, fused, inputs=feeds,
+                                  implementations={FUSED_ATTENTION: lambda *a, **k: gpu_fused_attention(*a, **k)})
+        with capsys.disabled():
+            print(f"\n{name} {how} (seed {seed}): {len(fp8)} FP8 attention nodes of {len(nodes)}; kernel vs emulation "
+                  f"per node {', '.join(f'{e:.3g}' for e in errors)} (normwise); on the kernel vs original " +
+                  ", ".join(f"{o.name} {o.max_rel:.3g} (rel_l2 {o.rel_l2:.3g})" for o in against_original.outputs))
+        assert len(fp8) == len(nodes) > 0
+        assert max(errors) < ATTENTION_KERNEL_VS_EMULATION, errors
         assert against_original.passed and all(o.rtol == FP8_RTOL for o in against_original.outputs), \
             against_original.table()

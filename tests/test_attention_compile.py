@@ -17,6 +17,7 @@ import pytest
 
 from _attention_cases import CASES, SPLIT_KV_CASES, WARP_SPECIALIZED_CASES, WGMMA_CASES
 from _attention_decode_cases import DECODE_CASES
+from _attention_fp8_cases import FP8_CASES
 from trt_fusedattn.launcher import CompileError, compile_cubin
 from trt_fusedattn.launcher.compile import nvcc_path
 
@@ -35,7 +36,7 @@ def _nvcc_missing() -> bool:
 @pytest.mark.skipif(_nvcc_missing(), reason="nvcc not found (CUDA toolkit)")
 def test_every_tested_specialization_compiles_without_spills():
     plans = {}
-    for case, arch in [(c, a) for c in CASES for a in ARCHES] + [(c, "sm_90a") for c in WGMMA_CASES + WARP_SPECIALIZED_CASES + SPLIT_KV_CASES + DECODE_CASES]:
+    for case, arch in [(c, a) for c in CASES for a in ARCHES] + [(c, "sm_90a") for c in WGMMA_CASES + WARP_SPECIALIZED_CASES + SPLIT_KV_CASES + DECODE_CASES + FP8_CASES]:
         plan = case.plan(arch)
         plans[(arch, tuple(sorted(plan.defines.items())))] = plan
     for case in CASES:  # the 99 KB GPUs' smaller tiles (where the plan shrinks one), built for sm_89
@@ -51,3 +52,5 @@ def test_every_tested_specialization_compiles_without_spills():
         allowed = ACCEPTED_SPILL_BYTES.get((widest, d["BLOCK_N"]), 0)
         spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", report)]
         assert spills and max(spills) <= allowed, f"{arch} {d}: register spills over {allowed} bytes\n{report}"
+        # FP8: no ptxas warning (C7514/C7517 would mean serialized wgmmas)
+        assert not d.get("FP8") or not re.search(r"ptxas.*warning", report, re.I), f"{arch} {d}: ptxas warned\n{report}"

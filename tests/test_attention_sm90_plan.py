@@ -81,24 +81,6 @@ def test_warp_specialized_rejections(tuning, message):
         plan(96, tuning={"WARP_SPECIALIZED": 1})
 
 
-def test_decode_with_few_query_blocks_splits_the_keys_over_a_cluster():
-    """Static decode shapes that would not fill the GPU: one-warp 16-row tiles, KV_SPLIT CTAs per cluster; others,
-    dynamic lengths, masks and GPUs without clusters keep the default."""
-    from trt_fusedattn.plugins.attention.plan import SPLIT_KV, SPLIT_KV_TILE
-
-    def decode(lq=16, lkv=32768, heads=32, batch=1, arch="sm_90a", mask=None):
-        return plan_attention([(batch, lq, heads, 128), (batch, lkv, 8, 128), (batch, lkv, 8, 128), mask, None],
-                              ["bfloat16"] * 3 + [None if mask is None else "bool", None],
-                              FUSED_ATTENTION.resolve({"causal": 1, "causal_alignment": "bottom_right"}), arch)
-    p = decode()
-    assert p.defines["KV_SPLIT"] == SPLIT_KV and p.defines["WGMMA"] == 0 and p.grid == (SPLIT_KV, 32, 1)
-    assert (p.defines["BLOCK_M"], p.defines["BLOCK_N"], p.defines["NUM_WARPS"]) == SPLIT_KV_TILE[:3]
-    assert p.block == (32, 1, 1)
-    for other in (decode(batch=8), decode(lq=1, batch=4), decode(lq=64), decode(lkv=1024), decode(arch="sm_89"),
-                  decode(mask=(1, 1, 16, 32768))):
-        assert other.defines["KV_SPLIT"] == 1
-
-
 def test_head_dim_64_takes_the_warp_specialized_kernel_on_long_static_rows():
     def hd64(length, causal=0):
         return plan_attention([(1, length, 16, 64)] * 3 + [None, None], ["bfloat16"] * 3 + [None, None],
@@ -106,3 +88,44 @@ def test_head_dim_64_takes_the_warp_specialized_kernel_on_long_static_rows():
     assert hd64(4096).source.name == "attention_sm90.cu" and hd64(4096).defines["KV_STAGES"] == 3
     assert hd64(8192, causal=1).source.name == "attention_sm90.cu"
     assert hd64(2048).source.name == hd64(4096, causal=1).source.name == "attention.cu"
+
+
+def test_fp8_takes_the_warp_specialized_kernel_with_its_scales():
+    """FP8 Q/K/V: attention_sm90.cu with FP8=1, the dequantization folded into SCALE_LOG2, P's scale into the
+    exponent, v_scale (over output_scale) into the epilogue, the running max moving whenever it grows; V staging tiles
+    in shared memory; an additive mask in the output's dtype."""
+    import math
+    from trt_fusedattn.plugins.attention.plan import FP8_TILES
+    attrs = FUSED_ATTENTION.resolve({"causal": 1, "q_scale": 0.5, "k_scale": 0.25, "v_scale": 0.125,
+                                     "output_dtype": "float8e4m3fn", "output_scale": 0.0625})
+    q, kv = (2, 1000, 8, 128), (2, 700, 2, 128)
+    p = plan_attention([q, kv, kv, (2, 8, 1000, 700), None], ["float8_e4m3fn"] * 3 + ["float16", None], attrs,
+                       "sm_90a")
+    d = p.defines
+    assert p.source.name == "attention_sm90.cu" and d["FP8"] == 1 and d["WARP_SPECIALIZED"] == 1
+    assert d["OUTPUT_E4M3"] == 1 and float(d["OUTPUT_FACTOR"][:-1]) == 2.0 and d["RESCALE_THRESHOLD"] == "0.0f"
+    assert math.isclose(float(d["SCALE_LOG2"][:-1]), 0.5 * 0.25 / math.sqrt(128) * math.log2(math.e), rel_tol=1e-7)
+    assert math.isclose(float(d["P_SCALE_LOG2"][:-1]), math.log2(448), rel_tol=1e-7)
+    block_m, block_n, _, _, stages = FP8_TILES[128]
+    assert p.shared_mem == (block_m + (2 * stages + 2) * block_n) * 128 + 1008 + (1 + 4 * stages) * 8 <= 227 * 1024
+    bf16 = dict(attrs, output_dtype="bfloat16", output_scale=0.0)
+    assert plan_attention([q, kv, kv, None, None], ["float8_e4m3fn"] * 3 + [None, None], bf16,
+                          "sm_90a").defines["DTYPE_BF16"] == 1
+
+
+@pytest.mark.parametrize("arch, dim, message", [
+    ("sm_89", 128, "FP8 .* runs on sm_90a for head dims 64, 128, 256"),
+    ("sm_90a", 96, "FP8 .* runs on sm_90a for head dims 64, 128, 256"),
+])
+def test_fp8_refusals_are_one_line(arch, dim, message):
+    attrs = FUSED_ATTENTION.resolve({"q_scale": 1.0, "k_scale": 1.0, "v_scale": 1.0})
+    shape = (1, 64, 2, dim)
+    with pytest.raises(ValueError, match=message) as err:
+        plan_attention([shape] * 3 + [None, None], ["float8_e4m3fn"] * 3 + [None, None], attrs, arch)
+    assert "\n" not in str(err.value)
+    with pytest.raises(ValueError, match="warp-specialized kernel only"):
+        plan_attention([(1, 64, 2, 128)] * 3 + [None, None], ["float8_e4m3fn"] * 3 + [None, None], attrs, "sm_90a",
+                       tuning={"WARP_SPECIALIZED": 0})
+    with pytest.raises(ValueError, match="all float8e4m3fn or none"):
+        plan_attention([(1, 64, 2, 128)] * 3 + [None, None], ["float8_e4m3fn", "float16", "float8_e4m3fn", None, None],
+                       attrs, "sm_90a")

@@ -7,8 +7,18 @@
     !defined(MASK_KIND) || !defined(HAS_KEY_LENGTHS) || !defined(SCALE_LOG2) || !defined(BLOCK_M) ||  \
     !defined(BLOCK_N) || !defined(NUM_WARPS) || !defined(Q_IN_REGISTERS) || !defined(KV_STAGES) || \
     !defined(RESCALE_THRESHOLD) || !defined(WGMMA) || !defined(MIN_BLOCKS_PER_SM) || \
-    !defined(WGMMA_OVERLAP) || !defined(KV_SPLIT) || !defined(WARP_SPECIALIZED) || !defined(PACK_GQA)
-#error "attention.cu needs PACK_GQA WARP_SPECIALIZED KV_SPLIT HEAD_DIM HEAD_DIM_V SOFTCAP DTYPE_BF16 CAUSAL CAUSAL_BOTTOM_RIGHT MASK_KIND HAS_KEY_LENGTHS SCALE_LOG2 BLOCK_M BLOCK_N NUM_WARPS Q_IN_REGISTERS KV_STAGES RESCALE_THRESHOLD WGMMA MIN_BLOCKS_PER_SM WGMMA_OVERLAP (plan_attention sets them)"
+    !defined(WGMMA_OVERLAP) || !defined(KV_SPLIT) || !defined(WARP_SPECIALIZED) || !defined(PACK_GQA) || !defined(WARP_SPLIT)
+#error "attention.cu needs WARP_SPLIT PACK_GQA WARP_SPECIALIZED KV_SPLIT HEAD_DIM HEAD_DIM_V SOFTCAP DTYPE_BF16 CAUSAL CAUSAL_BOTTOM_RIGHT MASK_KIND HAS_KEY_LENGTHS SCALE_LOG2 BLOCK_M BLOCK_N NUM_WARPS Q_IN_REGISTERS KV_STAGES RESCALE_THRESHOLD WGMMA MIN_BLOCKS_PER_SM WGMMA_OVERLAP (plan_attention sets them)"
+#endif
+
+// FP8 (E4M3 Q/K/V, the warp-specialized kernel only): set by the plan in FP8 specializations with P_SCALE_LOG2
+// (log2 of 1 / p_scale), OUTPUT_FACTOR (v_scale, over output_scale for an e4m3 output) and OUTPUT_E4M3; the
+// float16/bfloat16 specializations leave it out. DTYPE_BF16 then names the output's (and an additive mask's) type.
+#ifndef FP8
+#define FP8 0
+#endif
+#if FP8 && (!defined(P_SCALE_LOG2) || !defined(OUTPUT_FACTOR) || !defined(OUTPUT_E4M3))
+#error "FP8=1 needs P_SCALE_LOG2 OUTPUT_FACTOR OUTPUT_E4M3 (plan_attention sets them)"
 #endif
 
 #define MASK_NONE 0
@@ -38,14 +48,25 @@ typedef elem_t mask_t;         // additive mask: the dtype of Q
 #define ATTENTION_KEY_LENGTHS_PARAM
 #define ATTENTION_KEY_LENGTHS nullptr
 #endif
+// Q/K/V as stored (e4m3 bytes in FP8 specializations) and O as written (e4m3 bytes with OUTPUT_E4M3).
+#if FP8
+typedef uint8_t qkv_t;
+#else
+typedef elem_t qkv_t;
+#endif
+#if FP8 && OUTPUT_E4M3
+typedef uint8_t out_t;
+#else
+typedef elem_t out_t;
+#endif
 #define ATTENTION_KERNEL_PARAMS                                                                                      \
-  const elem_t* __restrict__ Q, const elem_t* __restrict__ K, const elem_t* __restrict__ V,                         \
+  const qkv_t* __restrict__ Q, const qkv_t* __restrict__ K, const qkv_t* __restrict__ V,                            \
   ATTENTION_MASK_PARAM ATTENTION_KEY_LENGTHS_PARAM                                                                   \
   int batch, int heads_q, int heads_kv, int len_q, int len_kv,                                                       \
   int q_stride_b, int q_stride_h, int q_stride_s, int kv_stride_b, int kv_stride_h, int kv_stride_s,                 \
   int v_stride_b, int v_stride_h, int v_stride_s, int o_stride_b, int o_stride_h, int o_stride_s,                    \
   ATTENTION_MASK_STRIDE_PARAMS                                                                                       \
-  elem_t* __restrict__ O
+  out_t* __restrict__ O
 
 constexpr int kHeadDim = HEAD_DIM;       // D_qk: the head dim of Q and K as stored
 constexpr int kHeadDimV = HEAD_DIM_V;    // D_v: the head dim of V and the output as stored
@@ -60,7 +81,13 @@ constexpr int kThreads = kWarps * 32;
 // __launch_bounds__ minimum: 2 caps registers at 65536 / (2 * kThreads) so two blocks share an SM (one block's
 // softmax then overlaps the other's matrix products)
 constexpr int kMinBlocksPerSm = MIN_BLOCKS_PER_SM;
-constexpr int kWarpRows = kBlockM / kWarps;   // query rows owned by one warp
+// Decode (WARP_SPLIT > 1): the warps of a block also split its keys, in WARP_SPLIT groups of kRowWarps warps, each
+// group with its own K/V stages and key range, combined in shared memory like the cluster's splits
+// (attention_split_kv.cuh). 1: every warp reads every K/V tile.
+constexpr int kWarpSplit = WARP_SPLIT;
+constexpr int kRowWarps = kWarps / kWarpSplit;  // warps splitting the rows of a block (one key group)
+constexpr int kGroupThreads = kRowWarps * 32;
+constexpr int kWarpRows = kBlockM / kRowWarps;  // query rows owned by one warp
 constexpr int kMAtoms = kWarpRows / 16;       // m16 MMA tiles per warp
 constexpr int kNTiles = kBlockN / 8;          // n8 MMA tiles of S per row block
 constexpr int kDTiles = kHeadDimVPad / 8;     // n8 MMA tiles of O
@@ -68,7 +95,7 @@ constexpr int kDTiles = kHeadDimVPad / 8;     // n8 MMA tiles of O
 // ldmatrix conflict-free
 constexpr int kRowPitch = kHeadDimQKPad + 8;
 constexpr int kRowPitchV = kHeadDimVPad + 8;
-constexpr int kChunksPerRow = kHeadDim / 8;   // 16-byte chunks per row of Q/K (the wgmma tiles' loads)
+constexpr int kChunksPerRow = kHeadDim * sizeof(qkv_t) / 16;  // 16-byte chunks per row of Q/K (wgmma tile loads)
 constexpr int kKvSplit = KV_SPLIT;            // CTAs of a cluster sharing one query block's keys (decode)
 // GQA packing (decode): the query heads of one K/V head share a tile, row r = (query r / kPackGqa, head in the group
 // r % kPackGqa), so K/V are read once per K/V head (grid y = K/V heads). 1: a tile holds one head's queries.
@@ -92,6 +119,8 @@ static_assert(kRescaleThreshold >= 0.f && kRescaleThreshold <= 14.f, "p <= 2^thr
 static_assert(kStages == 1 || kStages == 2 || (kStages == 3 && WARP_SPECIALIZED),
               "KV_STAGES must be 1 or 2 (3: the warp-specialized kernel's mbarrier pipeline)");
 static_assert(kKvSplit >= 1 && kKvSplit <= 8 && kBlockM % kKvSplit == 0, "KV_SPLIT: 1..8 CTAs, dividing BLOCK_M");
+static_assert(kWarpSplit >= 1 && kWarps % kWarpSplit == 0 && (kWarpSplit == 1 || (!WGMMA && !WARP_SPECIALIZED)),
+              "WARP_SPLIT (key groups of warps) divides NUM_WARPS, on the mma.sync mainloop");
 static_assert(kPackGqa >= 1 && (kPackGqa == 1 || (!WGMMA && !WARP_SPECIALIZED)),
               "PACK_GQA (query heads per tile) is an option of the mma.sync mainloop");
 

@@ -1,6 +1,7 @@
 // Normalize O by the softmax row sums and store it: registers -> smem (element type) -> 16-byte coalesced stores.
 #pragma once
 #include "attention_softmax.cuh"
+#include "common/e4m3.cuh"
 
 // Writes this warp's rows of O / rowsum into sO ([kBlockM][kRowPitchV]); rows with an all-masked key set get 0.
 __device__ __forceinline__ void stage_output(elem_t* sO, const float (&o)[kMAtoms][kDTiles][4],
@@ -43,21 +44,34 @@ __device__ __forceinline__ void store_output(elem_t* out, const elem_t* sO, int6
 // slice, two adjacent columns per n8 block) straight from registers to global memory, 4 bytes per store; a quad of
 // lanes covers 16 contiguous bytes of a row. No shared memory, so no barrier between the two MMA warpgroups or
 // against the loads (O is a small share of the bytes next to the products).
+// FP8: O is also multiplied by OUTPUT_FACTOR (v_scale, over output_scale for an e4m3 output; attention_softmax.cuh),
+// and with OUTPUT_E4M3 rounded to e4m3 (2 bytes per store, a quad covering 8 contiguous bytes).
 template <int kM>
-__device__ __forceinline__ void store_output_from_registers(elem_t* out, const float (&o)[kM][kDTiles][4],
+__device__ __forceinline__ void store_output_from_registers(out_t* out, const float (&o)[kM][kDTiles][4],
                                                             const float (&row_sum)[kM][2], int64_t stride, int row0,
                                                             int len_q, int lane) {
   static_assert(kM == 1 && kHeadDimV % 8 == 0, "16-row warp slices of a head dim in whole n8 blocks");
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const float l = quad_sum(row_sum[0][half]);
+#if FP8
+    const float inv = l > 0.f ? OUTPUT_FACTOR / l : 0.f;
+#else
     const float inv = l > 0.f ? 1.f / l : 0.f;
+#endif
     const int row = row0 + half * 8;
     if (row < len_q) {
+#if FP8 && OUTPUT_E4M3
+      uint16_t* dst = reinterpret_cast<uint16_t*>(out + row * stride + (lane % 4) * 2);
+#pragma unroll
+      for (int dt = 0; dt < kDTiles; ++dt)
+        dst[dt * 4] = pack_e4m3x2(o[0][dt][half * 2] * inv, o[0][dt][half * 2 + 1] * inv);
+#else
       uint32_t* dst = reinterpret_cast<uint32_t*>(out + row * stride + (lane % 4) * 2);
 #pragma unroll
       for (int dt = 0; dt < kDTiles; ++dt)
         dst[dt * 4] = pack_elem2(o[0][dt][half * 2] * inv, o[0][dt][half * 2 + 1] * inv);
+#endif
     }
   }
 }

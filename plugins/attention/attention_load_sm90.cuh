@@ -6,9 +6,18 @@
 // buffer per launch; cp.async needs neither. A copy becomes visible to wgmma (async proxy) only after the copying
 // thread has seen it land and run fence.proxy.async, so each loader thread waits for its own copy groups with one
 // group of lag (K(i) is signalled once V(i) is in flight, V(i) once K(i + 1) is) and then arrives.
+//
+// FP8: V is copied the same way into one of two staging tiles (kVStagingTiles, laid out after the V stages) and the
+// load warpgroup writes its V^T tile into the stage (attention_v_transpose_sm90.cuh), then signals it.
 #pragma once
 #include "attention_pipeline_sm90.cuh"
 #include "attention_mainloop_sm90.cuh"
+#include "common/named_barrier.cuh"
+#if FP8
+#include "attention_v_transpose_sm90.cuh"
+#endif
+
+constexpr int kVStagingTiles = FP8 ? 2 : 0;  // V tiles as copied, before the FP8 transpose
 
 // This loader thread's copies so far, all but the newest group, have landed: make them visible to wgmma, then
 // count this thread's arrival on `full`.
@@ -18,11 +27,59 @@ __device__ __forceinline__ void publish_all_but_newest(uint32_t full) {
   mbarrier_arrive(full);
 }
 
+#if FP8
+constexpr int kLoaderBarrier = 3;  // the load warpgroup's own named barrier (1 and 2 are the MMA warpgroups' turns)
+
+// Tile `step`'s copies (and all before) have landed in this thread's part (all but the newest kNewest groups): K is
+// handed over; once every loader thread's V copies are in, V^T is written into the stage and handed over.
+template <int kNewest>
+__device__ __forceinline__ void publish_k_and_transpose_v(const KVPipeline& pipe, const qkv_t* staging, qkv_t* sV,
+                                                          int step, int tid) {
+  cp_async_wait<kNewest>();
+  fence_async_proxy();
+  mbarrier_arrive(pipe.full_k(KVPipeline::stage(step)));
+  named_barrier_sync<kLoadThreads>(kLoaderBarrier);  // V(step) is in the staging tile, all of it
+  pipe.acquire_v(step);
+  transpose_v_tile<kLoadThreads>(staging + (step % 2) * kVTileElems, sV + KVPipeline::stage(step) * kVTileElems, tid);
+  fence_async_proxy();  // stmatrix writes are generic-proxy; wgmma reads V^T through the async proxy
+  mbarrier_arrive(pipe.full_v(KVPipeline::stage(step)));
+}
+
+// The FP8 loader: Q, then per tile K into its stage and V into a staging tile; tile t's K and V^T are handed over
+// while tile t + 1's copies are in flight.
+__device__ __forceinline__ void load_q_and_kv(const KVPipeline& pipe, qkv_t* sQ, qkv_t* sK, qkv_t* sV,
+                                              const qkv_t* q_base, int64_t q_stride, int m0, int len_q,
+                                              const qkv_t* k_base, int64_t k_stride, const qkv_t* v_base,
+                                              int64_t v_stride, int len_kv, int n_tiles) {
+  const int tid = threadIdx.x;
+  qkv_t* staging = sV + kStages * kVTileElems;
+  load_tile_swizzled<kBlockM, kLoadThreads>(sQ, q_base, q_stride, m0, len_q, tid);
+  cp_async_commit();
+  for (int step = 0; step < n_tiles; ++step) {
+    const int n0 = (n_tiles - 1 - step) * kBlockN;
+    pipe.acquire_k(step);
+    load_tile_swizzled<kBlockN, kLoadThreads>(sK + KVPipeline::stage(step) * kKTileElems, k_base, k_stride, n0,
+                                              len_kv, tid);
+    named_barrier_sync<kLoadThreads>(kLoaderBarrier);  // every loader thread is done transposing out of this staging tile
+    load_tile_swizzled<kBlockN, kLoadThreads>(staging + (step % 2) * kVTileElems, v_base, v_stride, n0, len_kv, tid);
+    cp_async_commit();
+    if (step == 0) publish_all_but_newest(pipe.full_q());
+    else publish_k_and_transpose_v<1>(pipe, staging, sV, step - 1, tid);
+  }
+  if (n_tiles == 0) {
+    cp_async_wait<0>();
+    fence_async_proxy();
+    mbarrier_arrive(pipe.full_q());
+  } else {
+    publish_k_and_transpose_v<0>(pipe, staging, sV, n_tiles - 1, tid);
+  }
+}
+#else
 // The loader's whole job for one thread block: Q, then K and V of tiles n_tiles - 1 down to 0 (the order the MMA
 // warpgroups visit them).
-__device__ __forceinline__ void load_q_and_kv(const KVPipeline& pipe, elem_t* sQ, elem_t* sK, elem_t* sV,
-                                              const elem_t* q_base, int64_t q_stride, int m0, int len_q,
-                                              const elem_t* k_base, int64_t k_stride, const elem_t* v_base,
+__device__ __forceinline__ void load_q_and_kv(const KVPipeline& pipe, qkv_t* sQ, qkv_t* sK, qkv_t* sV,
+                                              const qkv_t* q_base, int64_t q_stride, int m0, int len_q,
+                                              const qkv_t* k_base, int64_t k_stride, const qkv_t* v_base,
                                               int64_t v_stride, int len_kv, int n_tiles) {
   const int tid = threadIdx.x;
   load_tile_swizzled<kBlockM, kLoadThreads>(sQ, q_base, q_stride, m0, len_q, tid);
@@ -43,3 +100,4 @@ __device__ __forceinline__ void load_q_and_kv(const KVPipeline& pipe, elem_t* sQ
   fence_async_proxy();
   mbarrier_arrive(n_tiles == 0 ? pipe.full_q() : pipe.full_v(KVPipeline::stage(n_tiles - 1)));
 }
+#endif

@@ -14,9 +14,15 @@
 //   k16 step kk (16 keys) starts 2048 B further.
 // - P (A of P V) comes from registers: the m64nN accumulator fragment of S is, per warp, the m16n8 layout of
 //   mma.sync, and two adjacent n8 blocks of it rounded to 16 bits are the m64k16 A fragment (as in the mma.sync path).
+// FP8 (E4M3 Q/K/V, the warp-specialized kernel): the same layout counted in bytes: a swizzle row is 128 e4m3 elements
+// (head dim 64: 64-byte rows, the 64-byte swizzle, 16-byte chunk c of row r at c ^ ((r / 2) % 4), 8-row groups at
+// 512 B), a k32 step is the same 32 bytes. P V reads V^T tiles ([HEAD_DIM][BLOCK_N] bytes, keys contiguous: FP8 wgmma
+// takes only K-major B) that the loader writes (attention_v_transpose_sm90.cuh, which also derives P's e4m3 A
+// fragment and the key order inside each k32 step it implies).
 #pragma once
 #include "attention_config.cuh"
 #include "common/cp_async.cuh"
+#include "common/e4m3.cuh"
 #include "common/smem.cuh"
 #include "common/wgmma.cuh"
 
@@ -26,17 +32,24 @@ static_assert(kBlockN == 64 || kBlockN == 128, "the wgmma mainloop takes BLOCK_N
 static_assert(kWarpRows == 16 && kMAtoms == 1 && kWarps % 4 == 0, "the wgmma mainloop needs BLOCK_M = 16 * NUM_WARPS "
               "(one warpgroup per 64 query rows)");
 static_assert(Q_IN_REGISTERS == 0, "the wgmma mainloop reads Q from shared memory (Q_IN_REGISTERS=0)");
+static_assert(!FP8 || WARP_SPECIALIZED, "FP8 runs on the warp-specialized kernel (its loader transposes V)");
 
-constexpr int kSwizzleRowBytes = 128;              // one swizzle row: 64 16-bit elements
+// One swizzle row: 64 16-bit or 128 e4m3 elements (64 e4m3 at FP8 head dim 64, the 64-byte swizzle).
+constexpr int kSwizzleRowBytes = kHeadDim * sizeof(qkv_t) < 128 ? kHeadDim * sizeof(qkv_t) : 128;
 constexpr int kSwizzleAtomBytes = 8 * kSwizzleRowBytes;
+constexpr int kSwizzleChunks = kSwizzleRowBytes / 16;  // 16-byte chunks per swizzle row
+constexpr int kChunkElems = 16 / sizeof(qkv_t);         // elements per 16-byte chunk
+constexpr int kQKSteps = kHeadDim * sizeof(qkv_t) / 32;  // 32-byte k-steps of Q K^T (k16, FP8 k32)
+constexpr int kPVSteps = kBlockN * sizeof(qkv_t) / 32;   // 32-byte k-steps of P V over the keys
 constexpr int kQTileElems = kBlockM * kHeadDim;
 constexpr int kKTileElems = kBlockN * kHeadDim;
 constexpr int kVTileElems = kKTileElems;
-constexpr int kSmemAlign = kSwizzleAtomBytes;    // swizzle atoms (and so every tile) start 1024-byte aligned
+constexpr int kSmemAlign = 1024;                 // every tile starts on a 128-byte-swizzle atom (8 rows of 128 B)
 constexpr bool kOverlapPV = WGMMA_OVERLAP;        // P V of tile t+1 runs during the softmax of tile t (PendingPV)
 constexpr int kVStages = kStages + kOverlapPV;    // V tile buffers
 static_assert(!kOverlapPV || kStages == 2, "WGMMA_OVERLAP needs KV_STAGES=2");
-static_assert((kQTileElems * 2) % kSmemAlign == 0 && (kKTileElems * 2) % kSmemAlign == 0, "tiles keep alignment");
+static_assert((kQTileElems * sizeof(qkv_t)) % kSmemAlign == 0 && (kKTileElems * sizeof(qkv_t)) % kSmemAlign == 0,
+              "tiles keep alignment");
 
 // cp.async (all but the kNewest most recent groups) has landed in this thread's smem; make it visible to wgmma
 // (the caller then syncs the block).
@@ -50,30 +63,31 @@ __device__ __forceinline__ void wait_tiles_landed() {
 // by THREADS threads (this one is `tid`); rows >= len are zero-filled so they add nothing to P V and make no NaN.
 // A thread copies one 16-byte chunk of every (THREADS / chunks per row)-th row: with 8k rows per step it keeps its
 // row % 8 (its swizzle) throughout; with 4 (head dim 256 by one warpgroup) row % 8 alternates by XOR 4, since adding
-// 4 modulo 8 flips bit 2.
+// 4 modulo 8 flips bit 2. 64-byte rows (FP8 head dim 64: 32 rows a step) keep (row / 2) % 4.
 template <int ROWS, int THREADS>
-__device__ __forceinline__ void load_tile_swizzled(elem_t* smem, const elem_t* base, int64_t stride, int row0, int len,
+__device__ __forceinline__ void load_tile_swizzled(qkv_t* smem, const qkv_t* base, int64_t stride, int row0, int len,
                                                    int tid) {
   constexpr int kRowsPerStep = THREADS / kChunksPerRow;
   static_assert(THREADS % kChunksPerRow == 0 && kRowsPerStep % 4 == 0 && ROWS % kRowsPerStep == 0,
                 "whole rows per step, 4 or a multiple of 8 of them");
+  static_assert(kSwizzleRowBytes == 128 || kRowsPerStep % 8 == 0, "64-byte swizzle rows: 8k rows per step");
   const int row = tid / kChunksPerRow, chunk = tid % kChunksPerRow;
-  const elem_t* src = base + (row0 + row) * stride + chunk * 8;  // one running pointer (few live registers)
+  const qkv_t* src = base + (row0 + row) * stride + chunk * kChunkElems;  // one running pointer (few live registers)
   const int64_t step = kRowsPerStep * stride;
-  const uint32_t dst = smem_addr(smem) + (chunk / 8) * (ROWS * kSwizzleRowBytes) + row * kSwizzleRowBytes;
+  const uint32_t dst = smem_addr(smem) + (chunk / kSwizzleChunks) * (ROWS * kSwizzleRowBytes) + row * kSwizzleRowBytes;
 #pragma unroll
   for (int i = 0; i < ROWS / kRowsPerStep; ++i) {
     const bool valid = row0 + row + i * kRowsPerStep < len;
-    const int swizzle = (row % 8) ^ ((i * kRowsPerStep) % 8);
-    cp_async_16(dst + i * kRowsPerStep * kSwizzleRowBytes + (((chunk % 8) ^ swizzle) * 16), valid ? src : base,
-                valid ? 16 : 0);
+    const int swizzle = kSwizzleRowBytes == 128 ? (row % 8) ^ ((i * kRowsPerStep) % 8) : (row / 2) % 4;
+    cp_async_16(dst + i * kRowsPerStep * kSwizzleRowBytes + (((chunk % kSwizzleChunks) ^ swizzle) * 16),
+                valid ? src : base, valid ? 16 : 0);
     src += step;
   }
 }
 
 // The single-role kernel's tile loads: every thread of the block.
 template <int ROWS, int DIM>
-__device__ __forceinline__ void load_tile_async(elem_t* smem, const elem_t* base, int64_t stride, int row0, int len) {
+__device__ __forceinline__ void load_tile_async(qkv_t* smem, const qkv_t* base, int64_t stride, int row0, int len) {
   static_assert(DIM == kHeadDim, "the wgmma tiles have one head dim");
   load_tile_swizzled<ROWS, kThreads>(smem, base, stride, row0, len, threadIdx.x);
 }
@@ -81,60 +95,80 @@ __device__ __forceinline__ void load_tile_async(elem_t* smem, const elem_t* base
 // The A operand of S = Q K^T: this warpgroup's 64 rows of the Q tile in shared memory, as a wgmma descriptor.
 struct QFromSmem {
   uint64_t desc;
-  __device__ __forceinline__ QFromSmem(const elem_t* sQ, int warp, int /*lane*/)
-      : desc(smem_desc<128>(smem_addr(sQ) + (warp / 4) * 64 * kSwizzleRowBytes, 16, kSwizzleAtomBytes)) {}
+  __device__ __forceinline__ QFromSmem(const qkv_t* sQ, int warp, int /*lane*/)
+      : desc(smem_desc<kSwizzleRowBytes>(smem_addr(sQ) + (warp / 4) * 64 * kSwizzleRowBytes, 16, kSwizzleAtomBytes)) {}
 };
 
 // Issue S (this warpgroup's 64 x kBlockN raw scores; this thread's part in the mma.sync fragment layout) = Q K^T
 // as one wgmma group; the caller waits for it.
-__device__ __forceinline__ void gemm_qk_issue(float (&s)[1][kNTiles][4], const QFromSmem& q, const elem_t* sK) {
-  const uint64_t k_desc = smem_desc<128>(smem_addr(sK), 16, kSwizzleAtomBytes);
+__device__ __forceinline__ void gemm_qk_issue(float (&s)[1][kNTiles][4], const QFromSmem& q, const qkv_t* sK) {
+  constexpr int kStepsPerRow = kSwizzleRowBytes / 32;
+  const uint64_t k_desc = smem_desc<kSwizzleRowBytes>(smem_addr(sK), 16, kSwizzleAtomBytes);
   fence_operands(s[0]);
   wgmma_fence();  // S's registers were last read by the previous tile's softmax
 #pragma unroll
-  for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-    const uint32_t a_bytes = (kk / 4) * (kBlockM * kSwizzleRowBytes) + (kk % 4) * 32;
-    const uint32_t b_bytes = (kk / 4) * (kBlockN * kSwizzleRowBytes) + (kk % 4) * 32;
+  for (int kk = 0; kk < kQKSteps; ++kk) {
+    const uint32_t a_bytes = (kk / kStepsPerRow) * (kBlockM * kSwizzleRowBytes) + (kk % kStepsPerRow) * 32;
+    const uint32_t b_bytes = (kk / kStepsPerRow) * (kBlockN * kSwizzleRowBytes) + (kk % kStepsPerRow) * 32;
     wgmma_ss<kBlockN>(s[0], q.desc + (a_bytes >> 4), k_desc + (b_bytes >> 4), kk > 0);
   }
   wgmma_commit();
 }
 
 // S = Q K^T, complete on return.
-__device__ __forceinline__ void gemm_qk(float (&s)[1][kNTiles][4], const QFromSmem& q, const elem_t* sK, int) {
+__device__ __forceinline__ void gemm_qk(float (&s)[1][kNTiles][4], const QFromSmem& q, const qkv_t* sK, int) {
   gemm_qk_issue(s, q, sK);
   wgmma_wait<0>();
   fence_operands(s[0]);
 }
 
 // P (the probabilities in S's registers) rounded to the element type: the register A fragments of P V's k16 steps.
-__device__ __forceinline__ void pack_p(uint32_t (&a)[kBlockN / 16][4], const float (&p)[1][kNTiles][4]) {
+// FP8: rounded to e4m3 (P is already divided by p_scale: the softmax's exponent offset), four n8 blocks per k32
+// step, in the key order of the V^T tiles (attention_v_transpose_sm90.cuh derives it).
+__device__ __forceinline__ void pack_p(uint32_t (&a)[kPVSteps][4], const float (&p)[1][kNTiles][4]) {
 #pragma unroll
-  for (int kk = 0; kk < kBlockN / 16; ++kk) {
-    a[kk][0] = pack_elem2(p[0][2 * kk][0], p[0][2 * kk][1]);
-    a[kk][1] = pack_elem2(p[0][2 * kk][2], p[0][2 * kk][3]);
-    a[kk][2] = pack_elem2(p[0][2 * kk + 1][0], p[0][2 * kk + 1][1]);
-    a[kk][3] = pack_elem2(p[0][2 * kk + 1][2], p[0][2 * kk + 1][3]);
+  for (int kk = 0; kk < kPVSteps; ++kk) {
+    if constexpr (FP8) {
+      a[kk][0] = pack_e4m3x4(p[0][4 * kk][0], p[0][4 * kk][1], p[0][4 * kk + 1][0], p[0][4 * kk + 1][1]);
+      a[kk][1] = pack_e4m3x4(p[0][4 * kk][2], p[0][4 * kk][3], p[0][4 * kk + 1][2], p[0][4 * kk + 1][3]);
+      a[kk][2] = pack_e4m3x4(p[0][4 * kk + 2][0], p[0][4 * kk + 2][1], p[0][4 * kk + 3][0], p[0][4 * kk + 3][1]);
+      a[kk][3] = pack_e4m3x4(p[0][4 * kk + 2][2], p[0][4 * kk + 2][3], p[0][4 * kk + 3][2], p[0][4 * kk + 3][3]);
+    } else {
+      a[kk][0] = pack_elem2(p[0][2 * kk][0], p[0][2 * kk][1]);
+      a[kk][1] = pack_elem2(p[0][2 * kk][2], p[0][2 * kk][3]);
+      a[kk][2] = pack_elem2(p[0][2 * kk + 1][0], p[0][2 * kk + 1][1]);
+      a[kk][3] = pack_elem2(p[0][2 * kk + 1][2], p[0][2 * kk + 1][3]);
+    }
   }
 }
 
-// Issue O += P V as one wgmma group; O and P stay owned by it until the caller's wait.
-__device__ __forceinline__ void gemm_pv_issue(float (&o)[1][kDTiles][4], uint32_t (&a)[kBlockN / 16][4],
-                                              const elem_t* sV) {
-  const uint64_t v_desc = smem_desc<128>(smem_addr(sV), kBlockN * kSwizzleRowBytes, kSwizzleAtomBytes);
-  fence_operands(a);
-  fence_operands(o[0]);
-  wgmma_fence();  // P was written and O possibly rescaled by ordinary instructions
+// Issue O += P V as one wgmma group; O and P stay owned by it until the caller's wait. FP8: sV is a V^T tile
+// ([HEAD_DIM][BLOCK_N] bytes, BLOCK_N-byte swizzle rows, 8-row groups at 8 * BLOCK_N B), K-major, a k32 step 32 B on.
+__device__ __forceinline__ void gemm_pv_issue(float (&o)[1][kDTiles][4], uint32_t (&a)[kPVSteps][4],
+                                              const qkv_t* sV) {
+  if constexpr (FP8) {
+    const uint64_t vt_desc = smem_desc<kBlockN>(smem_addr(sV), 16, 8 * kBlockN);
+    fence_operands(a);
+    fence_operands(o[0]);
+    wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < kBlockN / 16; ++kk)
-    wgmma_rs_b_mn_major<kHeadDim>(o[0], a[kk], v_desc + ((kk * 16 * kSwizzleRowBytes) >> 4));
+    for (int kk = 0; kk < kPVSteps; ++kk) wgmma_rs_e4m3<kHeadDim>(o[0], a[kk], vt_desc + ((kk * 32) >> 4));
+  } else {
+    const uint64_t v_desc = smem_desc<128>(smem_addr(sV), kBlockN * kSwizzleRowBytes, kSwizzleAtomBytes);
+    fence_operands(a);
+    fence_operands(o[0]);
+    wgmma_fence();  // P was written and O possibly rescaled by ordinary instructions
+#pragma unroll
+    for (int kk = 0; kk < kPVSteps; ++kk)
+      wgmma_rs_b_mn_major<kHeadDim>(o[0], a[kk], v_desc + ((kk * 16 * kSwizzleRowBytes) >> 4));
+  }
   wgmma_commit();
 }
 
 // O += P V, complete on return.
 __device__ __forceinline__ void gemm_pv(float (&o)[1][kDTiles][4], const float (&p)[1][kNTiles][4],
-                                        const elem_t* sV, int) {
-  uint32_t a[kBlockN / 16][4];
+                                        const qkv_t* sV, int) {
+  uint32_t a[kPVSteps][4];
   pack_p(a, p);
   gemm_pv_issue(o, a, sV);
   wgmma_wait<0>();
@@ -150,15 +184,15 @@ __device__ __forceinline__ void gemm_pv(float (&o)[1][kDTiles][4], const float (
 // waits are unconditional (ptxas serializes every wgmma when it cannot prove an accumulator idle where it is read):
 // before the first tile the pending product is P = 0 times the first V tile, which adds nothing.
 struct PendingPV {
-  uint32_t p[kBlockN / 16][4];
-  const elem_t* sV;  // the V tile of the pending product
+  uint32_t p[kPVSteps][4];
+  const qkv_t* sV;  // the V tile of the pending product
 
-  __device__ __forceinline__ explicit PendingPV(const elem_t* first_v_tile) : sV(first_v_tile) {
+  __device__ __forceinline__ explicit PendingPV(const qkv_t* first_v_tile) : sV(first_v_tile) {
 #pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk) p[kk][0] = p[kk][1] = p[kk][2] = p[kk][3] = 0u;
+    for (int kk = 0; kk < kPVSteps; ++kk) p[kk][0] = p[kk][1] = p[kk][2] = p[kk][3] = 0u;
   }
   // Issue this tile's Q K^T, then the pending P V; return with S complete (P V may still run).
-  __device__ __forceinline__ void gemm_qk_then_pv(float (&s)[1][kNTiles][4], const QFromSmem& q, const elem_t* sK,
+  __device__ __forceinline__ void gemm_qk_then_pv(float (&s)[1][kNTiles][4], const QFromSmem& q, const qkv_t* sK,
                                                   float (&o)[1][kDTiles][4]) {
     gemm_qk_issue(s, q, sK);
     gemm_pv_issue(o, p, sV);
@@ -172,7 +206,7 @@ struct PendingPV {
     fence_operands(o[0]);
   }
   // The current tile's P V becomes the pending one.
-  __device__ __forceinline__ void stage(const float (&s)[1][kNTiles][4], const elem_t* sV_t) {
+  __device__ __forceinline__ void stage(const float (&s)[1][kNTiles][4], const qkv_t* sV_t) {
     pack_p(p, s);
     sV = sV_t;
   }

@@ -21,8 +21,8 @@ struct ScoreLimits {
 
 // Runs the main loop for MMA warp `warp` (0..kWarps-1 counted from the first MMA warp) over tiles n_tiles - 1 .. 0;
 // returns with O (unnormalized) and the row sums of this thread's rows.
-__device__ __forceinline__ void mma_warpgroup_mainloop(const KVPipeline& pipe, const elem_t* sQ, const elem_t* sK,
-                                                       const elem_t* sV, int n_tiles, const ScoreLimits& lim, int warp,
+__device__ __forceinline__ void mma_warpgroup_mainloop(const KVPipeline& pipe, const qkv_t* sQ, const qkv_t* sK,
+                                                       const qkv_t* sV, int n_tiles, const ScoreLimits& lim, int warp,
                                                        int lane, float (&o)[1][kDTiles][4], float (&row_sum)[1][2]) {
   const int wg = warp / 4;
   float row_max[1][2] = {{-INFINITY, -INFINITY}};
@@ -32,9 +32,9 @@ __device__ __forceinline__ void mma_warpgroup_mainloop(const KVPipeline& pipe, c
   // P of the previous tile, pending its P V; before the first tile P = 0 times the first V stage (adds nothing, and
   // keeps every issue and wait unconditional: ptxas serializes wgmmas it cannot prove idle where their registers
   // are read).
-  uint32_t p[kBlockN / 16][4];
+  uint32_t p[kPVSteps][4];
 #pragma unroll
-  for (int kk = 0; kk < kBlockN / 16; ++kk) p[kk][0] = p[kk][1] = p[kk][2] = p[kk][3] = 0u;
+  for (int kk = 0; kk < kPVSteps; ++kk) p[kk][0] = p[kk][1] = p[kk][2] = p[kk][3] = 0u;
   const QFromSmem q(sQ, warp, lane);
   FragmentCoords coords;
   coords.row0 = lim.m0 + warp * kWarpRows + lane / 4;

@@ -6,6 +6,8 @@
 //   overlap of the softmax with P V, and ping-pong turns between them;
 // then each normalizes and stores its rows of O straight from registers (attention_epilogue.cuh). Masking, online softmax, tile scheduling and the
 // argument list are those of attention.cu, so the plan only switches the source.
+// FP8 (E4M3 Q/K/V): the same kernel with k32 e4m3 wgmmas, P rounded to e4m3 in registers and V transposed by the
+// loader (the FP8 wgmma B operand is K-major only); scales are compile-time (attention_softmax.cuh, epilogue).
 #include "attention_tile_scheduler.cuh"
 #include "attention_load_sm90.cuh"
 #include "attention_mma_warpgroups_sm90.cuh"
@@ -14,17 +16,18 @@
 
 static_assert(kWarps == 8 && kBlockM == 128, "the warp-specialized kernel has two MMA warpgroups of 64 rows");
 constexpr int kBlockThreads = kLoadThreads + kMmaThreads;
-// 40 * 128 + 232 * 256 = 64512 of the SM's 65536 registers.
-constexpr int kLoadRegisters = 24;
-constexpr int kMmaRegisters = 240;
+// 24 * 128 + 240 * 256 = 64512 of the SM's 65536 registers; the FP8 loader, which also transposes V, keeps 40
+// (40 * 128 + 232 * 256 = 64512).
+constexpr int kLoadRegisters = FP8 ? 40 : 24;
+constexpr int kMmaRegisters = FP8 ? 232 : 240;
 
 extern "C" __global__ void __launch_bounds__(kBlockThreads, 1) fused_attention(ATTENTION_KERNEL_PARAMS) {
   extern __shared__ __align__(16) unsigned char smem[];
   // the plan adds kSmemAlign - 16 bytes of slack for this round-up
-  elem_t* sQ = reinterpret_cast<elem_t*>(smem + ((kSmemAlign - smem_addr(smem) % kSmemAlign) % kSmemAlign));
-  elem_t* sK = sQ + kQTileElems;
-  elem_t* sV = sK + kStages * kKTileElems;
-  const KVPipeline pipe{smem_addr(sV + kStages * kVTileElems)};
+  qkv_t* sQ = reinterpret_cast<qkv_t*>(smem + ((kSmemAlign - smem_addr(smem) % kSmemAlign) % kSmemAlign));
+  qkv_t* sK = sQ + kQTileElems;
+  qkv_t* sV = sK + kStages * kKTileElems;  // V tiles (FP8: V^T tiles, then the loader's V staging tiles)
+  const KVPipeline pipe{smem_addr(sV + (kStages + kVStagingTiles) * kVTileElems)};
 
   const AttentionTile tile = schedule_tile();
   const int head_kv = tile.head / (heads_q / heads_kv);
@@ -33,15 +36,8 @@ extern "C" __global__ void __launch_bounds__(kBlockThreads, 1) fused_attention(A
   const int64_t k_off = static_cast<int64_t>(tile.batch) * kv_stride_b + static_cast<int64_t>(head_kv) * kv_stride_h;
   const int64_t v_off = static_cast<int64_t>(tile.batch) * v_stride_b + static_cast<int64_t>(head_kv) * v_stride_h;
 
-  // Keys [0, kv_end) can be attended by some row of this block; later keys are never loaded.
-  int kv_end = len_kv;
-#if HAS_KEY_LENGTHS
-  kv_end = min(kv_end, max(key_lengths[tile.batch], 0));
-#endif
-  const int causal_offset = CAUSAL_BOTTOM_RIGHT ? len_kv - len_q : 0;
-#if CAUSAL
-  kv_end = min(kv_end, min(m0 + kBlockM, len_q) + causal_offset);
-#endif
+  const int kv_end = attended_key_end(tile, m0, len_q, len_kv, ATTENTION_KEY_LENGTHS);
+  const int causal_offset = causal_key_offset(len_q, len_kv);
   const int n_tiles = kv_end > 0 ? (kv_end + kBlockN - 1) / kBlockN : 0;
 
   if (threadIdx.x == 0) pipe.init();

@@ -4,6 +4,14 @@
 #include "attention_config.cuh"
 #include "common/math.cuh"
 
+#if FP8
+// FP8: P is quantized as e4m3(p / p_scale) with p <= 1, so a row's reference max is its running max (threshold 0)
+// and the exponent carries log2(1 / p_scale); O = v_scale * sum(e4m3(p') V) / sum(p') with p' = p / p_scale
+// (the epilogue's OUTPUT_FACTOR), the contract's v_scale * p_scale * sum(e4m3(p / p_scale) V) / sum(p).
+constexpr float kPScaleLog2 = P_SCALE_LOG2;
+static_assert(kRescaleThreshold == 0.f, "FP8 needs RESCALE_THRESHOLD 0 (P <= 1 when quantized)");
+#endif
+
 // Where this thread's scores sit: row = row0 + mt*16 + half*8, column = col0 + nt*8 + e.
 struct FragmentCoords {
   int row0;  // first query row of the thread (absolute)
@@ -107,7 +115,10 @@ __device__ __forceinline__ void online_softmax(float (&s)[kMAtoms][kNTiles][4], 
         rescale_o(mt, half, alpha);
       }
       const float m = row_max[mt][half];
-      const float base = m == -INFINITY ? 0.f : m * kSoftmaxScale;
+      float base = m == -INFINITY ? 0.f : m * kSoftmaxScale;
+#if FP8
+      base -= kPScaleLog2;  // p / p_scale, the value P's e4m3 rounding takes (p <= 1 here)
+#endif
       float sum = row_sum[mt][half];
 #pragma unroll
       for (int nt = 0; nt < kNTiles; ++nt)

@@ -11,7 +11,9 @@ from pathlib import Path
 
 from trt_fusedattn.launcher.arch import CLUSTER_ARCH, WGMMA_ARCHES, arch_number, shared_limit
 from trt_fusedattn.launcher.plan import LaunchPlan
-from trt_fusedattn.plugins.attention.contract import head_dim_problem
+from trt_fusedattn.fp8 import is_e4m3
+from trt_fusedattn.plugins.attention.contract import (check_attributes, effective_p_scale, head_dim_problem,
+                                                      mask_dtype_name, output_dtype_name)
 from trt_fusedattn.plugins.attention.plan_decode import plan_decode
 
 SOURCE = Path(__file__).with_name("attention.cu")
@@ -62,6 +64,13 @@ WARP_SPECIALIZED_TILES = {64: (128, 128, 8, 0, 3), 128: (128, 128, 8, 0, 3), 256
 WARP_SPECIALIZED_TILES_MASKED = {**WARP_SPECIALIZED_TILES, 128: (128, 64, 8, 0, 2)}
 WARP_SPECIALIZED_DEFAULT_HEAD_DIMS = (128, 256)
 LOAD_WARPGROUP_THREADS = 128
+# FP8 (E4M3 Q/K/V): the warp-specialized kernel with e4m3 wgmmas on sm_90a only (an sm_89 mma.sync path is not built
+# yet), for these head dims (D_qk == D_v): tiles as WARP_SPECIALIZED_TILES, plus two staging tiles of V as copied
+# (attention_load_sm90.cuh: the loader transposes V, the FP8 wgmma's B being K-major only). P <= 1 when quantized,
+# so the running max moves whenever it grows (threshold 0). Timings: NOTES.md.
+FP8_TILES = {64: (128, 128, 8, 0, 3), 128: (128, 128, 8, 0, 3), 256: (128, 64, 8, 0, 2)}
+FP8_V_STAGING_TILES = 2
+FP8_RESCALE_THRESHOLD = "0.0f"
 
 
 def pipeline_barrier_bytes(stages: int) -> int:
@@ -74,10 +83,12 @@ RESCALE_THRESHOLD = "8.0f"
 
 
 def shared_mem_bytes(head_dim: int, block_m: int, block_n: int, stages: int, wgmma: bool = False,
-                     overlap: bool = False, head_dim_v: int | None = None) -> int:
+                     overlap: bool = False, head_dim_v: int | None = None, fp8: bool = False) -> int:
     """Q tile + ``stages`` K and V tiles (what attention.cu lays out): for mma.sync rows of the head dim padded to
     16, plus 16 bytes (and at least the output staging, kBlockM rows of V's pitch, which reuses them); unpadded
     (swizzled) for wgmma, plus the slack that aligns them to 1024 bytes, and a third V tile with WGMMA_OVERLAP."""
+    if fp8:  # one-byte tiles: Q, K and V^T stages, V staging tiles
+        return (block_m + (2 * stages + FP8_V_STAGING_TILES) * block_n) * head_dim + WGMMA_SMEM_ALIGN - 16
     if wgmma:
         return (block_m + (2 * stages + int(overlap)) * block_n) * head_dim * 2 + WGMMA_SMEM_ALIGN - 16
     pitch_qk, pitch_v = (-(-d // 16) * 16 + 8 for d in (head_dim, head_dim_v or head_dim))
@@ -88,6 +99,16 @@ def _float_literal(x: float) -> str:
     """A C++ float literal of ``x`` to 9 significant digits (``30`` -> ``30.0f``: ``30f`` does not parse)."""
     text = f"{x:.9g}"
     return text + ("f" if any(c in text for c in ".en") else ".0f")
+
+
+def _fp8_defines(attrs: dict) -> dict:
+    """The FP8 specialization's scales (attention_config.cuh): P is quantized as e4m3(p / p_scale), exp2's argument
+    carrying log2(1 / p_scale); O = v_scale * sum(e4m3(p') V) / sum(p') (p_scale cancels), over output_scale and
+    rounded to e4m3 for a float8e4m3fn output."""
+    e4m3_out = attrs.get("output_dtype", "auto") not in ("auto", "float16", "bfloat16")
+    factor = float(attrs["v_scale"]) / (float(attrs["output_scale"]) if e4m3_out else 1.0)
+    return {"FP8": 1, "P_SCALE_LOG2": _float_literal(-math.log2(effective_p_scale(float(attrs.get("p_scale", 0.0))))),
+            "OUTPUT_FACTOR": _float_literal(factor), "OUTPUT_E4M3": int(e4m3_out)}
 
 
 def _bshd(shape, layout: str):
@@ -135,8 +156,11 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
     layout = attrs.get("layout", "BSHD")
     if layout not in ("BSHD", "BHSD"):
         raise ValueError(f"FusedAttention: layout must be BSHD or BHSD, got {layout!r}")
-    if q_dtype not in ELEMENT_TYPES:
-        raise ValueError(f"FusedAttention kernel takes float16 or bfloat16 Q, got {q_dtype}: cast Q, K, V (and a float mask)")
+    fp8 = is_e4m3(q_dtype)
+    if q_dtype not in ELEMENT_TYPES and not fp8:
+        raise ValueError(f"FusedAttention kernel takes float16 or bfloat16 Q (or float8_e4m3fn with its scales), got "
+                         f"{q_dtype}: cast Q, K, V (and a float mask)")
+    check_attributes(q_dtype, k_dtype, v_dtype, attrs)
     if k_dtype != q_dtype or v_dtype != q_dtype:
         raise ValueError(f"FusedAttention: K and V must have Q's dtype {q_dtype} (got {k_dtype}, {v_dtype})")
     for name, shape in (("Q", q_shape), ("K", k_shape), ("V", v_shape)):
@@ -153,15 +177,20 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
         _check_equal(what, a, b)
     if isinstance(heads_q, int) and isinstance(heads_kv, int) and heads_q % heads_kv:
         raise ValueError(f"FusedAttention: query heads ({heads_q}) must be a multiple of key/value heads ({heads_kv})")
+    if fp8 and (arch not in WGMMA_ARCHES or dim not in FP8_TILES or vdim != dim):
+        raise ValueError(f"FusedAttention FP8 (float8_e4m3fn Q/K/V) runs on {', '.join(WGMMA_ARCHES)} for head dims "
+                         f"{', '.join(map(str, sorted(FP8_TILES)))} (Q/K and V alike), not {arch} head dims {dim}/{vdim}; "
+                         f"give float16/bfloat16 Q/K/V there")
 
     if mask_shape is None:
         mask_kind = None
     elif mask_dtype == "bool":
         mask_kind = "bool"
-    elif mask_dtype == q_dtype:
+    elif mask_dtype == mask_dtype_name(q_dtype, attrs):
         mask_kind = "additive"
     else:
-        raise ValueError(f"FusedAttention: mask must be bool or Q's dtype {q_dtype}, got {mask_dtype}")
+        raise ValueError(f"FusedAttention: mask must be bool or {mask_dtype_name(q_dtype, attrs)} (the output's dtype, "
+                         f"float16 for an FP8 output), got {mask_dtype}")
     if lengths_shape is not None:
         if lengths_dtype != "int32" or len(lengths_shape) != 1:
             raise ValueError(f"FusedAttention: key_lengths must be int32 [batch], got {lengths_dtype} {lengths_shape}")
@@ -177,25 +206,27 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
     padded = max(-(-dim // 16) * 16, -(-vdim // 16) * 16)
     tile_key = min((d for d in table if d >= padded), default=None)
     wgmma_ok = arch in WGMMA_ARCHES and dim in WGMMA_TILES and vdim == dim
-    decode = None if tuning else plan_decode(batch, len_q, len_kv, heads_q, heads_kv, dim, vdim, arch)
-    wgmma = int((tuning or {}).get("WGMMA", WGMMA_BY_DEFAULT and wgmma_ok and not decode and
+    decode = None if tuning or fp8 else plan_decode(batch, len_q, len_kv, heads_q, heads_kv, dim, vdim, arch)
+    wgmma = int((tuning or {}).get("WGMMA", fp8 or WGMMA_BY_DEFAULT and wgmma_ok and not decode and
                                    (dim in WGMMA_DEFAULT_HEAD_DIMS or bool((tuning or {}).get("WARP_SPECIALIZED")))))
     if wgmma and not wgmma_ok:
         raise ValueError(f"FusedAttention: the wgmma mainloop runs on {', '.join(WGMMA_ARCHES)} for head dims "
                          f"{sorted(WGMMA_TILES)} (Q/K and V alike), not {arch} head dims {dim}/{vdim}; use WGMMA=0")
     long_rows = (dim == 64 and all(isinstance(d, int) for d in (len_q, len_kv)) and
                  min(len_q, len_kv) >= (8192 if int(attrs.get("causal", 0)) else 4096))
-    ws = int((tuning or {}).get("WARP_SPECIALIZED", wgmma and "WGMMA" not in (tuning or {}) and mask_kind is None
+    ws = int((tuning or {}).get("WARP_SPECIALIZED", fp8 or wgmma and "WGMMA" not in (tuning or {}) and mask_kind is None
                                 and (dim in WARP_SPECIALIZED_DEFAULT_HEAD_DIMS or long_rows)))
     if ws and not wgmma:
         raise ValueError("FusedAttention: the warp-specialized kernel is built on the wgmma mainloop; WARP_SPECIALIZED=1 "
                          f"needs WGMMA=1 ({', '.join(WGMMA_ARCHES)}, head dims {sorted(WGMMA_TILES)})")
-    ws_table = WARP_SPECIALIZED_TILES_MASKED if mask_kind is not None else WARP_SPECIALIZED_TILES
+    if fp8 and not ws:
+        raise ValueError("FusedAttention FP8 runs on the warp-specialized kernel only (WGMMA=1, WARP_SPECIALIZED=1)")
+    ws_table = FP8_TILES if fp8 else WARP_SPECIALIZED_TILES_MASKED if mask_kind is not None else WARP_SPECIALIZED_TILES
     block_m, block_n, warps, q_in_registers, stages = (ws_table[dim] if ws else WGMMA_TILES[dim] if wgmma
                                                        else decode.tile if decode
                                                        else table[tile_key] if tile_key else TILE_LARGE)
     tune = {"WARP_SPECIALIZED": ws, "WGMMA": wgmma, "BLOCK_M": block_m, "BLOCK_N": block_n, "NUM_WARPS": warps, "Q_IN_REGISTERS": q_in_registers,
-            "KV_STAGES": stages, "RESCALE_THRESHOLD": RESCALE_THRESHOLD,
+            "KV_STAGES": stages, "RESCALE_THRESHOLD": FP8_RESCALE_THRESHOLD if fp8 else RESCALE_THRESHOLD,
             "MIN_BLOCKS_PER_SM": WGMMA_MIN_BLOCKS_PER_SM[dim] if wgmma and not ws and mask_kind is None else 1,
             "WGMMA_OVERLAP": WGMMA_OVERLAP[dim] if wgmma and not ws else 0, "KV_SPLIT": decode.split if decode else 1,
             "PACK_GQA": decode.pack if decode else 1}
@@ -219,7 +250,7 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
     if tune["WARP_SPECIALIZED"] and (tune["WGMMA_OVERLAP"] or (block_m, warps) != (128, 8)):
         raise ValueError("FusedAttention: the warp-specialized kernel has its own overlap (WGMMA_OVERLAP=0) and two MMA "
                          "warpgroups (BLOCK_M=128, NUM_WARPS=8)")
-    smem = shared_mem_bytes(dim, block_m, block_n, stages, bool(wgmma), bool(tune["WGMMA_OVERLAP"]), vdim)
+    smem = shared_mem_bytes(dim, block_m, block_n, stages, bool(wgmma), bool(tune["WGMMA_OVERLAP"]), vdim, fp8)
     while not wgmma and smem > shared_limit(arch) and not {"BLOCK_N", "KV_STAGES"} & set(tuning or {}):
         # GPUs with 99 KB per block (sm_86, sm_89, sm_120): halve the K/V tile until the stages fit (hd128: 128x32,
         # 68 KB instead of 128x64's 104,448 B), then keep one K/V stage (head dims 257-512)
@@ -243,12 +274,14 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
     if softcap < 0:
         raise ValueError(f"FusedAttention: softcap must be >= 0 (0: no cap), got {softcap}")
     scale = float(attrs.get("scale", 0.0)) or 1.0 / math.sqrt(dim)
+    if fp8:
+        scale *= float(attrs["q_scale"]) * float(attrs["k_scale"])  # the dequantization folded into the score scale
     causal = int(attrs.get("causal", 0))
     defines = {
         "HEAD_DIM": dim,
         "HEAD_DIM_V": vdim,
         "SOFTCAP": _float_literal(softcap),
-        "DTYPE_BF16": int(q_dtype == "bfloat16"),
+        "DTYPE_BF16": int(output_dtype_name(q_dtype, attrs) == "bfloat16"),
         "CAUSAL": causal,
         "CAUSAL_BOTTOM_RIGHT": int(causal and attrs.get("causal_alignment", "top_left") == "bottom_right"),
         "MASK_KIND": MASK_KINDS[mask_kind],
@@ -256,6 +289,8 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
         "SCALE_LOG2": _float_literal(scale * LOG2E),
         **tune,
     }
+    if fp8:
+        defines.update(_fp8_defines(attrs))
     scalars = (batch, heads_q, heads_kv, len_q, len_kv,
                *_strides(len_q, heads_q, dim, layout), *_strides(len_kv, heads_kv, dim, layout),
                *_strides(len_kv, heads_kv, vdim, layout), *_strides(len_q, heads_q, vdim, layout))

@@ -136,6 +136,31 @@ __device__ __forceinline__ void wgmma_rs_b_mn_major(float (&d)[N / 8][4], const 
   }
 }
 
+// d (64 x N, fp32) += A (64 x 32 e4m3, registers) * B (32 x N e4m3, smem, K-major: stored N x 32 with the 32 keys
+// contiguous; FP8 wgmma has no transpose flag). The A fragment (CuTe's ALayout_64x32, the PTX ISA's m64nNk32 register
+// fragment for 8-bit types): register i of lane l in warp w holds row 16 w + l / 4 + 8 (i % 2), columns
+// 16 (i / 2) + 4 (l % 4) + {0, 1, 2, 3}, lowest byte first.
+template <int N>
+__device__ __forceinline__ void wgmma_rs_e4m3(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t b_desc) {
+  static_assert(N == 64 || N == 128 || N == 256, "wgmma_rs_e4m3: N must be 64, 128 or 256");
+  if constexpr (N == 64) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " WGMMA_REGS_32
+                 ", {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+                 : WGMMA_ACC_N64(0) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "n"(1));
+  } else if constexpr (N == 128) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " WGMMA_REGS_64
+                 ", {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+                 : WGMMA_ACC_N128(0) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "n"(1));
+  } else {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 " WGMMA_REGS_128
+                 ", {%128, %129, %130, %131}, %132, p, 1, 1;\n}\n"
+                 : WGMMA_ACC_N256(0) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "n"(1));
+  }
+}
+
 #undef WGMMA_F16_TYPES
 #undef WGMMA_SS_SHAPE
 #undef WGMMA_SS_IMMEDIATES

@@ -1,0 +1,229 @@
+"""FP8 (E4M3) FusedAttention forward beside cuDNN's FP8 SDPA (cuDNN frontend graph ``sdpa_fp8``), our BF16 kernel and
+torch's best BF16 backend: one run, one GPU, same inputs and scales.
+
+Grid (default): batch * seq = 16k tokens, hidden 2048 (head dim 64 -> 32 heads, 128 -> 16, 256 -> 8), causal and
+not, seq 512..16k. Inputs: N(0, 1) (and with ``--outliers`` heavy-tailed with 0.1% outliers) quantized per tensor with
+scale = amax / 448; P with p_scale 1/448. cuDNN's FP8 SDPA on Hopper writes an FP8 O, so "ours e4m3" (O quantized
+with the same output scale) is the like-for-like column; "ours fp16" writes float16. Timings: CUDA-graph replays,
+median (benchmarks/attention.py's time_ms); FLOPs 4 * B * H * S^2 * D, halved when causal. Error (seq <= --error-max-seq,
+batch 0): RMSE and max |err| / max |ref| of the dequantized outputs against float64 attention of the unquantized
+inputs.
+
+    python benchmarks/attention_fp8.py --out benchmarks/results/attention_fp8_h100.md [--quick] [--seqs 2048,8192]
+        [--dims 64,128,256] [--variants 128:KV_STAGES=2,...]
+"""
+from __future__ import annotations
+
+import argparse
+import math
+
+import torch
+
+from attention import HIDDEN, SEQS, TOKENS, ours, parse_variants, time_ms, torch_backends, versions
+from trt_fusedattn.fp8 import E4M3_MAX
+from trt_fusedattn.launcher import device_arch, launch, precompile
+from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION
+from trt_fusedattn.plugins.attention.plan import plan_attention
+
+E4M3 = "float8_e4m3fn"
+P_SCALE = 1.0 / E4M3_MAX
+
+
+def quantize(x: torch.Tensor, scale: float) -> torch.Tensor:
+    return (x / scale).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+
+
+def real_inputs(shape, outliers: bool, gen) -> torch.Tensor:
+    x = torch.randn(shape, device="cuda", generator=gen)
+    if outliers:  # heavy-tailed (normal scale mixture) with 0.1% outliers of magnitude 20-35
+        x = x * torch.exp(0.7 * torch.randn(shape, device="cuda", generator=gen))
+        hit = torch.rand(shape, device="cuda", generator=gen) < 1e-3
+        x = torch.where(hit, torch.sign(x) * (20 + 15 * torch.rand(shape, device="cuda", generator=gen)), x)
+    return x
+
+
+class FP8Problem:
+    """One grid point: real Q/K/V (float32), their e4m3 versions and per-tensor scales (amax / 448), BSHD."""
+
+    def __init__(self, batch, seq, heads, dim, causal, outliers=False, seed=0):
+        gen = torch.Generator(device="cuda").manual_seed(seed)
+        self.causal, self.dim = causal, dim
+        self.real = [real_inputs((batch, seq, heads, dim), outliers, gen) for _ in range(3)]
+        self.scales = [float(t.abs().amax()) / E4M3_MAX for t in self.real]
+        self.fp8 = [quantize(t, s) for t, s in zip(self.real, self.scales)]
+        # O ~ a convex combination of V's rows: |O| <= amax(V); the output scale maps that range onto e4m3
+        self.output_scale = float(self.real[2].abs().amax()) / E4M3_MAX
+
+    def attrs(self, output_dtype: str) -> dict:
+        q_s, k_s, v_s = self.scales
+        return FUSED_ATTENTION.resolve({
+            "layout": "BSHD", "causal": int(self.causal), "q_scale": q_s, "k_scale": k_s, "v_scale": v_s,
+            "p_scale": P_SCALE, "output_dtype": output_dtype,
+            "output_scale": self.output_scale if output_dtype == "float8e4m3fn" else 0.0})
+
+
+def ours_fp8(problem: FP8Problem, out: torch.Tensor, output_dtype: str, arch: str, tuning=None):
+    """A closure launching our FP8 kernel (plan made once, like an engine)."""
+    q, k, v = problem.fp8
+    plan = plan_attention([tuple(q.shape)] * 3 + [None, None], [E4M3] * 3 + [None, None],
+                          problem.attrs(output_dtype), arch, tuning=tuning)
+    precompile([plan], arch)
+    ptrs = [q.data_ptr(), k.data_ptr(), v.data_ptr(), None, None]
+    return lambda: launch(plan, arch, ptrs, [out.data_ptr()], stream=torch.cuda.current_stream().cuda_stream,
+                          device=q.device.index or 0)
+
+
+def cudnn_fp8(problem: FP8Problem, out: torch.Tensor):
+    """A closure executing cuDNN's FP8 SDPA graph on the same e4m3 inputs and scales (descale Q/K/V = our q/k/v
+    scales, P quantized with scale_s = 1 / p_scale and dequantized with descale_s = p_scale, O written as
+    e4m3(O / output_scale)), or None with the reason when this cuDNN cannot build it."""
+    import cudnn
+    q, k, v = problem.fp8
+    batch, seq, heads, dim = q.shape
+    handle = cudnn.create_handle()
+    e4m3, fp32 = cudnn.data_type.FP8_E4M3, cudnn.data_type.FLOAT
+    graph = cudnn.pygraph(io_data_type=e4m3, intermediate_data_type=fp32, compute_data_type=fp32, handle=handle)
+    dims, strides = (batch, heads, seq, dim), (seq * heads * dim, dim, heads * dim, 1)  # BSHD memory as BHSD
+    tq, tk, tv = (graph.tensor(name=n, dim=dims, stride=strides, data_type=e4m3) for n in ("q", "k", "v"))
+    values = [*problem.scales, P_SCALE, 1.0 / P_SCALE, 1.0 / problem.output_scale]
+    scalars = [torch.full((1, 1, 1, 1), x, device="cuda", dtype=torch.float32) for x in values]
+    scale_tensors = [graph.tensor(name=n, dim=(1, 1, 1, 1), stride=(1, 1, 1, 1), data_type=fp32)
+                     for n in ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o")]
+    o, _, amax_s, amax_o = graph.sdpa_fp8(q=tq, k=tk, v=tv, descale_q=scale_tensors[0], descale_k=scale_tensors[1],
+                                          descale_v=scale_tensors[2], descale_s=scale_tensors[3],
+                                          scale_s=scale_tensors[4], scale_o=scale_tensors[5], is_inference=True,
+                                          attn_scale=1.0 / math.sqrt(dim), use_causal_mask=problem.causal)
+    o.set_output(True).set_dim(dims).set_stride(strides).set_data_type(e4m3)
+    amaxes = [torch.empty((1, 1, 1, 1), device="cuda", dtype=torch.float32) for _ in range(2)]
+    for t in (amax_s, amax_o):
+        t.set_output(True).set_dim((1, 1, 1, 1)).set_stride((1, 1, 1, 1)).set_data_type(fp32)
+    graph.validate()
+    graph.build_operation_graph()
+    graph.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+    graph.check_support()
+    graph.build_plans()
+    workspace = torch.empty(graph.get_workspace_size(), device="cuda", dtype=torch.uint8)
+    pack = {tq: q, tk: k, tv: v, o: out, amax_s: amaxes[0], amax_o: amaxes[1], **dict(zip(scale_tensors, scalars))}
+
+    def run():
+        cudnn.set_stream(handle=handle, stream=torch.cuda.current_stream().cuda_stream)
+        graph.execute(pack, workspace, handle=handle)
+    return run
+
+
+def float64_reference(problem: FP8Problem) -> torch.Tensor:
+    """Attention of batch 0's unquantized inputs in float64 (torch's math path), BSHD."""
+    q, k, v = (t[:1].transpose(1, 2).double() for t in problem.real)
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=problem.causal).transpose(1, 2)
+
+
+def errors(out: torch.Tensor, ref: torch.Tensor) -> str:
+    """RMSE and max |err| / max |ref| of batch 0 of a dequantized output."""
+    diff = out[:1].double() - ref
+    return f"{diff.pow(2).mean().sqrt().item():.2e} / {(diff.abs().max() / ref.abs().max()).item():.2e}"
+
+
+def dequantized(out: torch.Tensor, scale: float) -> torch.Tensor:
+    return out.float() * scale if out.dtype == torch.float8_e4m3fn else out.float()
+
+
+def fp8_gemm_ceiling() -> str:
+    """The FP8 matrix-product ceiling of this GPU (torch._scaled_mm, 8192^3, e4m3 in, bfloat16 out)."""
+    a = torch.randn(8192, 8192, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(8192, 8192, device="cuda").to(torch.float8_e4m3fn).t()
+    one = torch.ones((), device="cuda")
+    try:
+        ms = time_ms(lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16))
+    except RuntimeError as exc:  # the table says so rather than losing the run
+        return f"fp8 GEMM ceiling not measured ({str(exc).splitlines()[0]})"
+    return f"measured ceiling: fp8 GEMM 8192^3 {2 * 8192 ** 3 / ms / 1e9:.0f} TFLOP/s (torch._scaled_mm)"
+
+
+def grid(dims, seqs, causals, variants, arch, error_max_seq: int, outliers: bool):
+    header = ["hd", "causal", "seq", "ours e4m3 TFLOP/s", "cuDNN FP8", "ours/cuDNN FP8", "ours fp16-out", "ours BF16",
+              "best torch BF16", "ours FP8/best BF16", "RMSE / max rel: ours", "cuDNN FP8", "ours BF16"]
+    header += [f"hd{d} " + " ".join(f"{k}={v}" for k, v in t.items()) for d, ts in variants.items() for t in ts]
+    rows = []
+    for dim in dims:
+        heads = HIDDEN // dim
+        for causal in causals:
+            for seq in seqs:
+                batch = TOKENS // seq
+                problem = FP8Problem(batch, seq, heads, dim, causal, outliers, seed=seq + dim + int(causal))
+                flops = 4 * batch * heads * seq * seq * dim / (2 if causal else 1)
+                tflops = lambda ms: f"{flops / ms / 1e9:.0f}"  # noqa: E731
+                shape = problem.fp8[0].shape
+                out8 = torch.full(shape, float("nan"), device="cuda").to(torch.float8_e4m3fn)
+                out16 = torch.full(shape, float("nan"), device="cuda", dtype=torch.float16)
+                t_e4m3 = time_ms(ours_fp8(problem, out8, "float8e4m3fn", arch))
+                t_fp16 = time_ms(ours_fp8(problem, out16, "float16", arch))
+                cudnn_out = torch.full(shape, float("nan"), device="cuda").to(torch.float8_e4m3fn)
+                try:
+                    t_cudnn = time_ms(cudnn_fp8(problem, cudnn_out))
+                except Exception as exc:  # a cuDNN that cannot build this graph: say why in the table
+                    t_cudnn, cudnn_out = float("nan"), None
+                    print(f"cuDNN FP8 hd{dim} causal {causal} seq {seq}: {type(exc).__name__}: {exc}".splitlines()[0])
+                q16, k16, v16 = (t.to(torch.bfloat16) for t in problem.real)
+                out_bf16 = torch.full_like(q16, float("nan"))
+                t_bf16 = time_ms(ours(q16, k16, v16, out_bf16, causal))
+                torch_times, _ = torch_backends(q16, k16, v16, causal)
+                t_torch = min(t for t in torch_times.values() if t == t)
+                row = [dim, int(causal), seq, tflops(t_e4m3), tflops(t_cudnn), f"{t_cudnn / t_e4m3:.2f}",
+                       tflops(t_fp16), tflops(t_bf16), tflops(t_torch), f"{t_torch / t_e4m3:.2f}"]
+                if seq <= error_max_seq:
+                    ref = float64_reference(problem)
+                    row += [errors(dequantized(out8, problem.output_scale), ref),
+                            errors(dequantized(cudnn_out, problem.output_scale), ref) if cudnn_out is not None else "",
+                            errors(out_bf16, ref)]
+                else:
+                    row += ["", "", ""]
+                for d, ts in variants.items():
+                    for t in ts:
+                        row.append(tflops(time_ms(ours_fp8(problem, out8, "float8e4m3fn", arch, t))) if d == dim else "")
+                rows.append(row)
+                print(" | ".join(map(str, row)), flush=True)
+                del problem
+    summary = []
+    for dim in dims:
+        pts = [float(r[5]) for r in rows if r[0] == dim and r[2] >= 2048 and r[5] != "nan"]
+        if pts:
+            summary.append(f"hd {dim} at seq >= 2k: ours FP8 >= 1.00x cuDNN FP8 at {sum(x >= 1.0 for x in pts)} of "
+                           f"{len(pts)} points (ours/cuDNN {min(pts):.2f}-{max(pts):.2f}x)")
+    return header, rows, summary
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", help="markdown file for the table")
+    parser.add_argument("--quick", action="store_true", help="seq 2k and 8k only")
+    parser.add_argument("--seqs", default="", help="comma-separated sequence lengths instead of 512..16384")
+    parser.add_argument("--dims", default="64,128,256", help="head dims of the grid")
+    parser.add_argument("--variants", default="", help="FP8 tuning variants to time, e.g. 128:KV_STAGES=2")
+    parser.add_argument("--error-max-seq", type=int, default=4096, help="measure errors up to this sequence length")
+    parser.add_argument("--outliers", action="store_true", help="heavy-tailed inputs with outliers (FA3's test)")
+    args = parser.parse_args()
+    seqs = tuple(int(x) for x in args.seqs.split(",")) if args.seqs else (2048, 8192) if args.quick else SEQS
+    arch = device_arch(0)
+    header, rows, summary = grid(tuple(int(x) for x in args.dims.split(",")), seqs, (False, True),
+                                 parse_variants(args.variants), arch, args.error_max_seq, args.outliers)
+    intro = (f"batch x seq = {TOKENS} tokens, hidden {HIDDEN}, BSHD; CUDA-graph replays, median; FLOPs 4*B*H*S^2*D "
+             f"(/2 causal); inputs {'heavy-tailed with outliers' if args.outliers else 'N(0, 1)'}, per-tensor "
+             f"scales amax/448, p_scale 1/448; ours = the plan's FP8 path on {arch}; errors on batch 0 vs float64 "
+             f"of the unquantized inputs (RMSE / max |err| / max |ref|).")
+    table = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    table += ["| " + " | ".join(map(str, r)) + " |" for r in rows]
+    try:
+        import cudnn
+        cudnn_version = f", cuDNN backend {cudnn.backend_version()}, frontend {cudnn.__version__}"
+    except Exception as exc:  # the table says it when the frontend is missing
+        cudnn_version = f", cuDNN frontend unavailable ({type(exc).__name__})"
+    text = (f"# FP8 FusedAttention forward\n\n{versions()}{cudnn_version}\n\n{fp8_gemm_ceiling()}\n\n{intro}\n\n"
+            + "\n".join(table) + "\n\n" + "\n".join(summary) + "\n")
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+// FP8 P V: the V^T tiles the load warpgroup writes, and why P needs no shuffle on its way from S to the A operand.
+//
+// FP8 wgmma takes B only K-major (no transpose flag), so P V needs V^T: [HEAD_DIM rows][BLOCK_N keys] bytes, keys
+// contiguous, each row a BLOCK_N-byte swizzle row (128: 16-byte chunk c of row d at c ^ (d % 8); 64: c ^ ((d/2) % 4)).
+// The loader copies V as it copies K (cp.async into the K layout, a staging buffer) and transposes it here.
+//
+// Why the key order inside V^T is permuted. P reaches the second product from the fp32 accumulator of S = Q K^T:
+// per warp the m16n8 layout, lane l holding of n8 block j the columns 8 j + 2 (l % 4) + {0, 1} of rows l / 4 and
+// l / 4 + 8 (wgmma.cuh). The e4m3 A fragment of m64nNk32 (wgmma.cuh, wgmma_rs_e4m3) wants in register i of lane l the
+// columns 16 (i / 2) + 4 (l % 4) + {0..3} of row l / 4 + 8 (i % 2). With c = l % 4, the 32 keys of a k32 step that a
+// lane holds are {2c, 2c+1, 8+2c, 9+2c, 16+2c, 17+2c, 24+2c, 25+2c}, the ones its A fragment names are
+// {4c..4c+3, 16+4c..16+4c+3}: different sets, so using the accumulator as is would need shuffles across the quad.
+// Since the k dimension of P V is a sum over keys, any order of the keys serves if P and V^T agree. So A column
+// 16 h + 4 c + e (h = 0, 1; e = 0..3) holds key 16 h + pi(4 c + e), pi(4 c + e) = (2c, 2c + 1, 2c + 8, 2c + 9)[e]:
+// register i of lane l packs, from n8 blocks 4 kk + 2 (i / 2) and 4 kk + 2 (i / 2) + 1, the two columns of row half
+// i % 2 each (pack_p), and V^T's 16-byte chunk of keys 16 g .. 16 g + 15 holds at byte 4 c + e key 16 g + pi(4 c + e).
+//
+// The transpose, one warp per unit of 16 keys x 32 head-dim columns, in 16-bit pairs: ldmatrix.trans of four 8x8
+// matrices (keys 0-7 / 8-15 x head-dim bytes 0-15 / 16-31 of the unit, as 16-bit pairs) gives lane l, of each matrix,
+// keys 2c and 2c + 1 (c = l % 4) at the head-dim pair q = l / 4: bytes (V[2c][2q], V[2c][2q+1], V[2c+1][2q],
+// V[2c+1][2q+1]). With A from keys 0-7 and B from keys 8-15 of the same columns, prmt 0x6420 gives (A0, A2, B0, B2) =
+// keys (2c, 2c+1, 2c+8, 2c+9) of head-dim column 2q (V^T row 2q, bytes 4c..4c+3 in the pi order), and 0x7531 the same
+// of column 2q + 1. That is the plain (not transposed) mma fragment of an 8x8 16-bit matrix whose row q is V^T row
+// 2q (or 2q + 1): stmatrix writes the four (even/odd rows x two 16-column halves) with each row address pointing at
+// its V^T row's chunk g. Per warp and unit: one ldmatrix.x4.trans, four prmt, one stmatrix.x4 (512 bytes). The
+// ldmatrix rows (8 consecutive keys, one chunk column) hit 8 distinct chunk positions; the stmatrix rows (even or odd
+// head-dim rows) repeat d % 8 twice, a 2-way bank conflict on the stores.
+#pragma once
+#include "attention_mainloop_sm90.cuh"
+#include "common/ldmatrix.cuh"
+
+static_assert(FP8, "V^T tiles are for the FP8 P V");
+static_assert(kBlockN == 64 || kBlockN == 128, "V^T rows are one 64- or 128-byte swizzle row of keys");
+constexpr int kVtTileBytes = kHeadDim * kBlockN;
+
+// Shared address of the 16-byte chunk `chunk` of key row `key` in a tile loaded by load_tile_swizzled.
+__device__ __forceinline__ uint32_t k_layout_chunk(uint32_t tile, int key, int chunk) {
+  const int swizzle = kSwizzleRowBytes == 128 ? key % 8 : (key / 2) % 4;
+  return tile + (chunk / kSwizzleChunks) * (kBlockN * kSwizzleRowBytes) + key * kSwizzleRowBytes +
+         ((chunk % kSwizzleChunks) ^ swizzle) * 16;
+}
+
+// Shared address of the chunk of keys 16 g .. 16 g + 15 in V^T row d.
+__device__ __forceinline__ uint32_t vt_chunk(uint32_t tile, int d, int g) {
+  const int swizzle = kBlockN == 128 ? d % 8 : (d / 2) % 4;
+  return tile + d * kBlockN + ((g ^ swizzle) * 16);
+}
+
+// V (a [kBlockN keys][kHeadDim] e4m3 tile in the K layout at `v`) -> V^T (at `vt`), by the kThreadsT threads of the
+// calling warps (this one is `tid`); the caller orders it after the copies into `v` landed and before wgmma reads `vt`.
+template <int kThreadsT>
+__device__ __forceinline__ void transpose_v_tile(const qkv_t* v, qkv_t* vt, int tid) {
+  constexpr int kKeyGroups = kBlockN / 16, kUnits = kKeyGroups * (kHeadDim / 32), kWarpsT = kThreadsT / 32;
+  static_assert(kUnits % kWarpsT == 0, "whole units per warp");
+  const int warp = tid / 32, lane = tid % 32, m = lane / 8, j = lane % 8;
+  const uint32_t v_tile = smem_addr(v), vt_tile = smem_addr(vt);
+#pragma unroll 1  // addresses computed per unit: unrolled, ptxas keeps all of them live and the loader spills
+  for (int unit = warp; unit < kUnits; unit += kWarpsT) {
+    const int g = unit % kKeyGroups, col32 = unit / kKeyGroups;
+    uint32_t r[4], x[4];
+    ldmatrix_x4_trans(r, k_layout_chunk(v_tile, 16 * g + 8 * (m % 2) + j, 2 * col32 + m / 2));
+    x[0] = __byte_perm(r[0], r[1], 0x6420);
+    x[1] = __byte_perm(r[0], r[1], 0x7531);
+    x[2] = __byte_perm(r[2], r[3], 0x6420);
+    x[3] = __byte_perm(r[2], r[3], 0x7531);
+    stmatrix_x4(x, vt_chunk(vt_tile, 32 * col32 + 16 * (m / 2) + 2 * j + m % 2, g));
+  }
+}

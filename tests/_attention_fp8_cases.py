@@ -1,0 +1,95 @@
+"""FP8 (E4M3) FusedAttention cases the GPU test runs and the compile test builds (one list, so CI compiles what the
+GPU test launches): shapes, attributes and the compile-time FP8 scales of each case; inputs are drawn per run."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from _attention_cases import AttentionCase
+from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION, mask_dtype_name
+from trt_fusedattn.plugins.attention.plan import plan_attention
+
+E4M3 = "float8_e4m3fn"
+
+
+@dataclass(frozen=True)
+class FP8Case(AttentionCase):
+    dtype: str = E4M3
+    output_dtype: str = "auto"       # auto (float16), float16, bfloat16 or float8e4m3fn
+    data: str = "normal"             # "normal": N(0, 1); "heavy": heavy-tailed with outliers (FA3's test kind)
+    p_scale: float = 0.0
+    output_scale: float = 0.0
+
+    def amax(self) -> float:
+        """The calibrated range of Q/K/V this case's scales assume (values beyond it saturate)."""
+        return 6.0 if self.data == "normal" else 40.0
+
+    def attrs(self) -> dict:
+        scale = self.amax() / 448.0
+        return FUSED_ATTENTION.resolve({
+            "layout": self.layout, "scale": self.scale, "softcap": self.softcap, "causal": self.causal,
+            "causal_alignment": self.alignment, "q_scale": scale, "k_scale": scale, "v_scale": scale,
+            "p_scale": self.p_scale, "output_dtype": self.output_dtype, "output_scale": self.output_scale})
+
+    def mask_dtype(self) -> str | None:
+        return None if self.mask is None else "bool" if self.mask == "bool" else mask_dtype_name(E4M3, self.attrs())
+
+    def plan(self, arch: str):
+        q_shape, k_shape, v_shape = self.shapes()
+        return plan_attention(
+            [q_shape, k_shape, v_shape, None if self.mask is None else self.full_mask_shape(),
+             (self.batch,) if self.key_lengths else None],
+            [E4M3] * 3 + [self.mask_dtype(), "int32" if self.key_lengths else None], self.attrs(), arch,
+            tuning=dict(self.tuning) or None)
+
+
+def _cases():
+    e4m3_out = dict(output_dtype="float8e4m3fn", output_scale=2.0 / 448)
+    cases = [FP8Case(f"fp8-hd{d}", dim=d, small=True) for d in (64, 128, 256)]
+    cases += [FP8Case(f"fp8-hd{d}-bf16-out", dim=d, output_dtype="bfloat16") for d in (64, 128, 256)]
+    cases += [FP8Case(f"fp8-hd{d}-e4m3-out", dim=d, len_q=300, len_kv=700, **e4m3_out, small=d == 128)
+              for d in (64, 128, 256)]
+    for lq, lkv, d in ((1, 1, 64), (7, 7, 128), (1, 300, 256), (127, 7, 64), (1000, 1000, 128), (200, 1000, 256),
+                       (129, 257, 64)):
+        cases.append(FP8Case(f"fp8-len{lq}x{lkv}-hd{d}", len_q=lq, len_kv=lkv, dim=d))
+    for lq, lkv in ((127, 127), (100, 300), (300, 100), (1, 129)):
+        for al in ("top_left", "bottom_right"):
+            for d in (64, 128):
+                cases.append(FP8Case(f"fp8-causal-{al}-{lq}x{lkv}-hd{d}", len_q=lq, len_kv=lkv, dim=d, causal=1,
+                                     alignment=al, small=(lq, lkv, d) == (100, 300, 64)))
+    cases += [
+        FP8Case("fp8-causal-br-300x1000-hd256", len_q=300, len_kv=1000, dim=256, causal=1, alignment="bottom_right"),
+        FP8Case("fp8-gqa-hd128", heads_q=8, heads_kv=2, dim=128, small=True),
+        FP8Case("fp8-mqa-bhsd-hd64", heads_q=6, heads_kv=1, layout="BHSD"),
+        FP8Case("fp8-cross-bhsd-hd256", len_q=77, len_kv=333, layout="BHSD", dim=256),
+        FP8Case("fp8-peaky-scale-hd128", scale=0.6, dim=128, len_q=300, len_kv=1000),
+        FP8Case("fp8-negative-scale-hd64", scale=-0.2),
+        FP8Case("fp8-softcap-hd128", dim=128, scale=0.5, softcap=3.0, len_kv=300),
+        FP8Case("fp8-p-scale-hd64", p_scale=4.0 / 448, len_kv=500),
+        FP8Case("fp8-key-lengths-hd64", key_lengths=True, len_kv=300, small=True),
+        FP8Case("fp8-key-lengths-causal-br-hd128", key_lengths=True, len_q=90, len_kv=300, causal=1,
+                alignment="bottom_right", dim=128),
+        FP8Case("fp8-additive-full-hd64", mask="additive", small=True),
+        FP8Case("fp8-additive-bf16-out-hd128", mask="additive", dim=128, output_dtype="bfloat16"),
+        FP8Case("fp8-additive-e4m3-out-hd256", mask="additive", mask_shape=(2, 1, 1, 127), dim=256, **e4m3_out),
+        FP8Case("fp8-additive-2d-gqa-hd128", mask="additive", mask_shape=(127, 127), heads_q=8, heads_kv=2, dim=128),
+        FP8Case("fp8-bool-full-hd128", mask="bool", dim=128, small=True),
+        FP8Case("fp8-bool-3d-causal-hd64", mask="bool", mask_shape=(1, 127, 200), len_kv=200, causal=1),
+        FP8Case("fp8-bool-keylen-bhsd-hd256", mask="bool", mask_shape=(2, 1, 1, 127), key_lengths=True,
+                layout="BHSD", dim=256),
+    ]
+    cases += [FP8Case(f"fp8-heavy-hd{d}", dim=d, data="heavy", len_q=500, len_kv=1500) for d in (64, 128, 256)]
+    cases.append(FP8Case("fp8-heavy-causal-e4m3-out-hd128", dim=128, data="heavy", len_q=1000, len_kv=1000, causal=1,
+                         **e4m3_out))
+    cases += [  # long rows: the K/V pipeline wraps its stages many times
+        FP8Case("fp8-causal-16534-hd64", batch=1, heads_q=1, heads_kv=1, len_q=16534, len_kv=16534, causal=1),
+        FP8Case("fp8-long-kv-7x16534-hd128", batch=1, heads_q=2, heads_kv=2, len_q=7, len_kv=16534, dim=128),
+        FP8Case("fp8-long-q-16534x127-hd256", batch=1, heads_q=2, heads_kv=1, len_q=16534, len_kv=127, dim=256),
+        FP8Case("fp8-causal-4100-hd256", batch=1, heads_q=2, heads_kv=2, len_q=4100, len_kv=4100, dim=256, causal=1),
+    ]
+    two_stages = (("KV_STAGES", 2),)  # the benchmark's alternatives
+    cases += [replace(c, name=c.name + "-2stages", tuning=two_stages, small=False)
+              for c in cases if c.name in ("fp8-hd64", "fp8-hd128", "fp8-causal-bottom_right-100x300-hd128")]
+    return cases
+
+
+FP8_CASES = _cases()

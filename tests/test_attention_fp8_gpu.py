@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pytest
 
-from _attention_fp8_cases import E4M3, FP8_CASES
+from _attention_fp8_cases import E4M3, FP8_CASES, FP8Case
 from trt_fusedattn.fp8 import E4M3_MAX, to_e4m3
 from trt_fusedattn.plugins.attention.contract import (allowed_keys, effective_p_scale, fused_attention_reference,
                                                       to_bhsd)
@@ -28,14 +28,17 @@ TOLERANCE_CONTRACT = 0.08  # kernel vs the contract's emulation: P rounded relat
 
 
 @pytest.fixture(scope="module", autouse=True)
-def hopper_with_kernels_loaded():
-    """Skip off sm_90a; compile and load every case's kernel up front, in parallel."""
+def hopper_with_kernels_loaded(request):
+    """Skip off sm_90a; compile and load the selected cases' kernels up front, in parallel (under compute-sanitizer
+    with -k, only those)."""
     from trt_fusedattn.launcher import device_arch
     from trt_fusedattn.launcher.launch import precompile
     arch = device_arch(0)
     if arch != "sm_90a":
         pytest.skip(f"FP8 FusedAttention runs on sm_90a GPUs (Hopper); this one is {arch}")
-    precompile([c.plan(arch) for c in FP8_CASES], arch)
+    params = [getattr(getattr(item, "callspec", None), "params", {}) for item in request.session.items]
+    selected = [p["case"] for p in params if isinstance(p.get("case"), FP8Case)]
+    precompile([c.plan(arch) for c in selected or FP8_CASES], arch)
 
 
 def relative_error(out: np.ndarray, ref: np.ndarray) -> float:

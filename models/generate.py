@@ -52,9 +52,9 @@ FP32_SAMPLES = tuple(name for name in CATALOGUE if name not in ("gpt2_eager", "l
 # TorchScript's Softmax pattern (the one Q/DQ models quantize) for each; dynamo's ONNX Attention op once (BERT).
 FP8_ATTENTION_SAMPLES = (("bert_sdpa", "torchscript"), ("bert_sdpa", "dynamo"), ("llama_gqa", "torchscript"),
                          ("vit", "torchscript"))
-FP8_ATTENTION_CONFIG = {"bert_sdpa": dict(hidden=128, heads=2, intermediate=256),
-                        "llama_gqa": dict(hidden=128, heads=2, kv_heads=1, intermediate=256),
-                        "vit": dict(hidden=128, heads=2)}
+FP8_ATTENTION_CONFIG = {"bert_sdpa": dict(hidden=128, heads=2, intermediate=96, vocab=64, max_positions=64),
+                        "llama_gqa": dict(hidden=128, heads=2, kv_heads=1, intermediate=128),
+                        "vit": dict(hidden=64, heads=1)}  # ViT's MLP is 4x hidden: one head keeps it < 1 MB
 # ResNet-152's layout, for `architectures.resnet(**RESNET152)`.
 RESNET152 = dict(depths=(3, 8, 36, 3), hidden_sizes=(256, 512, 1024, 2048), embedding_size=64, image_size=224)
 

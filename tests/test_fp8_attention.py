@@ -192,3 +192,63 @@ def test_heads_the_fp8_kernel_does_not_take_keep_their_dtype_with_the_plans_reas
     fused, report = fuse(qdq)
     assert all(not s.fused and "no FP8 kernel" in s.reason for s in attention_sites(report))
     assert worst(verify(qdq, fused)) < 1e-4
+
+
+def test_float32_graph_with_additive_mask_and_gqa_gets_float16_mask_and_output_casts():
+    from _attention_graphs import attention_inputs, softmax_attention
+
+    model = softmax_attention(heads=4, kv_heads=2, dim=64, mask="float", lq=9, lkv=9)
+    fused, report = fuse(model, precision="fp8", calibration="random:2")
+    (node,) = fp8_attention_nodes(fused)
+    producers = {o: n for n in fused.graph.node for o in n.output}
+    readers = [n for n in fused.graph.node if node.output[0] in n.input]
+    assert producers[node.input[3]].op_type == "Cast" and helper.get_attribute_value(
+        producers[node.input[3]].attribute[0]) == onnx.TensorProto.FLOAT16  # the float32 mask in float16
+    assert [n.op_type for n in readers] == ["Cast"]  # float16 O back to the float32 readers
+    result = verify(model, fused, inputs=attention_inputs(model, seed=4))
+    assert result.passed and 1e-4 < worst(result) < FP8_RTOL, result.table()
+
+
+def test_fp8_node_on_cast_e4m3_inputs_with_an_fp8_output_runs_under_onnxruntime():
+    """float8 Q/K/V from Cast nodes (not Q/DQ), an e4m3 output with output_scale: the onnxruntime bridge carries
+    both and the node computes its reference exactly."""
+    from onnx import TensorProto
+
+    from trt_fusedattn.ort_session import run_model
+
+    rng = np.random.default_rng(8)
+    shape = [1, 12, 2, 64]
+    scales = dict(q_scale=0.02, k_scale=0.03, v_scale=0.01, p_scale=1 / 224, output_dtype="float8e4m3fn",
+                  output_scale=0.005)
+    nodes = [helper.make_node("Cast", [n], [f"{n}8"], to=TensorProto.FLOAT8E4M3FN) for n in "qkv"]
+    nodes += [FUSED_ATTENTION.make_node(["q8", "k8", "v8"], ["o8"], causal=1, **scales),
+              helper.make_node("Cast", ["o8"], ["o"], to=TensorProto.FLOAT)]
+    graph = helper.make_graph(nodes, "fp8", [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n in "qkv"],
+                              [helper.make_tensor_value_info("o", TensorProto.FLOAT, shape)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19), FUSED_ATTENTION.opset()])
+    model.ir_version = 9
+    feeds = {n: (rng.standard_t(3, shape) * s * 100).astype(np.float32) for n, s in zip("qkv", (0.02, 0.03, 0.01))}
+    got = run_model(model, feeds)["o"]
+    e4m3 = {n: feeds[n].astype(ml_dtypes.float8_e4m3fn) for n in "qkv"}
+    want = FUSED_ATTENTION.reference(e4m3["q"], e4m3["k"], e4m3["v"], causal=1, **scales)
+    assert want.dtype == ml_dtypes.float8_e4m3fn and np.abs(want.astype(np.float32)).max() > 1
+    np.testing.assert_array_equal(got, want.astype(np.float32))
+
+
+def test_fp8_attention_samples_are_the_generated_set_and_match_their_generator():
+    """models/samples/fp8 holds exactly models.generate's FP8 attention samples, each < 1 MB, each agreeing with
+    the seeded torch model it came from."""
+    torch = pytest.importorskip("torch")  # noqa: F841 - the generator builds the torch models
+    from models import generate
+    from models.export import relative_error
+
+    from _fp8_models import SAMPLES
+
+    files = sorted(p.name for p in (SAMPLES / "fp8").glob("*.onnx"))
+    assert files == sorted(f"{name}_hd64_{exporter}.onnx" for name, exporter in generate.FP8_ATTENTION_SAMPLES)
+    assert set(files) == {f"{name}.onnx" for name in FP8_ATTENTION_SAMPLES}
+    for name, exporter in generate.FP8_ATTENTION_SAMPLES:
+        path = SAMPLES / "fp8" / f"{name}_hd64_{exporter}.onnx"
+        assert path.stat().st_size < 1_000_000
+        assert relative_error(generate.build(name, **generate.FP8_ATTENTION_CONFIG[name]), path, batch=2, seq=6,
+                              seed=11) < 1e-4

@@ -148,15 +148,22 @@ def _additive(mask: FilledMask, emit: _Emitter, qtype, what: str = "filled_mask"
 
 
 def _route_output(out: Output, layout: str, emit: _Emitter, qtype) -> gs.Tensor:
-    """The tensor the fused node writes (in ``layout`` and Q's dtype), wired to the original output's readers
-    through the head merge, a Transpose or a Cast as needed."""
+    """The tensor the fused node writes (in ``layout`` and ``qtype``), wired to the original output's readers
+    through the head merge or a Transpose, and a Cast right after the node where the readers take another dtype
+    (fp16 exports that compute P·V in fp32; FP8 nodes of float32 models, which write float16)."""
     out.producer.outputs.clear()
     readers_see = next(t for t in (out.flat, out.folded, out.bhsd) if t is not None)
-    if qtype is not None and numpy_dtype(readers_see) not in (None, qtype):  # fp16 exports that compute P·V in fp32
-        fused_out = emit.tensor("O", qtype)
-        emit.node("Cast", [fused_out], "O_cast", outputs=[readers_see],
-                  attrs={"to": helper.np_dtype_to_tensor_dtype(numpy_dtype(readers_see))})
-        readers_see = fused_out
+    wanted = numpy_dtype(readers_see)
+    if qtype is None or wanted in (None, qtype):
+        return _route(out, layout, emit, qtype, readers_see)
+    routed = _route(out, layout, emit, wanted, readers_see)
+    fused_out = emit.tensor("O", qtype)
+    emit.node("Cast", [fused_out], "O_cast", outputs=[routed], attrs={"to": helper.np_dtype_to_tensor_dtype(wanted)})
+    return fused_out
+
+
+def _route(out: Output, layout: str, emit: _Emitter, qtype, readers_see: gs.Tensor) -> gs.Tensor:
+    """The tensor in ``layout`` and ``qtype`` whose head merge or Transpose gives ``readers_see``."""
     if out.folded is not None:
         result = emit.tensor("O_bhsd", qtype)
         emit.fold(result, readers_see)

@@ -270,14 +270,15 @@ def calibrate(original: onnx.ModelProto, fused: onnx.ModelProto, sites: list, so
             candidates.append(node)
     notes = []
     attention = [site for site in sites if site.fused and site.family == "attention"]
+    fp8_attention = sum(not str(site.details.get("fp8", "no")).startswith("no") for site in attention)
     if attention:
-        fp8 = sum(not str(site.details.get("fp8", "no")).startswith("no") for site in attention)
-        notes.append(f"--precision fp8: {fp8} of {len(attention)} attention sites FP8 (Q, K, V per tensor, P at "
-                     f"1/448; scales in each site's fp8 detail); the others keep their dtype, their fp8 detail says why")
+        notes.append(f"--precision fp8: {fp8_attention} of {len(attention)} attention sites FP8 (Q, K, V per tensor, "
+                     f"P at 1/448; scales in each site's fp8 detail); the others keep their dtype, their fp8 detail "
+                     f"says why")
     batches = calibration_batches(original, parse_source(source) if isinstance(source, str) else source, dims)
-    if not candidates:  # the samples were still checked against the model's inputs
+    if not candidates and not fp8_attention:  # the samples were still checked against the model's inputs
         return notes
-    amax = amax_over(original, [node.input[0] for node in candidates], batches, method, quiet)
+    amax = amax_over(original, [node.input[0] for node in candidates], batches, method, quiet) if candidates else {}
     for node in candidates:
         site = by_node[node.name]
         if not amax[node.input[0]] > 0:
@@ -288,7 +289,7 @@ def calibrate(original: onnx.ModelProto, fused: onnx.ModelProto, sites: list, so
                                f"w_scale={w_scale.min():.3g}..{w_scale.max():.3g}")
     described = f"{len(batches)} random inputs" if isinstance(source, int) or str(source).startswith("random:") \
         else f"{len(batches)} samples of {source}"
-    notes.append(f"FP8 calibration: {described}, method {method}; scales in each conv site's fp8 detail")
+    notes.append(f"FP8 calibration: {described}, method {method}; scales in each site's fp8 detail")
     if isinstance(source, int) or str(source).startswith("random:"):
         notes.append("random calibration inputs give scales for random data: calibrate with real samples "
                      "(--calib samples.npz) for deployment")

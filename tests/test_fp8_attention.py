@@ -53,7 +53,8 @@ def test_calibrated_sample_runs_fp8_attention_with_amax_over_448_scales(name):
     for i, node in enumerate(nodes):
         attrs = FUSED_ATTENTION.node_attributes(node)
         got = [attrs[k] for k in ("q_scale", "k_scale", "v_scale")]
-        np.testing.assert_allclose(got, [amax[t] / E4M3_MAX for t in quantized[node.name]], rtol=1e-6 if i == 0 else 0.05)
+        np.testing.assert_allclose(got, [amax[t] / E4M3_MAX for t in quantized[node.name]],
+                                   rtol=1e-6 if i == 0 else 0.05)
         assert attrs["p_scale"] == 0.0 and attrs["output_dtype"] == "auto"
     assert fused.opset_import[0].version >= 19 and fused.ir_version >= 9
     onnx.checker.check_model(fused)
@@ -128,7 +129,8 @@ def _softmax_pair(model: onnx.ModelProto) -> tuple[onnx.NodeProto, onnx.NodeProt
                     break
                 source = producers.get(source.input[-1] if source.op_type == "Where" else source.input[0])
             if source is not None and source.op_type == "Softmax":
-                dq = next(n for n in model.graph.node if n.op_type == "DequantizeLinear" and n.input[0] == node.output[0])
+                dq = next(n for n in model.graph.node
+                          if n.op_type == "DequantizeLinear" and n.input[0] == node.output[0])
                 return node, dq
     raise AssertionError("no Q/DQ on the probabilities")
 

@@ -179,7 +179,9 @@ def test_fp8_attention_samples_run_on_the_fp8_kernel(name, capsys):
     for how, original, fused in _fused_attention_models(name):
         feeds = random_inputs(original, seed=seed)
         nodes = []
-        recorded = lambda *a, **k: nodes.append((a, k, FUSED_ATTENTION.reference(*a, **k))) or nodes[-1][2]  # noqa: E731
+        def recorded(*args, **attrs):
+            nodes.append((args, attrs, FUSED_ATTENTION.reference(*args, **attrs)))
+            return nodes[-1][2]
         run_model(fused, feeds, {FUSED_ATTENTION: recorded})
         fp8 = [(a, k, want) for a, k, want in nodes if k["q_scale"]]
         errors = []

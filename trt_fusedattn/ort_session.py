@@ -213,7 +213,8 @@ def _output_type(node: onnx.NodeProto, types: dict[str, int]) -> int:
     op = next(o for o in OPS if (o.contract.domain, o.contract.name) == (node.domain, node.op_type))
     dtypes = [helper.tensor_dtype_to_np_dtype(types[n]).name if n in types else None for n in node.input]
     try:
-        out = op.output_dtype(dtypes + [None] * (len(op.contract.inputs) - len(dtypes)), op.contract.node_attributes(node))
+        dtypes += [None] * (len(op.contract.inputs) - len(dtypes))
+        out = op.output_dtype(dtypes, op.contract.node_attributes(node))
     except ValueError as err:
         raise FuseError(f"node '{node.name[:80]}' ({op.contract.qualified_name}): {first_line(err)}") from None
     return helper.np_dtype_to_tensor_dtype(numpy_dtype(out))

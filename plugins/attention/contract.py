@@ -124,7 +124,8 @@ def check_attributes(q_dtype, k_dtype, v_dtype, attrs) -> None:
     scales = {name: float(attrs.get(name, 0.0)) for name in (*FP8_SCALES, "p_scale")}
     wanted, output_scale = attrs.get("output_dtype", "auto"), float(attrs.get("output_scale", 0.0))
     if is_e4m3(names[0]):
-        bad = [f"{name}={scales[name]:g}" for name in FP8_SCALES if not (math.isfinite(scales[name]) and scales[name] > 0)]
+        bad = [f"{name}={scales[name]:g}" for name in FP8_SCALES
+               if not (math.isfinite(scales[name]) and scales[name] > 0)]
         if bad:
             raise ValueError(f"FusedAttention with float8e4m3fn Q/K/V needs q_scale, k_scale and v_scale > 0 (their "
                              f"dequantization scales); got {', '.join(bad)}")

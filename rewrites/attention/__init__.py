@@ -21,7 +21,8 @@ from trt_fusedattn.rewrites._graph import is_op, names_in_use, numpy_dtype
 from trt_fusedattn.rewrites._shapes import TensorShapes
 from trt_fusedattn.rewrites.attention.checks import check, sequence_lengths
 from trt_fusedattn.rewrites.attention.emission import replace
-from trt_fusedattn.rewrites.attention.fp8 import FP8_ARCH, Fp8Scales, calibrated_scales, fp8_attributes, plan_problem, qdq_scales
+from trt_fusedattn.rewrites.attention.fp8 import (FP8_ARCH, Fp8Scales, calibrated_scales, fp8_attributes, plan_problem,
+                                                  qdq_scales)
 from trt_fusedattn.rewrites.attention.masks import classify_masks
 from trt_fusedattn.rewrites.attention.match import Match, Shared
 from trt_fusedattn.rewrites.attention.onnx_attention import match_onnx_attention

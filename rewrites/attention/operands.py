@@ -1,5 +1,6 @@
 """Q, K, V and the output traced from the MatMuls to the tensors FusedAttention reads and writes: FP8 Q/DQ pairs
-(their scales kept for an FP8 node), scalar scales (folded into ``scale``), K/V head repeats (GQA, undone), head split/merge Transposes, the sdpa export's Reshape
+(their scales kept for an FP8 node), scalar scales (folded into ``scale``), K/V head repeats (GQA, undone), head
+split/merge Transposes, the sdpa export's Reshape
 of the output to its own shape."""
 from __future__ import annotations
 

@@ -22,8 +22,8 @@ from trt_fusedattn.rewrites.attention.operands import (FLOAT_DTYPES, peel_float_
 _SCORE_STEPS = {"Cast", "Mul", "Div", "Add", "Where", "Tanh", "Reshape"}
 
 
-_PROBABILITY_STEPS = {"Cast", "Dropout", "Reshape", "Where", "IsNaN", "Identity", "Squeeze", "Unsqueeze", "QuantizeLinear",
-                      "DequantizeLinear"}
+_PROBABILITY_STEPS = {"Cast", "Dropout", "Reshape", "Where", "IsNaN", "Identity", "Squeeze", "Unsqueeze",
+                      "QuantizeLinear", "DequantizeLinear"}
 
 
 def weights_values(softmax: gs.Node) -> bool:

@@ -74,6 +74,9 @@ BF16_SAMPLES = ("bert_sdpa_dynamo", "resnet_torchscript", "mobilenetv2_dynamo")
 FP8_MODELS = (sample("resnet_torchscript"), sample("mobilenetv2_dynamo"), sample("vit_dynamo"),
               Path(__file__).resolve().parent / "data" / "resnet_bn_modelopt_fp8.onnx")
 OTHER_ARCHES = (("sm_80", "resnet_torchscript"), ("sm_89", "bert_sdpa_fp16_dynamo"))
+# FP8 attention (heads of 64, models/samples/fp8): BERT's Softmax pattern with a boolean mask, Llama's GQA + causal
+FP8_ATTENTION_MODELS = tuple(SAMPLES[0].parent / "fp8" / f"{stem}.onnx"
+                             for stem in ("bert_sdpa_hd64_torchscript", "llama_gqa_hd64_torchscript"))
 
 
 def model_and_precision(variant: str, path: Path) -> tuple[onnx.ModelProto, str | None]:
@@ -94,7 +97,7 @@ def sample_builds(request) -> list:
             builds.append(("own", params["path"], ARCH))
         elif name == "test_bfloat16_builds":
             builds.append(("bf16", sample(params["stem"]), ARCH))
-        elif name == "test_fp8_conv_builds_with_quantized_weights":
+        elif name in ("test_fp8_conv_builds_with_quantized_weights", "test_fp8_attention_builds"):
             builds.append(("fp8", params["path"], ARCH))
         elif name == "test_ampere_and_ada_builds":
             builds.append(("own", sample(params["stem"]), params["arch"]))
@@ -266,6 +269,19 @@ def test_fp8_conv_builds_with_quantized_weights(line, path):
     assert any("QuantizeLinear" in note for note in result.notes)
     opset = next(o.version for o in model.opset_import if o.domain == "")
     assert (opset < 19) == any("declared as 19" in note for note in result.notes)
+
+
+@pytest.mark.parametrize("path", FP8_ATTENTION_MODELS, ids=lambda p: p.stem)
+def test_fp8_attention_builds(line, path):
+    """FP8 FusedAttention as ``fuse(precision="fp8")`` writes it: e4m3 Q, K, V from QuantizeLinear nodes (N1: FP8
+    exists only as a quantization's output), a float16 output (B1) and mask, the launch the direct launcher's plan
+    gives; the opset-17 export is declared opset 19 for its QuantizeLinear."""
+    model, precision = model_and_precision("fp8", path)
+    result = simulate(*line, model, precision)
+    fp8 = [launch for launch in result.launches if launch.input_dtypes[0] == "float8_e4m3fn"]
+    assert len(fp8) == 2 and all(launch.input_dtypes[1:3] == ["float8_e4m3fn"] * 2 for launch in fp8)
+    assert all(launch.types[-1] == "HALF" and launch.attrs["q_scale"] > 0 for launch in fp8)
+    check_launches(result, {"FusedAttention"})
 
 
 def test_fp8_activations_build_in_hwc16(line):

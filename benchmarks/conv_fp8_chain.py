@@ -47,7 +47,7 @@ def chain_table(batches: list, arch: str) -> list[str]:
     stream = lambda: torch.cuda.current_stream().cuda_stream  # noqa: E731
     scale_x = 4.5 / 448  # the producer's float16 randn input
     lines = ["\n## FP8 chain: producer 1x1 -> FP8 3x3, per pair (µs per call, CUDA-graph medians)\n",
-             __doc__.split("\n\n", 1)[1].replace("\n", " ") + "\n",
+             " ".join(__doc__.split("\n\n", 1)[1].split()) + "\n",
              "| pair | batch | 1x1 fp16-out | 1x1 e4m3-out | quantize | 3x3 fp16-X | 3x3 e4m3-X | separate quantize "
              "| in-kernel quantize | chain | chain vs separate | chain vs in-kernel | our FP16 pair | err |",
              "|---|---:|" + "---:|" * 12]

@@ -14,17 +14,36 @@ from _conv_cases import FP8_INPUT_SCALE, ConvCase
 from trt_fusedattn.plugins.conv.plan import plan_conv
 
 _FP8 = dict(scale=True, input_scale=FP8_INPUT_SCALE)
-# A kernel rounds y to its element type in the staged output tile before the residual add and the e4m3 conversion
-# (as for a float16 Y); the reference converts the float64 y. Where that first rounding lands y on an e4m3 rounding
-# midpoint, the two differ by one e4m3 step: about 1/256 of the elements with float16 staging, 1/32 with bfloat16.
-E4M3_STEP_FRACTION = {"float16": 0.02, "bfloat16": 0.08}
+# A kernel's e4m3 output against the reference's. The kernel's y differs from the float64 y by what a float16 output
+# may differ (test_conv_gpu's bounds: fp32 accumulation, y rounded to the element type before the residual add, an
+# X element next to an e4m3 tie of its own quantization) and the e4m3 conversion then rounds each: an element may
+# land one e4m3 step from the reference's (about 1/256 of them from float16 staging, 1/32 from bfloat16), and near
+# zero, where e4m3 steps are finer than those absolute errors, several steps. So: every element within one step plus
+# the float16 worst-element bound (8 x 2e-3 of the largest |y|), few elements off at all, normwise close.
+E4M3_OFF_FRACTION = {"float16": 0.02, "bfloat16": 0.08}
+E4M3_NORMWISE = {"float16": 1e-2, "bfloat16": 3e-2}
 
 
-def e4m3_steps(got: np.ndarray, want: np.ndarray) -> np.ndarray:
-    """|got - want| in units of the e4m3 spacing at the larger of the two (both in e4m3 units, no scale)."""
-    big = np.maximum(np.abs(got), np.abs(want))
-    spacing = np.where(big >= 2.0 ** -6, 2.0 ** (np.floor(np.log2(np.maximum(big, 2.0 ** -6))) - 3), 2.0 ** -9)
-    return np.abs(got - want) / spacing
+def e4m3_spacing(v: np.ndarray) -> np.ndarray:
+    """The e4m3 spacing at |v| (values in e4m3 units: 2^(e - 3) for normals, 2^-9 below 2^-6)."""
+    big = np.abs(v)
+    return np.where(big >= 2.0 ** -6, 2.0 ** (np.floor(np.log2(np.maximum(big, 2.0 ** -6))) - 3), 2.0 ** -9)
+
+
+def e4m3_mismatch(got: np.ndarray, want: np.ndarray, dtype: str = "float16") -> str:
+    """Why a kernel's e4m3 output (``got``, e4m3 units as float64) is not the reference's ``want`` within the rule
+    above; empty when it is."""
+    diff = np.abs(got - want)
+    allowed = e4m3_spacing(np.maximum(np.abs(got), np.abs(want))) + 8 * 2e-3 * np.abs(want).max()
+    off, normwise = float((diff > 0).mean()), float(np.linalg.norm(diff) / max(np.linalg.norm(want), 1e-30))
+    if np.isnan(got).any():
+        return f"{np.isnan(got).sum()} outputs unwritten or NaN"
+    if (diff > allowed).any():
+        i = int(np.argmax(diff - allowed))
+        return f"element {got.flat[i]} vs {want.flat[i]}: beyond one e4m3 step and the float16 bound"
+    if off > E4M3_OFF_FRACTION[dtype] or normwise > E4M3_NORMWISE[dtype]:
+        return f"{off:.2%} of elements off, normwise {normwise:.3g}"
+    return ""
 
 
 @dataclass(frozen=True)

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from _attention_cases import AttentionCase
 
-# A packed one-warp tile (16 rows) and a packed four-warp tile (64 rows), forced with the split given per case.
-PACKED_16 = (("WGMMA", 0), ("BLOCK_M", 16), ("NUM_WARPS", 1), ("BLOCK_N", 64))
-PACKED_64 = (("WGMMA", 0), ("BLOCK_M", 64), ("NUM_WARPS", 4), ("BLOCK_N", 64))
+# A packed one-warp tile (16 rows) and a packed four-warp tile (64 rows), one key group each, and the same rows with
+# the keys also split over key groups of warps (WARP_SPLIT), forced with the split given per case.
+PACKED_16 = (("WGMMA", 0), ("BLOCK_M", 16), ("NUM_WARPS", 1), ("BLOCK_N", 64), ("WARP_SPLIT", 1))
+PACKED_64 = (("WGMMA", 0), ("BLOCK_M", 64), ("NUM_WARPS", 4), ("BLOCK_N", 64), ("WARP_SPLIT", 1))
+GROUPS4_16 = (("WGMMA", 0), ("BLOCK_M", 16), ("NUM_WARPS", 4), ("BLOCK_N", 16), ("WARP_SPLIT", 4))
+GROUPS2_64 = (("WGMMA", 0), ("BLOCK_M", 64), ("NUM_WARPS", 8), ("BLOCK_N", 32), ("WARP_SPLIT", 2))
 
 
 def _cases():
@@ -53,6 +56,16 @@ def _cases():
                       dim=128, key_lengths=True, tuning=PACKED_64 + (("PACK_GQA", 4), ("KV_SPLIT", 4)), **br),
         AttentionCase("packed64-split2-8x1000-bool", len_q=8, len_kv=1000, heads_q=16, heads_kv=2, dim=128,
                       mask="bool", tuning=PACKED_64 + (("PACK_GQA", 8), ("KV_SPLIT", 2)), small=True),
+        # key groups of warps: alone (the block's own combine, no cluster), with a cluster, with named barriers
+        AttentionCase("groups4-nosplit-1x1000-keylen", batch=3, len_q=1, len_kv=1000, heads_q=8, heads_kv=2, dim=128,
+                      key_lengths=True, tuning=GROUPS4_16 + (("PACK_GQA", 4), ("KV_SPLIT", 1)), small=True),
+        AttentionCase("groups4-split8-uneven-2x3001-causal-br", len_q=2, len_kv=3001, heads_q=8, heads_kv=2,
+                      dim=128, tuning=GROUPS4_16 + (("PACK_GQA", 4), ("KV_SPLIT", 8)), small=True, **br),
+        AttentionCase("groups4-split4-more-parts-than-tiles", len_q=1, len_kv=200, heads_q=8, heads_kv=2, dim=64,
+                      dtype="float16", tuning=GROUPS4_16 + (("PACK_GQA", 4), ("KV_SPLIT", 4))),
+        AttentionCase("groups2-64rows-split2-16x2000-additive", len_q=16, len_kv=2000, heads_q=8, heads_kv=2, dim=128,
+                      mask="additive", mask_shape=(2, 1, 16, 2000),
+                      tuning=GROUPS2_64 + (("PACK_GQA", 4), ("KV_SPLIT", 2)), small=True),
     ]
 
 

@@ -151,21 +151,22 @@ def _decode(batch=1, lq=1, lkv=32768, hq=32, hkv=8, dim=128, arch="sm_90a", mask
 
 @pytest.mark.parametrize("batch, lq, lkv, hq, hkv, rows_tile, split", [
     (4, 1, 32768, 32, 8, 16, 8),     # 32 CTAs without the split: 8 per cluster
-    (32, 1, 4096, 32, 8, 16, 2),     # 256 CTAs: a split of 2 reaches two per SM
-    (1, 16, 32768, 32, 8, 64, 8),    # 64 packed rows: one four-warp tile per K/V head
-    (1, 16, 1000, 8, 1, 128, 2),     # MQA: 128 rows; 16 key tiles split in two (8 tiles a CTA at least)
-    (8, 3, 4096, 32, 8, 16, 8),      # 12 rows in one one-warp tile; 64 CTAs
-    (2, 5, 4096, 16, 2, 64, 8),      # 40 rows
+    (32, 1, 4096, 32, 8, 16, 1),     # 256 CTAs fill the GPU: no split
+    (1, 16, 32768, 32, 8, 64, 8),    # 64 packed rows: one tile per K/V head
+    (1, 16, 1000, 8, 1, 128, 1),     # MQA: 128 rows in one tile; 1000 keys are too few to split (512 a part)
+    (8, 3, 4096, 32, 8, 16, 2),      # 12 rows in one 16-row tile; 2 CTAs x 4 key groups: 512 keys a part
+    (2, 5, 8192, 16, 2, 64, 8),      # 40 rows in a 64-row tile of 2 key groups; 8 x 2 parts of 512 keys
 ])
 def test_decode_packs_a_kv_heads_query_heads_and_splits_small_grids(batch, lq, lkv, hq, hkv, rows_tile, split):
     """Issue 10 item 2: the query heads of one K/V head share a tile (rows = query x head of the group), the grid runs
-    over K/V heads, and the keys split over a cluster until the grid has two CTAs per SM."""
+    over K/V heads, the block's warps form key groups, and the keys split over a cluster until the grid has a CTA per
+    SM (while each part keeps 512 keys)."""
     from trt_fusedattn.plugins.attention.plan_decode import DECODE_TILES
     p = _decode(batch, lq, lkv, hq, hkv, causal=1, causal_alignment="bottom_right")
-    tile = dict(DECODE_TILES)[rows_tile]
+    tile, groups = next((t, w) for rows, t, w in DECODE_TILES if rows == rows_tile)
     assert p.source.name == "attention.cu" and p.defines["WGMMA"] == 0 and p.defines["PACK_GQA"] == hq // hkv
     assert (p.defines["BLOCK_M"], p.defines["BLOCK_N"], p.defines["NUM_WARPS"]) == tile[:3]
-    assert p.defines["KV_SPLIT"] == split and p.block == (32 * tile[2], 1, 1)
+    assert p.defines["WARP_SPLIT"] == groups and p.defines["KV_SPLIT"] == split and p.block == (32 * tile[2], 1, 1)
     assert p.grid == (-(-lq * hq // hkv // tile[0]) * split, hkv, batch)
 
 
@@ -193,3 +194,18 @@ def test_packing_rejected_where_the_kernel_cannot_pack():
     for tuning in ({"WGMMA": 1, "PACK_GQA": 4}, {"WGMMA": 0, "PACK_GQA": 2}):
         with pytest.raises(ValueError, match="PACK_GQA"):
             plan_attention(shapes, dtypes, FUSED_ATTENTION.resolve({}), "sm_90a", tuning=tuning)
+    for tuning in ({"WGMMA": 1, "WARP_SPLIT": 2}, {"WGMMA": 0, "BLOCK_M": 16, "NUM_WARPS": 4, "WARP_SPLIT": 2}):
+        with pytest.raises(ValueError, match="WARP_SPLIT"):
+            plan_attention(shapes, dtypes, FUSED_ATTENTION.resolve({}), "sm_90a", tuning=tuning)
+
+
+def test_key_groups_get_their_own_stages_and_combine_space():
+    """WARP_SPLIT key groups each hold two K/V stages; the combine (after the main loop, in the same shared memory)
+    holds each group's partial O, reference and sum for every row."""
+    p = _decode(batch=4)
+    d = p.defines
+    pitch = 128 + 8
+    stages = (d["BLOCK_M"] * pitch + d["WARP_SPLIT"] * 2 * d["BLOCK_N"] * 2 * pitch) * 2
+    rows, groups, split = d["BLOCK_M"], d["WARP_SPLIT"], d["KV_SPLIT"]
+    combine = 4 * (groups * (rows * 128 + 2 * rows) + rows // split * (split * groups + 1))
+    assert groups > 1 and p.shared_mem == max(stages, combine)

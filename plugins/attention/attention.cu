@@ -15,26 +15,56 @@
 #endif
 #include "attention_softmax.cuh"
 #include "attention_epilogue.cuh"
-#if KV_SPLIT > 1
+#if KV_SPLIT > 1 || WARP_SPLIT > 1
 #include "attention_split_kv.cuh"
+#endif
+#if KV_SPLIT > 1
 #define KV_SPLIT_CLUSTER __cluster_dims__(KV_SPLIT, 1, 1)
 #else
 #define KV_SPLIT_CLUSTER
 #endif
+#include "common/named_barrier.cuh"
+
+// A K/V tile load: by the threads of this thread's key group with WARP_SPLIT (`group_tid`: its index among them),
+// else by the whole block (the one form both mainloops have).
+template <int DIM>
+__device__ __forceinline__ void load_kv_tile(elem_t* smem, const elem_t* base, int64_t stride, int row0, int len,
+                                             int group_tid) {
+#if WARP_SPLIT > 1
+  load_tile_async<kBlockN, DIM, false, kGroupThreads>(smem, base, stride, row0, len, 0, group_tid);
+#else
+  load_tile_async<kBlockN, DIM>(smem, base, stride, row0, len);
+#endif
+}
+
+// The barrier of the threads that share K/V tiles: the block, or with WARP_SPLIT one key group (a warp, or named
+// barrier 1 + group).
+__device__ __forceinline__ void sync_key_group(int group) {
+  if constexpr (kWarpSplit == 1) {
+    __syncthreads();
+  } else if constexpr (kRowWarps == 1) {
+    __syncwarp();
+  } else {
+    named_barrier_sync<kGroupThreads>(1 + group);
+  }
+}
 
 extern "C" __global__ void KV_SPLIT_CLUSTER __launch_bounds__(kThreads, kMinBlocksPerSm) fused_attention(ATTENTION_KERNEL_PARAMS) {
   extern __shared__ __align__(16) unsigned char smem[];
   // the plan adds kSmemAlign - 16 bytes of slack for this round-up (0 for the mma.sync mainloop)
   elem_t* sQ = reinterpret_cast<elem_t*>(smem + ((kSmemAlign - smem_addr(smem) % kSmemAlign) % kSmemAlign));
-  elem_t* sK = sQ + kQTileElems;             // kStages K tiles
-  elem_t* sV = sK + kStages * kKTileElems;   // kVStages V tiles
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  // WARP_SPLIT: warps [group * kRowWarps, (group + 1) * kRowWarps) form key group `group`, with their own K/V tiles
+  const int group = kWarpSplit > 1 ? warp / kRowWarps : 0, row_warp = kWarpSplit > 1 ? warp % kRowWarps : warp;
+  const int group_tid = kWarpSplit > 1 ? threadIdx.x % kGroupThreads : threadIdx.x;
+  elem_t* sK = sQ + kQTileElems + group * (kStages * kKTileElems + kVStages * kVTileElems);  // kStages K tiles
+  elem_t* sV = sK + kStages * kKTileElems;                                                  // kVStages V tiles
 
   const AttentionTile tile = schedule_tile();
   // PACK_GQA: the grid's heads are K/V heads and the tile's rows are (query, head of the group) pairs
   const int head_kv = kPackGqa > 1 ? tile.head : tile.head / (heads_q / heads_kv);
   const int head_q = kPackGqa > 1 ? tile.head * kPackGqa : tile.head;  // the tile's (first) query head
   const int len_rows = len_q * kPackGqa;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int m0 = tile.m_block * kBlockM;
 
   const elem_t* q_base = Q + static_cast<int64_t>(tile.batch) * q_stride_b + static_cast<int64_t>(head_q) * q_stride_h;
@@ -44,9 +74,10 @@ extern "C" __global__ void KV_SPLIT_CLUSTER __launch_bounds__(kThreads, kMinBloc
   const int kv_end = attended_key_end(tile, m0, len_q, len_kv, ATTENTION_KEY_LENGTHS);
   const int causal_offset = causal_key_offset(len_q, len_kv);
   const int n_tiles = kv_end > 0 ? (kv_end + kBlockN - 1) / kBlockN : 0;
-  // This CTA's tiles, visited from t_first down to t_last (all of them unless a cluster splits the keys).
-  const int tiles_per_split = (n_tiles + kKvSplit - 1) / kKvSplit;
-  const int t_last = tile.split * tiles_per_split;
+  // This key group's tiles, visited from t_first down to t_last (all of them unless a cluster or WARP_SPLIT splits
+  // the keys: part tile.split * kWarpSplit + group of kKvSplit * kWarpSplit).
+  const int tiles_per_split = (n_tiles + kKvSplit * kWarpSplit - 1) / (kKvSplit * kWarpSplit);
+  const int t_last = (tile.split * kWarpSplit + group) * tiles_per_split;
   const int t_first = min(n_tiles, t_last + tiles_per_split) - 1;
 
 #if MASK_KIND != MASK_NONE
@@ -65,11 +96,15 @@ extern "C" __global__ void KV_SPLIT_CLUSTER __launch_bounds__(kThreads, kMinBloc
   load_tile_async<kBlockM, kHeadDim>(sQ, q_base, q_stride_s, m0, len_q);
 #endif
   if (t_first >= t_last) {
-    load_tile_async<kBlockN, kHeadDim>(sK, k_base, kv_stride_s, t_first * kBlockN, len_kv);
-    if (kStages == 2) load_tile_async<kBlockN, kHeadDimV>(sV, v_base, v_stride_s, t_first * kBlockN, len_kv);
+    load_kv_tile<kHeadDim>(sK, k_base, kv_stride_s, t_first * kBlockN, len_kv, group_tid);
+    if (kStages == 2) load_kv_tile<kHeadDimV>(sV, v_base, v_stride_s, t_first * kBlockN, len_kv, group_tid);
   }
   cp_async_commit();
   if (kOverlapPV) cp_async_commit();  // an empty group: the loop top leaves the newest group in flight
+  if (kWarpSplit > 1) {  // the key groups' barriers do not cover the Q tile, which every thread loaded a part of
+    cp_async_wait_all();
+    __syncthreads();
+  }
 
   float o[kMAtoms][kDTiles][4];
   float row_max[kMAtoms][2], row_sum[kMAtoms][2];
@@ -86,12 +121,12 @@ extern "C" __global__ void KV_SPLIT_CLUSTER __launch_bounds__(kThreads, kMinBloc
 #if Q_IN_REGISTERS
   wait_tiles_landed();
   __syncthreads();
-  const QInRegisters q_operand(sQ, warp, lane);
+  const QInRegisters q_operand(sQ, row_warp, lane);
 #else
-  const QFromSmem q_operand(sQ, warp, lane);
+  const QFromSmem q_operand(sQ, row_warp, lane);
 #endif
   FragmentCoords coords;
-  coords.row0 = m0 + warp * kWarpRows + lane / 4;
+  coords.row0 = m0 + row_warp * kWarpRows + lane / 4;
 #if WGMMA_OVERLAP
   PendingPV pending(sV);  // slot 0: the first tile's V
 #endif
@@ -104,20 +139,20 @@ extern "C" __global__ void KV_SPLIT_CLUSTER __launch_bounds__(kThreads, kMinBloc
     const elem_t* sV_t = sV + (kVStages == 3 ? step % 3 : buffer) * kVTileElems;
     // KV_STAGES 2: tile t - 1's K and V into the buffers tile t + 1 used (V: tile t + 2's with the overlap)
     const auto prefetch_k = [&] {
-      load_tile_async<kBlockN, kHeadDim>(sK + (buffer ^ 1) * kKTileElems, k_base, kv_stride_s, n0 - kBlockN, len_kv);
+      load_kv_tile<kHeadDim>(sK + (buffer ^ 1) * kKTileElems, k_base, kv_stride_s, n0 - kBlockN, len_kv, group_tid);
     };
     const auto prefetch_v = [&] {
-      load_tile_async<kBlockN, kHeadDimV>(sV + (kVStages == 3 ? (step + 1) % 3 : buffer ^ 1) * kVTileElems, v_base,
-                                          v_stride_s, n0 - kBlockN, len_kv);
+      load_kv_tile<kHeadDimV>(sV + (kVStages == 3 ? (step + 1) % 3 : buffer ^ 1) * kVTileElems, v_base, v_stride_s,
+                              n0 - kBlockN, len_kv, group_tid);
     };
     wait_tiles_landed<kOverlapPV ? 1 : 0>();
-    __syncthreads();  // tile t's K (and V with 2 stages) is in smem; every warp is done with tile t + 1
+    sync_key_group(group);  // tile t's K (and V with 2 stages) is in smem; every warp is done with tile t + 1
     if (kStages == 2 && t > t_last) {
       prefetch_k();
       if (!kOverlapPV) prefetch_v();
       cp_async_commit();
     } else if (kStages == 1) {
-      load_tile_async<kBlockN, kHeadDimV>(sV, v_base, v_stride_s, n0, len_kv);
+      load_kv_tile<kHeadDimV>(sV, v_base, v_stride_s, n0, len_kv, group_tid);
       cp_async_commit();
     }
 
@@ -136,9 +171,9 @@ extern "C" __global__ void KV_SPLIT_CLUSTER __launch_bounds__(kThreads, kMinBloc
     }
     if (kStages == 1) {
       wait_tiles_landed();
-      __syncthreads();  // V tile t is in smem; every warp is done with K tile t
+      sync_key_group(group);  // V tile t is in smem; every warp is done with K tile t
       if (t > t_last) {
-        load_tile_async<kBlockN, kHeadDim>(sK, k_base, kv_stride_s, n0 - kBlockN, len_kv);
+        load_kv_tile<kHeadDim>(sK, k_base, kv_stride_s, n0 - kBlockN, len_kv, group_tid);
         cp_async_commit();
       }
     }
@@ -175,9 +210,9 @@ extern "C" __global__ void KV_SPLIT_CLUSTER __launch_bounds__(kThreads, kMinBloc
   cp_async_wait_all();  // the Q load is still in flight when there was no tile
   __syncthreads();      // every warp is done reading sQ/sV: sQ becomes the output staging buffer
   elem_t* out = O + static_cast<int64_t>(tile.batch) * o_stride_b + static_cast<int64_t>(head_q) * o_stride_h;
-#if KV_SPLIT > 1
-  combine_split_kv(reinterpret_cast<float*>(sQ), o, row_max, row_sum, warp, lane, tile.split, out, o_stride_s,
-                   o_stride_h, m0, len_rows);
+#if KV_SPLIT > 1 || WARP_SPLIT > 1
+  combine_split_kv(reinterpret_cast<float*>(sQ), o, row_max, row_sum, row_warp, group, lane, tile.split, out,
+                   o_stride_s, o_stride_h, m0, len_rows);
 #else
   stage_output(sQ, o, row_sum, warp, lane);
   __syncthreads();

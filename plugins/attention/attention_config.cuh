@@ -7,8 +7,8 @@
     !defined(MASK_KIND) || !defined(HAS_KEY_LENGTHS) || !defined(SCALE_LOG2) || !defined(BLOCK_M) ||  \
     !defined(BLOCK_N) || !defined(NUM_WARPS) || !defined(Q_IN_REGISTERS) || !defined(KV_STAGES) || \
     !defined(RESCALE_THRESHOLD) || !defined(WGMMA) || !defined(MIN_BLOCKS_PER_SM) || \
-    !defined(WGMMA_OVERLAP) || !defined(KV_SPLIT) || !defined(WARP_SPECIALIZED) || !defined(PACK_GQA)
-#error "attention.cu needs PACK_GQA WARP_SPECIALIZED KV_SPLIT HEAD_DIM HEAD_DIM_V SOFTCAP DTYPE_BF16 CAUSAL CAUSAL_BOTTOM_RIGHT MASK_KIND HAS_KEY_LENGTHS SCALE_LOG2 BLOCK_M BLOCK_N NUM_WARPS Q_IN_REGISTERS KV_STAGES RESCALE_THRESHOLD WGMMA MIN_BLOCKS_PER_SM WGMMA_OVERLAP (plan_attention sets them)"
+    !defined(WGMMA_OVERLAP) || !defined(KV_SPLIT) || !defined(WARP_SPECIALIZED) || !defined(PACK_GQA) || !defined(WARP_SPLIT)
+#error "attention.cu needs WARP_SPLIT PACK_GQA WARP_SPECIALIZED KV_SPLIT HEAD_DIM HEAD_DIM_V SOFTCAP DTYPE_BF16 CAUSAL CAUSAL_BOTTOM_RIGHT MASK_KIND HAS_KEY_LENGTHS SCALE_LOG2 BLOCK_M BLOCK_N NUM_WARPS Q_IN_REGISTERS KV_STAGES RESCALE_THRESHOLD WGMMA MIN_BLOCKS_PER_SM WGMMA_OVERLAP (plan_attention sets them)"
 #endif
 
 // FP8 (E4M3 Q/K/V, the warp-specialized kernel only): set by the plan in FP8 specializations with P_SCALE_LOG2
@@ -81,7 +81,13 @@ constexpr int kThreads = kWarps * 32;
 // __launch_bounds__ minimum: 2 caps registers at 65536 / (2 * kThreads) so two blocks share an SM (one block's
 // softmax then overlaps the other's matrix products)
 constexpr int kMinBlocksPerSm = MIN_BLOCKS_PER_SM;
-constexpr int kWarpRows = kBlockM / kWarps;   // query rows owned by one warp
+// Decode (WARP_SPLIT > 1): the warps of a block also split its keys, in WARP_SPLIT groups of kRowWarps warps, each
+// group with its own K/V stages and key range, combined in shared memory like the cluster's splits
+// (attention_split_kv.cuh). 1: every warp reads every K/V tile.
+constexpr int kWarpSplit = WARP_SPLIT;
+constexpr int kRowWarps = kWarps / kWarpSplit;  // warps splitting the rows of a block (one key group)
+constexpr int kGroupThreads = kRowWarps * 32;
+constexpr int kWarpRows = kBlockM / kRowWarps;  // query rows owned by one warp
 constexpr int kMAtoms = kWarpRows / 16;       // m16 MMA tiles per warp
 constexpr int kNTiles = kBlockN / 8;          // n8 MMA tiles of S per row block
 constexpr int kDTiles = kHeadDimVPad / 8;     // n8 MMA tiles of O
@@ -113,6 +119,8 @@ static_assert(kRescaleThreshold >= 0.f && kRescaleThreshold <= 14.f, "p <= 2^thr
 static_assert(kStages == 1 || kStages == 2 || (kStages == 3 && WARP_SPECIALIZED),
               "KV_STAGES must be 1 or 2 (3: the warp-specialized kernel's mbarrier pipeline)");
 static_assert(kKvSplit >= 1 && kKvSplit <= 8 && kBlockM % kKvSplit == 0, "KV_SPLIT: 1..8 CTAs, dividing BLOCK_M");
+static_assert(kWarpSplit >= 1 && kWarps % kWarpSplit == 0 && (kWarpSplit == 1 || (!WGMMA && !WARP_SPECIALIZED)),
+              "WARP_SPLIT (key groups of warps) divides NUM_WARPS, on the mma.sync mainloop");
 static_assert(kPackGqa >= 1 && (kPackGqa == 1 || (!WGMMA && !WARP_SPECIALIZED)),
               "PACK_GQA (query heads per tile) is an option of the mma.sync mainloop");
 

@@ -24,18 +24,21 @@ __device__ __forceinline__ void wait_tiles_landed() { cp_async_wait<kNewest>(); 
 // and make no NaN. Rows start 16-byte aligned only when DIM % 8 == 0 (the API checks the base): other head dims
 // copy 8/4/2 bytes at a time with ordinary loads and stores (visible after the caller's barrier like cp.async).
 // kPackedRows (the Q tile under PACK_GQA): row r is at packed_row_offset(r, stride, head_stride), not r * stride.
-template <int ROWS, int DIM, bool kPackedRows = false>
+// THREADS threads copy: the whole block, or with WARP_SPLIT the warps of one key group (`group_tid` is this thread's
+// index among them).
+template <int ROWS, int DIM, bool kPackedRows = false, int THREADS = kThreads>
 __device__ __forceinline__ void load_tile_async(elem_t* smem, const elem_t* base, int64_t stride, int row0, int len,
-                                                int64_t head_stride = 0) {
+                                                int64_t head_stride = 0, int group_tid = 0) {
+  const int tid = THREADS == kThreads ? static_cast<int>(threadIdx.x) : group_tid;
   const auto row_start = [&](int r) {
     return base + (kPackedRows ? packed_row_offset(r, stride, head_stride) : static_cast<int64_t>(r) * stride);
   };
   constexpr int kPad = (DIM + 15) / 16 * 16;
   constexpr int kPitch = kPad + 8;
   constexpr int kChunks = kPad / 8;  // 16-byte chunks of a padded row
-  if constexpr (DIM == kPad && kThreads % kChunks == 0 && ROWS % (kThreads / kChunks) == 0) {
-    constexpr int kRowsPerStep = kThreads / kChunks;  // each step copies whole rows
-    const int row = threadIdx.x / kChunks, chunk = threadIdx.x % kChunks;
+  if constexpr (DIM == kPad && THREADS % kChunks == 0 && ROWS % (THREADS / kChunks) == 0) {
+    constexpr int kRowsPerStep = THREADS / kChunks;  // each step copies whole rows
+    const int row = tid / kChunks, chunk = tid % kChunks;
     // one running pointer (not one per step) keeps the registers live across the main loop few
     const elem_t* src = base + (row0 + row) * stride + chunk * 8;
     const int64_t step = kRowsPerStep * stride;
@@ -50,11 +53,11 @@ __device__ __forceinline__ void load_tile_async(elem_t* smem, const elem_t* base
   } else if constexpr (DIM % 8 == 0) {  // 96 (12 chunks a row), and padded dims such as 40, 80, 160
     constexpr int kItems = ROWS * kChunks;
 #pragma unroll
-    for (int i = 0; i < (kItems + kThreads - 1) / kThreads; ++i) {
-      const int idx = threadIdx.x + i * kThreads;
+    for (int i = 0; i < (kItems + THREADS - 1) / THREADS; ++i) {
+      const int idx = tid + i * THREADS;
       const int row = idx / kChunks, chunk = idx % kChunks;
       const bool valid = row0 + row < len && chunk * 8 < DIM;
-      if (kItems % kThreads == 0 || idx < kItems)
+      if (kItems % THREADS == 0 || idx < kItems)
         cp_async_16(smem_addr(smem + row * kPitch + chunk * 8), valid ? row_start(row0 + row) + chunk * 8 : base,
                     valid ? 16 : 0);
     }
@@ -64,10 +67,10 @@ __device__ __forceinline__ void load_tile_async(elem_t* smem, const elem_t* base
     constexpr int kItems = ROWS * kVecs;
     typedef typename VecBits<kVec>::type bits_t;
 #pragma unroll 4
-    for (int i = 0; i < (kItems + kThreads - 1) / kThreads; ++i) {
-      const int idx = threadIdx.x + i * kThreads;
+    for (int i = 0; i < (kItems + THREADS - 1) / THREADS; ++i) {
+      const int idx = tid + i * THREADS;
       const int row = idx / kVecs, v = idx % kVecs;
-      if (kItems % kThreads == 0 || idx < kItems) {
+      if (kItems % THREADS == 0 || idx < kItems) {
         bits_t bits{};
         if (row0 + row < len && v * kVec < DIM)
           bits = *reinterpret_cast<const bits_t*>(row_start(row0 + row) + v * kVec);
@@ -80,8 +83,8 @@ __device__ __forceinline__ void load_tile_async(elem_t* smem, const elem_t* base
 // The A operand of S = Q K^T for one k-step: read from the Q tile in smem at every use (fewer registers) ...
 struct QFromSmem {
   uint32_t addr;  // this lane's ldmatrix row address in sQ
-  __device__ __forceinline__ QFromSmem(const elem_t* sQ, int warp, int lane)
-      : addr(smem_addr(sQ + (warp * kWarpRows + (lane % 16)) * kRowPitch + (lane / 16) * 8)) {}
+  __device__ __forceinline__ QFromSmem(const elem_t* sQ, int row_warp, int lane)
+      : addr(smem_addr(sQ + (row_warp * kWarpRows + (lane % 16)) * kRowPitch + (lane / 16) * 8)) {}
   __device__ __forceinline__ void get(uint32_t (&a)[4], int mt, int kk) const {
     ldmatrix_x4(a, addr + (mt * 16 * kRowPitch + kk * 16) * sizeof(elem_t));
   }
@@ -90,8 +93,8 @@ struct QFromSmem {
 // ... or loaded into registers once per thread block (less shared-memory traffic per K tile).
 struct QInRegisters {
   uint32_t frag[kMAtoms][kHeadDimQKPad / 16][4];
-  __device__ __forceinline__ QInRegisters(const elem_t* sQ, int warp, int lane) {
-    const QFromSmem q(sQ, warp, lane);
+  __device__ __forceinline__ QInRegisters(const elem_t* sQ, int row_warp, int lane) {
+    const QFromSmem q(sQ, row_warp, lane);
 #pragma unroll
     for (int mt = 0; mt < kMAtoms; ++mt)
 #pragma unroll

@@ -1,62 +1,81 @@
-// Decode and short queries (KV_SPLIT > 1): the KV_SPLIT CTAs of one thread-block cluster each run the main loop over
-// their share of one query block's keys, then combine their partial softmax results through distributed shared
-// memory (DSMEM), in one launch with no workspace. Each CTA leaves in its own shared memory, per row, O unnormalized
-// against its reference (exp2 units), that reference and its row sum; after a cluster barrier CTA r combines rows
-// [r * R, (r + 1) * R), R = BLOCK_M / KV_SPLIT:
-//   M = max_j m_j,  w_j = 2^(m_j - M) (0 for a CTA that saw no key of the row),  O = sum_j w_j O_j / sum_j w_j l_j
-// and writes them (rows are (query, head) pairs with PACK_GQA: packed_row_offset); a second cluster barrier keeps
-// every CTA's shared memory alive until the others have read it.
+// Decode and short queries (KV_SPLIT > 1 and/or WARP_SPLIT > 1): the keys of one query block are split over the
+// KV_SPLIT CTAs of a thread-block cluster and, inside each CTA, over its WARP_SPLIT key groups of warps. Each of the
+// KV_SPLIT * WARP_SPLIT parts runs the main loop over its share, then the parts are combined through shared memory
+// (distributed shared memory, DSMEM, across the cluster), in one launch with no workspace. Each key group leaves in
+// its CTA's shared memory, per row, O unnormalized against its reference (exp2 units), that reference and its row
+// sum; after a barrier (the cluster's, or the block's without a cluster) CTA r combines rows [r * R, (r + 1) * R),
+// R = BLOCK_M / KV_SPLIT, over every part j:
+//   M = max_j m_j,  w_j = 2^(m_j - M) (0 for a part that saw no key of the row),  O = sum_j w_j O_j / sum_j w_j l_j
+// and writes them (rows are (query, head) pairs with PACK_GQA: packed_row_offset); with a cluster, a second cluster
+// barrier keeps every CTA's shared memory alive until the others have read it.
 #pragma once
 #include "attention_softmax.cuh"
+#if KV_SPLIT > 1
 #include "common/cluster.cuh"
+#endif
 
 constexpr int kCombineRows = kBlockM / kKvSplit;  // rows each CTA of the cluster combines and stores
-// floats of shared memory the combine uses (the plan sizes shared memory for it): partial O, reference, row sum,
-// then this CTA's per-row weights and 1 / total
-constexpr int kCombineFloats = kBlockM * kHeadDimVPad + 2 * kBlockM + kCombineRows * (kKvSplit + 1);
+constexpr int kParts = kKvSplit * kWarpSplit;     // partial results combined per row
+// floats of shared memory the combine uses (the plan sizes shared memory for it): per key group partial O, reference
+// and row sum, then this CTA's per-row weights and 1 / total
+constexpr int kCombineFloats = kWarpSplit * (kBlockM * kHeadDimVPad + 2 * kBlockM) + kCombineRows * (kParts + 1);
+
+// A float of part j = (CTA rank) * kWarpSplit + key group, at the address `local` has in this CTA.
+__device__ __forceinline__ float load_part(const float* local, int rank) {
+#if KV_SPLIT > 1
+  return load_cluster(cluster_address(local, rank));
+#else
+  return *local;
+#endif
+}
 
 __device__ __forceinline__ void combine_split_kv(float* smem, const float (&o)[kMAtoms][kDTiles][4],
                                                  const float (&row_max)[kMAtoms][2],
-                                                 const float (&row_sum)[kMAtoms][2], int warp, int lane, int rank,
-                                                 elem_t* out, int64_t stride, int64_t head_stride, int m0,
+                                                 const float (&row_sum)[kMAtoms][2], int row_warp, int group, int lane,
+                                                 int rank, elem_t* out, int64_t stride, int64_t head_stride, int m0,
                                                  int len_rows) {
-  float* s_o = smem;                                  // [kBlockM][kHeadDimVPad]
-  float* s_ref = s_o + kBlockM * kHeadDimVPad;        // [kBlockM] reference, exp2 units (-inf: no key seen)
-  float* s_sum = s_ref + kBlockM;                     // [kBlockM]
-  float* s_weight = s_sum + kBlockM;                  // [kCombineRows][kKvSplit]
-  float* s_inv_total = s_weight + kCombineRows * kKvSplit;  // [kCombineRows]
+  float* s_o = smem;                                            // [kWarpSplit][kBlockM][kHeadDimVPad]
+  float* s_ref = s_o + kWarpSplit * kBlockM * kHeadDimVPad;     // [kWarpSplit][kBlockM] reference, exp2 units
+  float* s_sum = s_ref + kWarpSplit * kBlockM;                  // [kWarpSplit][kBlockM]
+  float* s_weight = s_sum + kWarpSplit * kBlockM;               // [kCombineRows][kParts]
+  float* s_inv_total = s_weight + kCombineRows * kParts;        // [kCombineRows]
 #pragma unroll
   for (int mt = 0; mt < kMAtoms; ++mt)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int row = warp * kWarpRows + mt * 16 + half * 8 + lane / 4;
+      const int row = row_warp * kWarpRows + mt * 16 + half * 8 + lane / 4;
       const float l = quad_sum(row_sum[mt][half]);
       if (lane % 4 == 0) {
         const float m = row_max[mt][half];
-        s_ref[row] = m == -INFINITY ? -INFINITY : m * kSoftmaxScale;
-        s_sum[row] = l;
+        s_ref[group * kBlockM + row] = m == -INFINITY ? -INFINITY : m * kSoftmaxScale;
+        s_sum[group * kBlockM + row] = l;
       }
+      float* dst = s_o + (group * kBlockM + row) * kHeadDimVPad + (lane % 4) * 2;
 #pragma unroll
       for (int dt = 0; dt < kDTiles; ++dt)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) s_o[row * kHeadDimVPad + dt * 8 + (lane % 4) * 2 + e] = o[mt][dt][half * 2 + e];
+        for (int e = 0; e < 2; ++e) dst[dt * 8 + e] = o[mt][dt][half * 2 + e];
     }
+#if KV_SPLIT > 1
   cluster_sync();  // every CTA's partials are written and visible across the cluster
+#else
+  __syncthreads();
+#endif
 
   const int row_begin = rank * kCombineRows;
   for (int r = threadIdx.x; r < kCombineRows; r += kThreads) {
-    float ref[kKvSplit], top = -INFINITY;
+    float ref[kParts], top = -INFINITY;
 #pragma unroll
-    for (int j = 0; j < kKvSplit; ++j) {
-      ref[j] = load_cluster(cluster_address(s_ref + row_begin + r, j));
+    for (int j = 0; j < kParts; ++j) {
+      ref[j] = load_part(s_ref + (j % kWarpSplit) * kBlockM + row_begin + r, j / kWarpSplit);
       top = fmaxf(top, ref[j]);
     }
     float total = 0.f;
 #pragma unroll
-    for (int j = 0; j < kKvSplit; ++j) {
+    for (int j = 0; j < kParts; ++j) {
       const float w = ref[j] == -INFINITY ? 0.f : exp2_approx(ref[j] - top);
-      s_weight[r * kKvSplit + j] = w;
-      total += w * load_cluster(cluster_address(s_sum + row_begin + r, j));
+      s_weight[r * kParts + j] = w;
+      total += w * load_part(s_sum + (j % kWarpSplit) * kBlockM + row_begin + r, j / kWarpSplit);
     }
     s_inv_total[r] = total > 0.f ? 1.f / total : 0.f;
   }
@@ -65,11 +84,13 @@ __device__ __forceinline__ void combine_split_kv(float* smem, const float (&o)[k
     const int r = idx / kHeadDimV, col = idx % kHeadDimV;
     float acc = 0.f;
 #pragma unroll
-    for (int j = 0; j < kKvSplit; ++j)
-      acc += s_weight[r * kKvSplit + j] *
-             load_cluster(cluster_address(s_o + (row_begin + r) * kHeadDimVPad + col, j));
+    for (int j = 0; j < kParts; ++j)
+      acc += s_weight[r * kParts + j] *
+             load_part(s_o + ((j % kWarpSplit) * kBlockM + row_begin + r) * kHeadDimVPad + col, j / kWarpSplit);
     if (m0 + row_begin + r < len_rows)
       out[packed_row_offset(m0 + row_begin + r, stride, head_stride) + col] = from_float(acc * s_inv_total[r]);
   }
+#if KV_SPLIT > 1
   cluster_sync();  // no CTA leaves (freeing its shared memory) while another still reads it
+#endif
 }

@@ -83,7 +83,8 @@ RESCALE_THRESHOLD = "8.0f"
 
 
 def shared_mem_bytes(head_dim: int, block_m: int, block_n: int, stages: int, wgmma: bool = False,
-                     overlap: bool = False, head_dim_v: int | None = None, fp8: bool = False) -> int:
+                     overlap: bool = False, head_dim_v: int | None = None, fp8: bool = False,
+                     key_groups: int = 1) -> int:
     """Q tile + ``stages`` K and V tiles (what attention.cu lays out): for mma.sync rows of the head dim padded to
     16, plus 16 bytes (and at least the output staging, kBlockM rows of V's pitch, which reuses them); unpadded
     (swizzled) for wgmma, plus the slack that aligns them to 1024 bytes, and a third V tile with WGMMA_OVERLAP."""
@@ -92,7 +93,8 @@ def shared_mem_bytes(head_dim: int, block_m: int, block_n: int, stages: int, wgm
     if wgmma:
         return (block_m + (2 * stages + int(overlap)) * block_n) * head_dim * 2 + WGMMA_SMEM_ALIGN - 16
     pitch_qk, pitch_v = (-(-d // 16) * 16 + 8 for d in (head_dim, head_dim_v or head_dim))
-    return max(block_m * pitch_qk + stages * block_n * (pitch_qk + pitch_v), block_m * pitch_v) * 2
+    # (WARP_SPLIT key groups each have their own K/V stages)
+    return max(block_m * pitch_qk + key_groups * stages * block_n * (pitch_qk + pitch_v), block_m * pitch_v) * 2
 
 
 def _float_literal(x: float) -> str:
@@ -229,7 +231,7 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
             "KV_STAGES": stages, "RESCALE_THRESHOLD": FP8_RESCALE_THRESHOLD if fp8 else RESCALE_THRESHOLD,
             "MIN_BLOCKS_PER_SM": WGMMA_MIN_BLOCKS_PER_SM[dim] if wgmma and not ws and mask_kind is None else 1,
             "WGMMA_OVERLAP": WGMMA_OVERLAP[dim] if wgmma and not ws else 0, "KV_SPLIT": decode.split if decode else 1,
-            "PACK_GQA": decode.pack if decode else 1}
+            "PACK_GQA": decode.pack if decode else 1, "WARP_SPLIT": decode.warp_split if decode else 1}
     unknown = set(tuning or ()) - set(tune)
     if unknown:
         raise ValueError(f"FusedAttention: unknown tuning defines {sorted(unknown)}; known: {sorted(tune)}")
@@ -241,7 +243,11 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
         raise ValueError(f"FusedAttention: KV_SPLIT (a thread-block cluster splitting the keys) needs the mma.sync "
                          f"mainloop (WGMMA=0), sm_90 or newer and BLOCK_M divisible by it; got {arch}, "
                          f"WGMMA={tune['WGMMA']}, BLOCK_M={block_m}, KV_SPLIT={tune['KV_SPLIT']}")
-    pack = tune["PACK_GQA"]
+    pack, key_groups = tune["PACK_GQA"], tune["WARP_SPLIT"]
+    if key_groups > 1 and (tune["WGMMA"] or warps % key_groups or (block_m // (warps // key_groups)) % 16):
+        raise ValueError(f"FusedAttention: WARP_SPLIT (key groups of warps in a block) needs the mma.sync mainloop "
+                         f"(WGMMA=0) and NUM_WARPS / WARP_SPLIT warps of 16-row multiples; got WGMMA={tune['WGMMA']}, "
+                         f"BLOCK_M={block_m}, NUM_WARPS={warps}, WARP_SPLIT={key_groups}")
     if pack > 1 and (tune["WGMMA"] or not (isinstance(heads_q, int) and isinstance(heads_kv, int))
                      or pack * heads_kv != heads_q):
         raise ValueError(f"FusedAttention: PACK_GQA (query heads of one K/V head in one tile) needs the mma.sync "
@@ -250,7 +256,8 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
     if tune["WARP_SPECIALIZED"] and (tune["WGMMA_OVERLAP"] or (block_m, warps) != (128, 8)):
         raise ValueError("FusedAttention: the warp-specialized kernel has its own overlap (WGMMA_OVERLAP=0) and two MMA "
                          "warpgroups (BLOCK_M=128, NUM_WARPS=8)")
-    smem = shared_mem_bytes(dim, block_m, block_n, stages, bool(wgmma), bool(tune["WGMMA_OVERLAP"]), vdim, fp8)
+    smem = shared_mem_bytes(dim, block_m, block_n, stages, bool(wgmma), bool(tune["WGMMA_OVERLAP"]), vdim, fp8,
+                            key_groups)
     while not wgmma and smem > shared_limit(arch) and not {"BLOCK_N", "KV_STAGES"} & set(tuning or {}):
         # GPUs with 99 KB per block (sm_86, sm_89, sm_120): halve the K/V tile until the stages fit (hd128: 128x32,
         # 68 KB instead of 128x64's 104,448 B), then keep one K/V stage (head dims 257-512)
@@ -261,12 +268,13 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
         else:
             break
         tune["BLOCK_N"], tune["KV_STAGES"] = block_n, stages
-        smem = shared_mem_bytes(dim, block_m, block_n, stages, head_dim_v=vdim)
+        smem = shared_mem_bytes(dim, block_m, block_n, stages, head_dim_v=vdim, key_groups=key_groups)
     if tune["WARP_SPECIALIZED"]:
         smem += pipeline_barrier_bytes(stages)
-    if tune["KV_SPLIT"] > 1:  # attention_split_kv.cuh's kCombineFloats, in the same smem after the main loop
+    if tune["KV_SPLIT"] > 1 or key_groups > 1:  # attention_split_kv.cuh's kCombineFloats, after the main loop
         split, v_pad = tune["KV_SPLIT"], -(-vdim // 16) * 16
-        smem = max(smem, 4 * (block_m * v_pad + 2 * block_m + block_m // split * (split + 1)))
+        smem = max(smem, 4 * (key_groups * (block_m * v_pad + 2 * block_m)
+                              + block_m // split * (split * key_groups + 1)))
     if smem > shared_limit(arch):
         raise ValueError(f"FusedAttention: tile {block_m}x{block_n} at head dim {dim} needs {smem} B of shared memory, "
                          f"more than {arch} has")

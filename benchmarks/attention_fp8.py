@@ -58,7 +58,7 @@ class FP8Problem:
         q_s, k_s, v_s = self.scales
         return FUSED_ATTENTION.resolve({
             "layout": "BSHD", "causal": int(self.causal), "q_scale": q_s, "k_scale": k_s, "v_scale": v_s,
-            "p_scale": P_SCALE, "output_dtype": output_dtype,
+            "p_scale": 0.0, "output_dtype": output_dtype,  # 0: 1/448 (P_SCALE), the contract's default
             "output_scale": self.output_scale if output_dtype == "float8e4m3fn" else 0.0})
 
 
@@ -139,7 +139,8 @@ def fp8_gemm_ceiling() -> str:
     return f"measured ceiling: fp8 GEMM 8192^3 {2 * 8192 ** 3 / ms / 1e9:.0f} TFLOP/s (torch._scaled_mm)"
 
 
-def grid(dims, seqs, causals, variants, arch, error_max_seq: int, outliers: bool):
+def grid(dims, seqs, causals, variants, arch, error_max_seq: int, outliers: bool, on_row):
+    """The grid's rows (``on_row(header, rows)`` after each, so a crash keeps what was measured) and a summary."""
     header = ["hd", "causal", "seq", "ours e4m3 TFLOP/s", "cuDNN FP8", "ours/cuDNN FP8", "ours fp16-out", "ours BF16",
               "best torch BF16", "ours FP8/best BF16", "RMSE / max rel: ours", "cuDNN FP8", "ours BF16"]
     header += [f"hd{d} " + " ".join(f"{k}={v}" for k, v in t.items()) for d, ts in variants.items() for t in ts]
@@ -182,6 +183,7 @@ def grid(dims, seqs, causals, variants, arch, error_max_seq: int, outliers: bool
                         row.append(tflops(time_ms(ours_fp8(problem, out8, "float8e4m3fn", arch, t))) if d == dim else "")
                 rows.append(row)
                 print(" | ".join(map(str, row)), flush=True)
+                on_row(header, rows)
                 del problem
     summary = []
     for dim in dims:
@@ -204,25 +206,29 @@ def main():
     args = parser.parse_args()
     seqs = tuple(int(x) for x in args.seqs.split(",")) if args.seqs else (2048, 8192) if args.quick else SEQS
     arch = device_arch(0)
-    header, rows, summary = grid(tuple(int(x) for x in args.dims.split(",")), seqs, (False, True),
-                                 parse_variants(args.variants), arch, args.error_max_seq, args.outliers)
     intro = (f"batch x seq = {TOKENS} tokens, hidden {HIDDEN}, BSHD; CUDA-graph replays, median; FLOPs 4*B*H*S^2*D "
              f"(/2 causal); inputs {'heavy-tailed with outliers' if args.outliers else 'N(0, 1)'}, per-tensor "
              f"scales amax/448, p_scale 1/448; ours = the plan's FP8 path on {arch}; errors on batch 0 vs float64 "
              f"of the unquantized inputs (RMSE / max |err| / max |ref|).")
-    table = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    table += ["| " + " | ".join(map(str, r)) + " |" for r in rows]
     try:
         import cudnn
         cudnn_version = f", cuDNN backend {cudnn.backend_version()}, frontend {cudnn.__version__}"
     except Exception as exc:  # the table says it when the frontend is missing
         cudnn_version = f", cuDNN frontend unavailable ({type(exc).__name__})"
-    text = (f"# FP8 FusedAttention forward\n\n{versions()}{cudnn_version}\n\n{fp8_gemm_ceiling()}\n\n{intro}\n\n"
-            + "\n".join(table) + "\n\n" + "\n".join(summary) + "\n")
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+    head = f"# FP8 FusedAttention forward\n\n{versions()}{cudnn_version}\n\n{fp8_gemm_ceiling()}\n\n{intro}\n\n"
+
+    def write(header, rows, summary=()):
+        table = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        table += ["| " + " | ".join(map(str, r)) + " |" for r in rows]
+        text = head + "\n".join(table) + "\n\n" + "\n".join(summary) + "\n"
+        if args.out:
+            with open(args.out, "w") as f:
+                f.write(text)
+        return text
+
+    header, rows, summary = grid(tuple(int(x) for x in args.dims.split(",")), seqs, (False, True),
+                                 parse_variants(args.variants), arch, args.error_max_seq, args.outliers, write)
+    print(write(header, rows, summary))
 
 
 if __name__ == "__main__":

@@ -21,9 +21,11 @@ from trt_fusedattn.plugins.attention.contract import (allowed_keys, effective_p_
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
 
-# normwise relative error, kernel vs the kernel-order emulation, by output dtype (its own rounding, plus the rare
-# e4m3 rounding of P or O that fp32 vs float64 flips)
-TOLERANCE_KERNEL_ORDER = {"float16": 4e-3, "bfloat16": 1e-2, E4M3: 3e-2}
+# normwise relative error, kernel vs the kernel-order emulation, by output dtype. Not the output rounding alone:
+# Hopper's FP8 wgmma adds its products with ~14 mantissa bits (DeepSeek-V3's report; H100 run 1 measured 3-7e-3 on
+# 256-key rows, 1.2e-2 on a 129-key row), so S is off by ~1e-3 and the e4m3 rounding of P flips for a few percent of
+# the keys, 6% each. A layout or indexing bug moves the output by O(1).
+TOLERANCE_KERNEL_ORDER = {"float16": 2e-2, "bfloat16": 2.5e-2, E4M3: 4e-2}
 TOLERANCE_CONTRACT = 0.08  # kernel vs the contract's emulation: P rounded relative to a different max
 
 

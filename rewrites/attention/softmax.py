@@ -87,6 +87,9 @@ def _from_matmul(tensor: gs.Tensor, depth: int) -> bool:
 
 
 def _not_attention_step(node: gs.Node) -> CannotFuse:
+    if is_op(node, "DequantizeLinear"):  # Model Optimizer quantizes the inputs of the mask's Add, scores included
+        return CannotFuse(f"DequantizeLinear '{node.name}' quantizes the attention scores; FusedAttention quantizes "
+                          f"Q, K, V and P, not the scores: left to TensorRT")
     hint = " (only a rank-3 to rank-4 split of folded heads is one)" if node.op == "Reshape" else ""
     return CannotFuse(f"{node.op} '{node.name}' between the Q·Kᵀ MatMul and the Softmax is not an attention "
                       f"step{hint}")

@@ -243,6 +243,7 @@ def test_fp8_attribute_errors_are_one_line(dtypes, attrs, message):
 
 def test_fp8_attribute_rules_accept_what_the_contract_allows():
     check_attributes(F8, F8, F8, {**SCALES, "p_scale": float(np.float32(1 / 448))})
+    check_attributes(F8, F8, F8, {**SCALES, "p_scale": 1 / 448})  # float64 1/448 is below its float32 rounding
     check_attributes(F8, F8, F8, {**SCALES, "output_dtype": "float8e4m3fn", "output_scale": 0.02})
     check_attributes("bfloat16", "bfloat16", "bfloat16", {"output_dtype": "bfloat16"})
     check_attributes(None, None, None, SCALES)  # dtypes unknown: nothing to hold the scales against

@@ -53,7 +53,8 @@ MAX_HEAD_DIM = 256      # Q/K and V head dims the kernels take on every path
 MAX_HEAD_DIM_PORTABLE = 512  # ... and on the mma.sync path, which also takes 257-512 (correct, not tuned)
 OUTPUT_DTYPES = ("auto", "float16", "bfloat16", ONNX_NAME)
 FP8_SCALES = ("q_scale", "k_scale", "v_scale")
-MIN_P_SCALE = float(np.float32(1.0 / E4M3_MAX))  # P = 1 must not saturate (compared as the float32 attribute)
+MIN_P_SCALE = float(np.float32(1.0 / E4M3_MAX))  # P = 1 must not saturate (compared as the float32 attribute: 1/448
+#                                                 in float64 is below its float32 rounding, and must pass)
 
 
 def head_dim_problem(dim_qk, dim_v) -> str | None:
@@ -130,7 +131,7 @@ def check_attributes(q_dtype, k_dtype, v_dtype, attrs) -> None:
             raise ValueError(f"FusedAttention with float8e4m3fn Q/K/V needs q_scale, k_scale and v_scale > 0 (their "
                              f"dequantization scales); got {', '.join(bad)}")
         p_scale = scales["p_scale"]
-        if p_scale and not (math.isfinite(p_scale) and p_scale >= MIN_P_SCALE):
+        if p_scale and not (math.isfinite(p_scale) and float(np.float32(p_scale)) >= MIN_P_SCALE):  # as stored
             raise ValueError(f"p_scale={p_scale:g} is below 1/448, so P = 1 would saturate; give p_scale >= 1/448 "
                              f"(0 means 1/448)")
     elif names[0] is not None:

@@ -68,9 +68,9 @@ def qdq_scales(q: float | None, k: float | None, v: float | None, p: float | Non
     if missing:
         raise CannotFuse(f"FP8 Q/DQ on some attention inputs but not on {', '.join(missing)}: FP8 FusedAttention "
                          f"quantizes Q, K, V and P; left to TensorRT")
-    if p < MIN_P_SCALE:
+    if p < MIN_P_SCALE * (1 - 2 ** -11):
         raise CannotFuse(f"P's FP8 scale {p:g} is below 1/448 (P = 1 saturates); left to TensorRT")
-    return Fp8Scales(q, k, v, p)
+    return Fp8Scales(q, k, v, max(p, MIN_P_SCALE))  # 1/448 held in float16 is a hair below it
 
 
 def calibrated_scales(amax: tuple[float, float, float]) -> Fp8Scales | str:

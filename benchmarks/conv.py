@@ -60,9 +60,10 @@ WGMMA_SWEEP = [(label, dict(mma="wgmma", tile=label.split()[0], **kw)) for label
     ("128x128w8 c4 ti", dict(cluster=4, taps_inner=True)), ("64x256w4 c2", dict(cluster=2))]]
 # wgmma_ws (sm_90a): the warp-specialized kernel (implicit_gemm_sm90.cu) on its 8-warp tiles, with cluster splits.
 WS_SWEEP = [(f"ws {label}", dict(mma="wgmma_ws", tile=label.split()[0], **kw)) for label, kw in [
-    ("128x128w8", {}), ("128x256w8", {}), ("256x128w8", {}), ("128x64w8", {}), ("128x128w8 c2", dict(cluster=2)),
-    ("128x128w8 c4", dict(cluster=4)), ("128x256w8 c2", dict(cluster=2)), ("256x128w8 c2", dict(cluster=2))]]
-WS_SWEEP.append(("wg 128x128w8 c4", dict(mma="wgmma", tile="128x128w8", cluster=4)))  # the unspecialized loop, split
+    ("128x128w8", {}), ("128x256w8", {}), ("256x128w8", {}), ("128x64w8", {}), ("128x64w8 c2", dict(cluster=2)),
+    ("128x64w8 c4", dict(cluster=4)), ("128x128w8 c2", dict(cluster=2))]]
+WS_SWEEP += [("wg default", dict(mma="wgmma")),  # the unspecialized loop: its channel rule, and a 4-CTA split
+             ("wg 128x128w8 c4", dict(mma="wgmma", tile="128x128w8", cluster=4))]
 SWEEPS = {"mma.sync": MMA_SYNC_SWEEP, "wgmma": WGMMA_SWEEP, "wgmma_ws": WS_SWEEP}
 BATCHES = (1, 8, 32)
 QUICK_BATCHES = {"ResNet-50": (8, 32), "MobileNetV2": (32,)}  # --quick: the lead's one run in under 4 minutes
@@ -345,6 +346,13 @@ def _plan_or_none(lay: Layer, arch: str, input_scale: float = 0.0, **tile):
     return None if tile.get("mma") in ("wgmma", "wgmma_ws") and "WGMMA" not in plan.defines else plan
 
 
+def plan_call(case: "Case", plan, arch: str):
+    """One launch of ``plan`` (a tuning variant of the layer) on the case's tensors, as a callable."""
+    ptrs = [case.x.data_ptr(), case.w_folded.data_ptr(), case.shift.data_ptr(), None,
+            None if case.residual is None else case.residual.data_ptr()]
+    return lambda: launch(plan, arch, ptrs, [case.out.data_ptr()], stream=torch.cuda.current_stream().cuda_stream)
+
+
 def sweep(nets: dict, batches: list, arch: str, variants: list) -> list[str]:
     """Time every variant (label, plan_conv overrides) on every non-depthwise layer: the data behind the plan's
     default choices. Rows: layer, batch, base, the cuDNN fused graph, default's time, best variant and its time and
@@ -370,11 +378,7 @@ def sweep(nets: dict, batches: list, arch: str, variants: list) -> list[str]:
                 for label, kw in variants:
                     if (lay, label) not in plans:
                         continue
-                    plan = layer_plan(lay, n, arch, **kw)
-                    ptrs = [case.x.data_ptr(), case.w_folded.data_ptr(), case.shift.data_ptr(), None,
-                            None if case.residual is None else case.residual.data_ptr()]
-                    fn = lambda plan=plan, ptrs=ptrs: launch(  # noqa: E731
-                        plan, arch, ptrs, [case.out.data_ptr()], stream=torch.cuda.current_stream().cuda_stream)
+                    fn = plan_call(case, layer_plan(lay, n, arch, **kw), arch)
                     case.out.fill_(float("nan"))
                     fn()
                     err = float((case.out.float() - want).norm() / want.norm())
@@ -398,24 +402,28 @@ def table_rows(nets: dict, batches_of: dict, arch: str, budget_s: float | None, 
     start, rows, reasons, sums = time.monotonic(), [], {}, {}
     stream = torch.cuda.Stream()
     for net, layers in nets.items():
-        lines += [f"\n## {net}\n", "| layer | count | batch | base µs | graph µs | fused µs | vs base | vs graph | "
-                  "fused TFLOP/s | err | graph err |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        lines += [f"\n## {net}\n", "| layer | count | batch | base µs | graph µs | fused µs | main loop | prev µs | vs base "
+                  "| vs graph | fused TFLOP/s | err | graph err |",
+                  "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
         for lay, count in layers:
             for n in batches_of[net]:
                 if budget_s is not None and time.monotonic() - start > budget_s:
                     reasons.setdefault("not run (time budget)", []).append(f"{net} {lay.name} b{n}")
                     continue
-                row = time_layer(Case(lay, n), stream)
+                case = Case(lay, n)
+                row = time_layer(case, stream)
+                row.update(previous_loop(case, arch))
                 row.update(net=net, count=count, batch=n, layer=lay.name, c=lay.c, k=lay.k, hw=lay.hw,
                            kernel=lay.kernel, stride=lay.stride, groups=lay.groups, act=lay.act,
                            residual=lay.residual)
                 rows.append(row)
                 if row["graph_reason"]:
                     reasons.setdefault(row["graph_reason"], []).append(f"{net} {lay.name} b{n}")
-                s = sums.setdefault((net, n), dict(base=0.0, ours=0.0, graph=0.0, ours_with_graph=0.0, missing=0,
-                                                   worst=(99.0, "")))
+                s = sums.setdefault((net, n), dict(base=0.0, ours=0.0, prev=0.0, graph=0.0, ours_with_graph=0.0,
+                                                   missing=0, worst=(99.0, "")))
                 s["base"] += count * row["base_us"]
                 s["ours"] += count * row["ours_us"]
+                s["prev"] += count * (row["ours_us"] if row["prev_us"] is None else row["prev_us"])
                 graph = row["graph_us"]
                 if graph is None:
                     s["missing"] += 1
@@ -426,12 +434,30 @@ def table_rows(nets: dict, batches_of: dict, arch: str, budget_s: float | None, 
                 graph_cell = "n/a" if graph is None else f"{graph:.1f}" + (" ev" if row["graph_eager"] else "")
                 vs_graph = "n/a" if graph is None else f"{graph / row['ours_us']:.2f}x"
                 graph_err = "n/a" if row["graph_err"] is None else f"{row['graph_err']:.1e}"
+                prev = "=" if row["prev_us"] is None else f"{row['prev_us']:.1f}"
                 lines.append(f"| {lay.name} | {count} | {n} | {row['base_us']:.1f} | {graph_cell} | "
-                             f"{row['ours_us']:.1f} | {row['base_us'] / row['ours_us']:.2f}x | {vs_graph} | "
+                             f"{row['ours_us']:.1f} | {row['main_loop']} | {prev} | "
+                             f"{row['base_us'] / row['ours_us']:.2f}x | {vs_graph} | "
                              f"{lay.flops(n) / row['ours_us'] / 1e6:.0f} | {row['err']:.1e} | {graph_err} |")
                 print(lines[-1], flush=True)
                 checkpoint(rows)
     return rows, reasons, sums
+
+
+def previous_loop(case: Case, arch: str) -> dict:
+    """Which main loop the plan runs ("ws": the warp-specialized Hopper kernel, "wgmma", "mma.sync", "dw") and, where it
+    is the warp-specialized one, the time of what the plan ran before it (the unspecialized wgmma loop's default:
+    prev_us; None otherwise)."""
+    lay = case.layer
+    plan = layer_plan(lay, case.n, arch)
+    d = plan.defines
+    loop = ("ws" if d.get("WARP_SPECIALIZED") else "wgmma" if d.get("WGMMA") else
+            "dw" if "CH_MULT" in d else "mma.sync")
+    loop += f" {d['BLOCK_M']}x{d['BLOCK_N']}" + (f" c{d['CLUSTER_K']}" if d.get("CLUSTER_K") else "") \
+        if "BLOCK_M" in d else ""
+    if not d.get("WARP_SPECIALIZED"):
+        return dict(main_loop=loop, prev_us=None)
+    return dict(main_loop=loop, prev_us=time_us(plan_call(case, layer_plan(lay, case.n, arch, mma="wgmma"), arch)))
 
 
 def time_layer(case: Case, stream: torch.cuda.Stream) -> dict:
@@ -466,13 +492,13 @@ def time_layer(case: Case, stream: torch.cuda.Stream) -> dict:
 def stack_lines(sums: dict) -> list[str]:
     """The whole-stack table: each network and batch summed over layers x count."""
     lines = ["\n## Whole conv stacks (sum over layers x count)\n",
-             "| network | batch | base µs | graph µs | fused µs | vs base | vs graph | slowest layer vs graph |",
-             "|---|---:|---:|---:|---:|---:|---:|---|"]
+             "| network | batch | base µs | graph µs | fused µs | prev µs | vs base | vs graph | slowest layer vs graph |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for (net, n), s in sums.items():
         missing = f" ({s['missing']} layers n/a, left out of both)" if s["missing"] else ""
         vs_graph = f"{s['graph'] / s['ours_with_graph']:.2f}x{missing}" if s["graph"] else "n/a"
         worst = f"{s['worst'][1]} ({s['worst'][0]:.2f}x)" if s["worst"][1] else "n/a"
-        lines.append(f"| {net} | {n} | {s['base']:.0f} | {s['graph']:.0f} | {s['ours']:.0f} | "
+        lines.append(f"| {net} | {n} | {s['base']:.0f} | {s['graph']:.0f} | {s['ours']:.0f} | {s['prev']:.0f} | "
                      f"{s['base'] / s['ours']:.2f}x | {vs_graph} | {worst} |")
     return lines
 
@@ -523,8 +549,9 @@ def main():
         lines += sweep(nets, [int(b) for b in args.sweep.split(",")], arch, SWEEPS[args.sweep_variants])
         _write(args.out, lines)
         return
-    plans = {(p.source, tuple(sorted(p.defines.items()))): p for layers in nets.values() for lay, _ in layers
-             for p in [layer_plan(lay, 1, arch)]}
+    plans = {(p.source, tuple(sorted(p.defines.items()))): p for net, layers in nets.items() for lay, _ in layers
+             for n in batches_of[net] for p in [layer_plan(lay, n, arch)]
+             + ([layer_plan(lay, n, arch, mma="wgmma")] if lay.groups == 1 and lay.c % 8 == 0 else [])}
     with ThreadPoolExecutor(max_workers=16) as pool:  # compile every specialization up front, in parallel
         list(pool.map(lambda p: compile_ptx(p.source, arch, p.defines), plans.values()))
 
@@ -534,7 +561,10 @@ def main():
              "cuDNN graph could not be captured). graph = one cuDNN frontend graph conv_fprop -> bias -> [add "
              "residual] -> activation, runtime fusion (heur_mode A, then FALLBACK), as TensorRT runs the layer; base = "
              "cuDNN conv2d + BatchNorm + activation [+ add + ReLU] as the unfused model runs them; fused = one FusedConv "
-             "kernel. err = |fused - base| / |base|, graph err = |graph - base| / |base| (normwise).\n"]
+             "kernel (main loop: ws = the warp-specialized Hopper kernel, wgmma, mma.sync, dw = depthwise; BLOCK_MxN, "
+             "cN = the reduction split over an N-CTA cluster); prev = the unspecialized wgmma loop's default where the "
+             "plan picked ws (\"=\": the same kernel). err = |fused - base| / |base|, graph err = |graph - base| / "
+             "|base| (normwise).\n"]
     if args.quick:
         lines.append(f"Quick run: batches {QUICK_BATCHES}.\n")
     def checkpoint(rows):

@@ -207,7 +207,7 @@ X_E4M3_CASES = [
 
 # The warp-specialized Hopper kernel (implicit_gemm_sm90.cu, mma="wgmma_ws"), float16/bfloat16, forced onto each of its
 # 8-warp tiles: odd M (batch 1, several M tiles, rows past M), K/G not a multiple of BLOCK_N, BLOCK_K 32 (64-byte
-# swizzle) and 64, a ring deeper than the reduction (one tile) and the shallowest ring (3 stages: publishing lag 1),
+# swizzle) and 64, a ring deeper than the reduction (one tile) and the shallowest ring (3 stages),
 # strides, dilation, conv groups, taps-inner order, cluster splits (uneven slices; a CTA of the cluster with no
 # tile), residual / post-activation / scale epilogues.
 def _ws(case: ConvCase, tile: str, **overrides) -> TunedCase:

@@ -153,6 +153,7 @@ def test_warp_specialized_kernel_ptx(tuned):
     operand = "k16.f32.bf16.bf16" if d["DTYPE_BF16"] else "k16.f32.f16.f16"
     for instruction in ("setmaxnreg.dec.sync.aligned.u32", "setmaxnreg.inc.sync.aligned.u32",
                         "mbarrier.try_wait.parity.shared::cta.b64", "mbarrier.arrive.shared::cta.b64",
+                        "cp.async.mbarrier.arrive.noinc.shared::cta.b64",
                         "cp.async.cg.shared.global", "fence.proxy.async.shared::cta",
                         f"wgmma.mma_async.sync.aligned.m64n{d['BLOCK_N']}{operand}", "wgmma.wait_group.sync.aligned 1"):
         assert instruction in ptx, f"{instruction} missing from {tuned.name}'s PTX"

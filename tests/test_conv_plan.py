@@ -64,10 +64,11 @@ def test_plan_sizes_grid_and_scalars(case: ConvCase):
         assert plan.grid == (math.ceil(pixels * plan.defines["CHUNKS"] / 256), math.ceil(case.k / per_block), 1)
     else:
         d = plan.defines
-        assert plan.source == IMPLICIT_GEMM and d["GROUPS"] == case.groups
+        ws = bool(d.get("WARP_SPECIALIZED"))
+        assert plan.source == (IMPLICIT_GEMM_SM90 if ws else IMPLICIT_GEMM) and d["GROUPS"] == case.groups
         assert plan.grid == (math.ceil(pixels / d["BLOCK_M"]), math.ceil(case.k // case.groups / d["BLOCK_N"]),
-                             case.groups)
-        assert plan.block == (d["WARPS_M"] * d["WARPS_N"] * d["SPLIT_K"] * 32, 1, 1)
+                             case.groups * d.get("CLUSTER_K", 1))
+        assert plan.block == (d["WARPS_M"] * d["WARPS_N"] * d["SPLIT_K"] * 32 + 128 * ws, 1, 1)
         w_row = case.kh * case.kw * case.c // case.groups  # FP8 16-byte W loads need 16-byte aligned rows
         assert d["IN_VEC"] == (8 if (case.c // case.groups) % 8 == 0 and not (case.fp8 and w_row % 16) else 1)
         assert d.get("FP8", 0) == case.fp8 and ("INPUT_SCALE" in d) == case.fp8
@@ -112,7 +113,9 @@ def test_tile_choice_by_channels():
     assert tile(64, 32, 1, "sm_90a") == (128, 32, 1, 64)   # K/G <= 32: mma.sync's 128x32 is faster
 
 
-def test_wgmma_tile_choice_by_channels():
+def test_wgmma_tile_choice_by_channels(monkeypatch):
+    monkeypatch.setattr(conv_plan, "FP16_WARP_SPECIALIZED_BY_DEFAULT", False)  # the unspecialized loop's rule
+
     def tile(c, k, kernel):
         d = ConvCase("t", 1, c, 8, 8, k, kernel, kernel).plan("sm_90a").defines
         return d["WGMMA"], d["BLOCK_M"], d["BLOCK_N"], d["WARPS_M"] * d["WARPS_N"], d.get("CLUSTER_K", 1)
@@ -514,3 +517,26 @@ def test_warp_specialized_rejections(arch, dtypes, tile, message):
         case.plan(arch, mma="wgmma_ws", tile=tile)
     with pytest.raises(ValueError, match="C/G = 12"):
         ConvCase("t", 2, 12, 9, 9, 64, 3, 3, pad=1).plan("sm_90a", mma="wgmma_ws", tile="128x128w8")
+
+
+def test_warp_specialized_default_by_reduction_and_static_output_size():
+    """sm_90a float16/bfloat16: the warp-specialized kernel for reductions >= 1024; tile by channels; with N*P*Q
+    static, narrower tiles and then a 2/4-CTA cluster until half the SMs have a CTA (each keeping >= 8 tiles)."""
+    def choice(c, k, kernel, n=32, hw=14, dtype="float16", arch="sm_90a"):
+        d = ConvCase("t", n, c, hw, hw, k, kernel, kernel, pad=kernel // 2, dtype=dtype).plan(arch).defines
+        return bool(d.get("WARP_SPECIALIZED")), d["BLOCK_M"], d["BLOCK_N"], d.get("CLUSTER_K", 1)
+    assert choice(64, 64, 3, hw=56) == (False, 128, 64, 1)        # 576-deep reduction: the unspecialized loop
+    assert choice(512, 128, 1, hw=28)[0] is False
+    assert choice(256, 256, 3) == (True, 128, 128, 1)             # 6272 pixels: 98 CTAs
+    assert choice(256, 256, 3, n=8) == (True, 128, 64, 2)         # 1568 pixels: 26 CTAs -> 52 narrow -> 104
+    assert choice(512, 512, 3, n=8, hw=7) == (True, 128, 64, 4)   # 392 pixels: 32 narrow CTAs -> 128
+    assert choice(1024, 512, 1) == (True, 128, 256, 1)            # wide 1x1 output
+    assert choice(1024, 512, 1, n=8) == (True, 128, 64, 1)        # 104 narrow CTAs
+    assert choice(256, 256, 3, dtype="bfloat16") == (True, 128, 128, 1)
+    assert choice(256, 256, 3, arch="sm_89")[0] is False
+    # symbolic batch: the channel rule alone
+    sym = ConvCase("t", 8, 256, 14, 14, 256, 3, 3, pad=1)
+    shapes = sym.shapes()
+    shapes[0] = (Sym.var("n"), *shapes[0][1:])
+    d = plan_conv(shapes, sym.dtypes(), sym.attrs(), "sm_90a").defines
+    assert d["WARP_SPECIALIZED"] == 1 and (d["BLOCK_N"], d.get("CLUSTER_K", 1)) == (128, 1)

@@ -16,3 +16,9 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int kNewest>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(kNewest) : "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { cp_async_wait<0>(); }
+// An arrival on the mbarrier at shared address `bar` once every earlier cp.async copy of this thread has landed
+// (.noinc: the arrival counts toward the barrier's expected count, so initialize it with one per copying thread).
+// The copying thread does not wait: a producer warp keeps issuing while its copies are in flight.
+__device__ __forceinline__ void cp_async_arrive_on(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}

@@ -4,27 +4,16 @@
 //
 // Why cp.async and not TMA: the AOT plugin ABI passes no host-built tensor map; a device-built one (tensormap.replace)
 // needs a global buffer per plugin node that concurrent launches of the same engine would share, and TMA's im2col
-// mode needs the padding and the filter offsets in the descriptor. cp.async needs neither. A cp.async copy becomes
-// visible to wgmma (async proxy) only after the copying thread has seen it land and run fence.proxy.async, so each
-// loader thread publishes tile i once tile i + kPublishLag is issued (cp.async.wait_group kPublishLag): kPublishLag + 1
-// tiles of copies stay in flight per thread.
+// mode needs the padding and the filter offsets in the descriptor. cp.async needs neither. Each loader thread
+// follows a tile's copies with cp.async.mbarrier.arrive on the tile's full barrier: the hardware arrives when the
+// copies have landed, so a hand-over never waits for the loader to get to a later tile (waiting for its own copies
+// would tie it to a stage the MMA warps free later). The MMA warps fence the landed tile for wgmma (async proxy)
+// after their wait (mma_ring_tiles).
 #pragma once
 #include "implicit_gemm_load.cuh"
 #include "implicit_gemm_pipeline_sm90.cuh"
-#include "common/wgmma.cuh"
-
-constexpr int kPublishLag = STAGES >= 4 ? STAGES - 2 : 1;
-static_assert(kPublishLag >= 1 && kPublishLag < STAGES, "publishing lag must leave the MMAs a stage");
 
 typedef AsyncTileLoader<kLoadThreads> RingLoader;
-
-// This thread's copies of every tile but the kNewest latest have landed: fence them for wgmma and publish `tile`.
-template <int kNewest>
-__device__ __forceinline__ void publish_landed(const TileRing& ring, int tile) {
-  cp_async_wait<kNewest>();
-  fence_async_proxy();
-  ring.publish(tile);
-}
 
 // The loader's whole job: reduction tiles 0..k_tiles-1 (tile i starts at reduction index k0_of(i)) into the ring.
 template <typename K0Of>
@@ -35,11 +24,9 @@ __device__ __forceinline__ void load_tiles(const TileRing& ring, unsigned char* 
   for (int i = 0; i < k_tiles; ++i) {
     ring.acquire(i);
     loader.fetch(stages + TileRing::stage(i) * kStageBytes, k0_of(i), x, w, H, W, x_stride, Cg, Kgemm, cg_div);
-    cp_async_commit();
-    if (i >= kPublishLag) publish_landed<kPublishLag>(ring, i - kPublishLag);
+    ring.publish_when_landed(i);
   }
+  // Copies still in flight when the thread leaves: wait for them (the arrivals are already on their way).
+  cp_async_commit();
   cp_async_wait<0>();
-  fence_async_proxy();
-#pragma unroll 1
-  for (int i = k_tiles > kPublishLag ? k_tiles - kPublishLag : 0; i < k_tiles; ++i) ring.publish(i);
 }

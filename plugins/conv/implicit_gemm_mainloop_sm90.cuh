@@ -64,13 +64,14 @@ __device__ __forceinline__ void mma_drain(float (&acc)[kMI][kNI][4]) { wgmma_til
 #include "implicit_gemm_pipeline_sm90.cuh"
 
 // The MMA warpgroups' main loop of the warp-specialized kernel: for each of k_tiles ring tiles, wait until it has
-// landed, issue its MMAs on this warpgroup's rows, wait for the previous tile's (one tile stays in flight) and hand
+// landed (and fence it for the async proxy), issue its MMAs on this warpgroup's rows, wait for the previous tile's (one tile stays in flight) and hand
 // that tile's stage back to the loader. Returns with the accumulators final.
 __device__ __forceinline__ void mma_ring_tiles(float (&acc)[kMI][kNI][4], const TileRing& ring,
                                                const unsigned char* stages, int k_tiles, int warpgroup, int lane) {
 #pragma unroll 1
   for (int i = 0; i < k_tiles; ++i) {
     ring.wait(i);
+    fence_async_proxy();  // the loader's cp.async writes (generic proxy), now visible here, ordered before wgmma's reads
     const unsigned char* stage = stages + TileRing::stage(i) * kStageBytes;
     wgmma_tile_issue(acc, stage, stage + kAStageBytes, warpgroup);
     wgmma_tile_wait<1>(acc);

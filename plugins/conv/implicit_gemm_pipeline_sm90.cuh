@@ -1,9 +1,10 @@
 // The shared-memory ring between the load warpgroup and the two MMA warpgroups of the warp-specialized Hopper
 // implicit GEMM (implicit_gemm_sm90.cu): STAGES stages of one reduction tile each (A rows then W rows, the swizzled
-// layout of implicit_gemm_config.cuh), each with a "full" mbarrier (every loader thread's arrival: its copies into
-// the stage have landed and are visible to wgmma) and an "empty" one (every MMA warp's arrival: its wgmmas no longer
+// layout of implicit_gemm_config.cuh), each with a "full" mbarrier (every loader thread's arrival, made by the
+// hardware once that thread's copies into the stage have landed) and an "empty" one (every MMA warp's arrival: its wgmmas no longer
 // read the stage). Tile i sits in stage i % STAGES, round i / STAGES; a waiter names the round's phase by its parity.
 #pragma once
+#include "common/cp_async.cuh"
 #include "common/mbarrier.cuh"
 #include "implicit_gemm_config.cuh"
 
@@ -33,8 +34,8 @@ struct TileRing {
 
   // Loader: wait until the stage of `tile` is free (the first round passes at once).
   __device__ __forceinline__ void acquire(int tile) const { mbarrier_wait(empty(stage(tile)), parity(tile) ^ 1); }
-  // Loader thread: its copies of `tile` have landed and are fenced for wgmma.
-  __device__ __forceinline__ void publish(int tile) const { mbarrier_arrive(full(stage(tile))); }
+  // Loader thread, after issuing its copies of `tile`: arrive on its full barrier once they have landed.
+  __device__ __forceinline__ void publish_when_landed(int tile) const { cp_async_arrive_on(full(stage(tile))); }
   // MMA threads: wait until `tile` has landed.
   __device__ __forceinline__ void wait(int tile) const { mbarrier_wait(full(stage(tile)), parity(tile)); }
   // One lane per MMA warp: the warp's wgmmas on `tile` have finished.

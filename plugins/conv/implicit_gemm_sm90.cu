@@ -21,10 +21,10 @@
 
 static_assert(WARP_SPECIALIZED && WGMMA && IN_VEC == 8 && !FP8, "the warp-specialized kernel: wgmma, 16-byte loads, "
               "float16/bfloat16");
-// 88 * 128 + 208 * 256 = 64512 of the SM's 65536 registers: the loader keeps each of its rows' im2col origin and W
-// offset in registers (16 A + 8 W rows at BLOCK_M 256 spilled at 56), the MMA warps 128 accumulators at most.
-constexpr int kLoadRegisters = 120;
-constexpr int kMmaRegisters = 192;
+// 128 * 128 + 184 * 256 = 63488 of the SM's 65536 registers: the loader keeps each of its rows' im2col origin and W
+// offset in registers (16 A + 8 W rows at BLOCK_M 256: 120 spilled), the MMA warps 128 accumulators at most.
+constexpr int kLoadRegisters = 128;
+constexpr int kMmaRegisters = 184;
 constexpr int kMmaBarrier = 1;  // named barrier of the MMA warpgroups (0 is __syncthreads')
 
 extern "C" __global__ void __launch_bounds__(kBlockThreads, 1) CLUSTER_ATTRIBUTE

@@ -115,6 +115,11 @@ GEMM_TILES = {
 WS_LOAD_THREADS = 128
 WS_RING_OFFSET = 1024  # the ring's mbarriers, before the 1024-byte-aligned stages
 WS_MAX_STAGES = 6
+# The warp-specialized kernel is sm_90a's float16/bfloat16 default where default_ws_tile picks it (NOTES.md).
+FP16_WARP_SPECIALIZED_BY_DEFAULT = True
+# Half the SMs of an H100 / H200 SXM: a static output with fewer CTAs than this gets narrower tiles and then a
+# cluster split of the reduction.
+WS_MIN_CTAS = 66
 # The wgmma main loop is the default on sm_90a since its GPU tests passed and it timed faster (NOTES.md); for FP8 it is
 # the only way to Hopper's FP8 rate (ptxas lowers mma.sync e4m3 to fp16 HMMA there).
 FP8_WGMMA_BY_DEFAULT = True
@@ -157,6 +162,26 @@ def default_wgmma_tile(cg: int, kg: int, taps: int) -> tuple[str, int] | None:
     return "128x128w8", 1
 
 
+def default_ws_tile(cg: int, kg: int, taps: int, pixels: int | None) -> tuple[str, int] | None:
+    """(tile, cluster) of the warp-specialized kernel, or None where the unspecialized loops are as fast, from the WS
+    sweep on H100 (NOTES.md): reductions of >= 1024 (16 tiles of 64) pay for the ring; 128x64 for K/G <= 64,
+    128x256 for wide 1x1 outputs, else 128x128. With the output size static (``pixels`` = N*P*Q an int) a tile that
+    leaves most SMs idle narrows to 128x64, then the reduction splits over a 2/4-CTA cluster while each CTA keeps
+    >= 8 reduction tiles (batch 8 on the 14x14 and 7x7 layers: 13-26 CTAs of 128x128)."""
+    if taps * cg < 1024:
+        return None
+    tile = "128x64w8" if kg <= 64 else "128x256w8" if taps == 1 and kg >= 512 else "128x128w8"
+    cluster = 1
+    if isinstance(pixels, int):
+        ctas = lambda name: -(-pixels // GEMM_TILES[name][0]) * -(-kg // GEMM_TILES[name][1])  # noqa: E731
+        if ctas(tile) < WS_MIN_CTAS:
+            tile = "128x64w8"
+        k_tiles = -(-taps * cg // 64)
+        while cluster < 4 and ctas(tile) * cluster < WS_MIN_CTAS and k_tiles // (2 * cluster) >= 8:
+            cluster *= 2
+    return tile, cluster
+
+
 def wgmma_fits(name: str) -> bool:
     """The wgmma main loop takes a tile of whole warpgroups, 64-row blocks each, 32..256 columns."""
     block_m, block_n, warps_m, warps_n, _ = GEMM_TILES[name]
@@ -166,20 +191,27 @@ def wgmma_fits(name: str) -> bool:
 
 def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, block_k: int | None = None,
               stages: int | None = None, fp8: bool = False, mma: str | None = None, cluster: int | None = None,
-              taps_inner: bool | None = None, x_e4m3: bool = False) -> dict:
+              taps_inner: bool | None = None, x_e4m3: bool = False, pixels: int | None = None) -> dict:
     """Compile-time tile of the implicit GEMM, chosen on the static channel counts (every argument after ``arch``
     but ``fp8`` overrides the choice, for tuning); pipeline stages shrink to fit ``arch``'s shared memory, and a
     default split tile that still does not fit loses its split. ``fp8``: the e4m3 specialization. ``mma``:
     "wgmma" or "mma.sync" (wgmma only on sm_90a with 16-byte loads and a tile of whole warpgroups; None: the
     ``*_WGMMA_BY_DEFAULT`` switch); ``cluster``: CTAs splitting the reduction (sm_90+); ``taps_inner``: the
     taps-inner reduction order with A through L1 (needs C/G % BLOCK_K == 0 and a filter larger than 1x1);
-    ``x_e4m3``: X already e4m3 in global memory (FP8, C/G % 16 == 0: A moves as bytes, no quantize pass)."""
+    ``x_e4m3``: X already e4m3 in global memory (FP8, C/G % 16 == 0: A moves as bytes, no quantize pass).
+    ``pixels``: N*P*Q where static (an int), for the warp-specialized kernel's tile and cluster choice."""
     if mma not in (None, "wgmma", "wgmma_ws", "mma.sync"):
         raise ValueError(f"mma={mma!r}: give 'wgmma', 'wgmma_ws' (warp-specialized) or 'mma.sync'")
     warp_specialized = mma == "wgmma_ws"
     if warp_specialized and (fp8 or arch not in WGMMA_ARCHES or cg % 8):
         raise ValueError(f"mma='wgmma_ws' runs float16/bfloat16 with C/G % 8 == 0 on sm_90a; got "
                          f"{'FP8' if fp8 else 'C/G = ' + str(cg)} on {arch}")
+    ws_choice = None
+    if tile is None and (warp_specialized or (mma is None and FP16_WARP_SPECIALIZED_BY_DEFAULT and not fp8
+                                              and arch in WGMMA_ARCHES and cg % 8 == 0)):
+        ws_choice = default_ws_tile(cg, kg, taps, pixels) or (("128x128w8", 1) if warp_specialized else None)
+        warp_specialized = ws_choice is not None
+        mma = "wgmma_ws" if warp_specialized else mma
     default_tile, default_block_k = default_gemm_tile(cg, kg, taps)
     # 16-byte loads: 8 channels of X; FP8 also 16 e4m3 of W per copy, so W's rows (taps * C/G bytes) must keep
     # 16-byte alignment
@@ -189,7 +221,7 @@ def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, b
     by_default = FP8_WGMMA_BY_DEFAULT if fp8 else FP16_WGMMA_BY_DEFAULT
     wants_wgmma = (mma in ("wgmma", "wgmma_ws") or (mma is None and by_default)) and arch in WGMMA_ARCHES \
         and in_vec == 8
-    choice = default_wgmma_tile(cg, kg, taps) if wants_wgmma and tile is None else None
+    choice = (ws_choice or default_wgmma_tile(cg, kg, taps)) if wants_wgmma and tile is None else None
     if choice:
         (default_tile, default_cluster), default_block_k = choice, None
         cluster = cluster or default_cluster
@@ -400,7 +432,7 @@ def plan_conv(input_shapes, input_dtypes, attrs, arch: str, *, formats=None, til
                                 (geo["K"] + block_channels - 1) // block_channels, 1),
                           block=(256, 1, 1), shared_mem=0, scalars=scalars)
     config = gemm_tile(geo["Cg"], geo["Kg"], geo["KH"] * geo["KW"], arch, tile, block_k, stages, fp8, mma, cluster,
-                       taps_inner, x_e4m3)
+                       taps_inner, x_e4m3, pixels if isinstance(pixels, int) else None)
     ws = bool(config.get("WARP_SPECIALIZED"))
     return LaunchPlan(source=IMPLICIT_GEMM_SM90 if ws else IMPLICIT_GEMM,
                       kernel="fused_conv_implicit_gemm_sm90" if ws else "fused_conv_implicit_gemm",

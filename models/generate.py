@@ -46,12 +46,14 @@ FP16_SAMPLES = (("bert_eager", "torchscript"), ("gpt2_eager", "torchscript"), ("
                 ("deberta_v2", "dynamo"), ("gemma2", "torchscript"), ("levit", "torchscript"), ("mixtral", "dynamo"),
                 ("unet", "torchscript"), ("whisper_encoder", "torchscript"), ("torch_transformer", "dynamo"))
 FP32_SAMPLES = tuple(name for name in CATALOGUE if name not in ("gpt2_eager", "llama_gqa_eager"))
-# The FP8 attention samples (models/samples/fp8/, `<arch>_hd64_<exporter>.onnx`): the FP8 kernel takes head dims 64,
+# The FP8 attention samples (models/samples/fp8/, `<arch>_hd64[_fp16]_<exporter>.onnx`): the FP8 kernel takes head dims 64,
 # 128 and 256 only (plugins/attention/plan.py), the other samples have heads of 16, so these have heads of 64.
 # Outside models/samples/ itself, so the every-sample tests do not run them twice; tests/test_fp8_attention.py does.
-# TorchScript's Softmax pattern (the one Q/DQ models quantize) for each; dynamo's ONNX Attention op once (BERT).
+# TorchScript's Softmax pattern (the one Q/DQ models quantize) for each; dynamo's ONNX Attention op once (BERT);
+# a float16 export once (Llama-GQA: FP8 scales held in float16 by the QuantizeLinear nodes).
 FP8_ATTENTION_SAMPLES = (("bert_sdpa", "torchscript"), ("bert_sdpa", "dynamo"), ("llama_gqa", "torchscript"),
                          ("vit", "torchscript"))
+FP8_ATTENTION_FP16_SAMPLES = (("llama_gqa", "torchscript"),)
 FP8_ATTENTION_CONFIG = {"bert_sdpa": dict(hidden=128, heads=2, intermediate=96, vocab=64, max_positions=64),
                         "llama_gqa": dict(hidden=128, heads=2, kv_heads=1, intermediate=128),
                         "vit": dict(hidden=64, heads=1)}  # ViT's MLP is 4x hidden: one head keeps it < 1 MB
@@ -100,12 +102,18 @@ def generate(out: str | Path, names=tuple(CATALOGUE), exporters=tuple(EXPORTERS)
     return records
 
 
+def fp8_attention_file(name: str, exporter: str, dtype: torch.dtype = torch.float32) -> str:
+    """``<arch>_hd64[_fp16]_<exporter>.onnx``, the FP8 attention samples' naming."""
+    return file_name(f"{name}_hd64", exporter, dtype)
+
+
 def write_fp8_attention_samples(out: str | Path) -> list[dict]:
-    """The FP8 attention samples (``FP8_ATTENTION_SAMPLES``, checked) into ``out``, named ``<arch>_hd64_<exporter>``."""
+    """The FP8 attention samples (``FP8_ATTENTION_SAMPLES``, ``FP8_ATTENTION_FP16_SAMPLES``, checked) into ``out``."""
     records = []
-    for name, exporter in FP8_ATTENTION_SAMPLES:
-        sample = build(name, **FP8_ATTENTION_CONFIG[name])
-        path = export(sample, Path(out) / f"{name}_hd64_{exporter}.onnx", exporter)
+    for name, exporter, dtype in [(n, e, torch.float32) for n, e in FP8_ATTENTION_SAMPLES] + \
+            [(n, e, torch.float16) for n, e in FP8_ATTENTION_FP16_SAMPLES]:
+        sample = build(name, dtype, **FP8_ATTENTION_CONFIG[name])
+        path = export(sample, Path(out) / fp8_attention_file(name, exporter, dtype), exporter)
         records.append({"file": str(path), "bytes": _file_bytes(path), "rel_err": relative_error(sample, path)})
         print(records[-1], flush=True)
     return records

@@ -18,7 +18,7 @@ CONV_SAMPLES = ("resnet_dynamo", "resnet_bn_torchscript", "mobilenetv2_dynamo", 
 ATTENTION_SAMPLES = ("bert_sdpa_dynamo", "bert_sdpa_torchscript", "llama_gqa_dynamo", "llama_gqa_torchscript")
 # Head dim 64 versions (models/samples/fp8/, models.generate.FP8_ATTENTION_SAMPLES): what the FP8 kernel takes.
 FP8_ATTENTION_SAMPLES = ("bert_sdpa_hd64_torchscript", "bert_sdpa_hd64_dynamo", "llama_gqa_hd64_torchscript",
-                         "vit_hd64_torchscript")
+                         "llama_gqa_hd64_fp16_torchscript", "vit_hd64_torchscript")
 
 
 def sample(name: str) -> onnx.ModelProto:

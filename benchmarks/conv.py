@@ -61,7 +61,7 @@ WGMMA_SWEEP = [(label, dict(mma="wgmma", tile=label.split()[0], **kw)) for label
 # wgmma_ws (sm_90a): the warp-specialized kernel (implicit_gemm_sm90.cu) on its 8-warp tiles, with cluster splits.
 WS_SWEEP = [(f"ws {label}", dict(mma="wgmma_ws", tile=label.split()[0], **kw)) for label, kw in [
     ("128x128w8", {}), ("128x256w8", {}), ("256x128w8", {}), ("128x64w8", {}), ("128x64w8 c2", dict(cluster=2)),
-    ("128x64w8 c4", dict(cluster=4)), ("128x128w8 c2", dict(cluster=2))]]
+    ("128x64w8 c4", dict(cluster=4)), ("128x128w8 c2", dict(cluster=2)), ("128x64w8 x2", dict(ws_ctas=2))]]
 WS_SWEEP += [("wg default", dict(mma="wgmma")),  # the unspecialized loop: its channel rule, and a 4-CTA split
              ("wg 128x128w8 c4", dict(mma="wgmma", tile="128x128w8", cluster=4))]
 SWEEPS = {"mma.sync": MMA_SYNC_SWEEP, "wgmma": WGMMA_SWEEP, "wgmma_ws": WS_SWEEP}

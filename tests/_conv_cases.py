@@ -207,7 +207,7 @@ X_E4M3_CASES = [
 
 # The warp-specialized Hopper kernel (implicit_gemm_sm90.cu, mma="wgmma_ws"), float16/bfloat16, forced onto each of its
 # 8-warp tiles: odd M (batch 1, several M tiles, rows past M), K/G not a multiple of BLOCK_N, BLOCK_K 32 (64-byte
-# swizzle) and 64, a ring deeper than the reduction (one tile) and the shallowest ring (3 stages),
+# swizzle) and 64, a ring deeper than the reduction (one tile) and the shallowest ring (3 stages), two blocks per SM,
 # strides, dilation, conv groups, taps-inner order, cluster splits (uneven slices; a CTA of the cluster with no
 # tile), residual / post-activation / scale epilogues.
 def _ws(case: ConvCase, tile: str, **overrides) -> TunedCase:
@@ -228,6 +228,8 @@ WS_CASES = [
     _ws(ConvCase("1x1_c64_k64_one_tile", 2, 64, 9, 9, 64, 1, 1, activation="none"), "128x64w8"),
     _ws(ConvCase("3x3_c64_k64_3stages", 2, 64, 9, 9, 64, 3, 3, pad=1), "128x128w8", stages=3),
     _ws(ConvCase("3x3_c128_k64_ti", 2, 128, 10, 9, 64, 3, 3, pad=1), "128x64w8", taps_inner=True),
+    _ws(ConvCase("3x3_c128_k96_2ctas_bf16", 3, 128, 11, 11, 96, 3, 3, pad=1, residual=True, post_activation="relu",
+                 **_WGMMA_BF16), "128x64w8", ws_ctas=2),                                   # two blocks per SM
     # cluster splits of the reduction
     _ws(ConvCase("3x3_c256_k128_b1", 1, 256, 7, 7, 128, 3, 3, pad=1, residual=True, post_activation="relu"),
         "128x128w8", cluster=2),

@@ -142,8 +142,8 @@ def test_wgmma_variant_sass_runs_warpgroup_mma(name, sass_mma):
 
 @pytest.mark.parametrize("tuned", WS_CASES, ids=lambda t: t.name)
 def test_warp_specialized_kernel_ptx(tuned):
-    """The warp-specialized kernel: its own entry point, register hand-over between the roles (setmaxnreg), the
-    ring's mbarrier hand-offs, cp.async loads, warpgroup MMAs of BLOCK_N columns with one tile in flight, the
+    """The warp-specialized kernel: its own entry point, register hand-over between the roles (setmaxnreg; none with
+    two blocks per SM), the ring's mbarrier hand-offs, cp.async loads, warpgroup MMAs of BLOCK_N columns with one tile in flight, the
     cluster shape exactly when CLUSTER_K is set; no mma.sync; no ptxas warning (C7508: setmaxnreg ignored,
     C7514/C7517: wgmma serialized)."""
     plan = tuned.plan("sm_90a")
@@ -151,14 +151,17 @@ def test_warp_specialized_kernel_ptx(tuned):
     assert plan.kernel == "fused_conv_implicit_gemm_sm90" and plan.block == (384, 1, 1) and d["WARP_SPECIALIZED"] == 1
     ptx = comp.compile_ptx(plan.source, "sm_90a", d)
     operand = "k16.f32.bf16.bf16" if d["DTYPE_BF16"] else "k16.f32.f16.f16"
-    for instruction in ("setmaxnreg.dec.sync.aligned.u32", "setmaxnreg.inc.sync.aligned.u32",
-                        "mbarrier.try_wait.parity.shared::cta.b64", "mbarrier.arrive.shared::cta.b64",
+    for instruction in ("mbarrier.try_wait.parity.shared::cta.b64", "mbarrier.arrive.shared::cta.b64",
                         "cp.async.mbarrier.arrive.noinc.shared::cta.b64",
                         "cp.async.cg.shared.global", "fence.proxy.async.shared::cta",
                         f"wgmma.mma_async.sync.aligned.m64n{d['BLOCK_N']}{operand}", "wgmma.wait_group.sync.aligned 1"):
         assert instruction in ptx, f"{instruction} missing from {tuned.name}'s PTX"
     assert "mma.sync" not in ptx
     assert (".reqnctapercluster" in ptx) == ("CLUSTER_K" in d)
+    one_block = d.get("WS_CTAS", 1) == 1  # two blocks per SM keep the registers they start with
+    for instruction in ("setmaxnreg.dec.sync.aligned.u32", "setmaxnreg.inc.sync.aligned.u32"):
+        assert (instruction in ptx) == one_block, instruction
+    assert (f".minnctapersm {d['WS_CTAS']}" in ptx) != one_block
     _, report = comp.compile_cubin(plan.source, "sm_90a", d)
     assert "warning" not in report.lower(), report
 

@@ -478,12 +478,14 @@ def test_warp_specialized_case_plans(tuned: TunedCase):
     assert plan.source == IMPLICIT_GEMM_SM90 and plan.kernel == "fused_conv_implicit_gemm_sm90"
     assert d["WARP_SPECIALIZED"] == 1 and d["WGMMA"] == 1 and d["SPLIT_K"] == 1 and d["WARPS_M"] * d["WARPS_N"] == 8
     assert plan.block == (384, 1, 1)
-    assert plan.shared_mem == gemm_shared_bytes(d) <= 232448
+    ctas = d.get("WS_CTAS", 1)  # blocks per SM: each within its share of the SM's shared memory
+    limit = 232448 // ctas - 1024 * (ctas - 1)
+    assert ctas == tuned.overrides.get("ws_ctas", 1) and plan.shared_mem == gemm_shared_bytes(d) <= limit
     stage = (d["BLOCK_M"] + d["BLOCK_N"]) * d["BLOCK_K"] * 2
     assert plan.shared_mem >= 1024 + d["STAGES"] * stage
     tiles = math.ceil(case.kh * case.kw * case.c // case.groups / d["BLOCK_K"] / d.get("CLUSTER_K", 1))
     assert 3 <= d["STAGES"] <= max(3, min(tuned.overrides.get("stages", 6), tiles + 1))
-    assert plan.shared_mem + stage > 232448 or d["STAGES"] == max(3, min(tuned.overrides.get("stages", 6), tiles + 1))
+    assert plan.shared_mem + stage > limit or d["STAGES"] == max(3, min(tuned.overrides.get("stages", 6), tiles + 1))
     p, q = case.out_hw
     assert plan.grid == (math.ceil(case.n * p * q / d["BLOCK_M"]), math.ceil(case.k // case.groups / d["BLOCK_N"]),
                          case.groups * d.get("CLUSTER_K", 1))
@@ -517,6 +519,11 @@ def test_warp_specialized_rejections(arch, dtypes, tile, message):
         case.plan(arch, mma="wgmma_ws", tile=tile)
     with pytest.raises(ValueError, match="C/G = 12"):
         ConvCase("t", 2, 12, 9, 9, 64, 3, 3, pad=1).plan("sm_90a", mma="wgmma_ws", tile="128x128w8")
+    fp16 = ConvCase("t", 2, 64, 9, 9, 64, 3, 3, pad=1)
+    with pytest.raises(ValueError, match="ws_ctas=2"):
+        fp16.plan("sm_90a", mma="wgmma_ws", tile="128x128w8", ws_ctas=2)
+    with pytest.raises(ValueError, match="ws_ctas=2"):
+        fp16.plan("sm_90a", mma="wgmma", tile="128x64w8", ws_ctas=2)
 
 
 def test_warp_specialized_default_by_reduction_and_static_output_size():

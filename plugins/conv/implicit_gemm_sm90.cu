@@ -21,13 +21,19 @@
 
 static_assert(WARP_SPECIALIZED && WGMMA && IN_VEC == 8 && !FP8, "the warp-specialized kernel: wgmma, 16-byte loads, "
               "float16/bfloat16");
-// 128 * 128 + 184 * 256 = 63488 of the SM's 65536 registers: the loader keeps each of its rows' im2col origin and W
-// offset in registers (16 A + 8 W rows at BLOCK_M 256: 120 spilled), the MMA warps 128 accumulators at most.
+#ifndef WS_CTAS
+#define WS_CTAS 1  // thread blocks per SM: 2 overlaps one block's ring fill and epilogue with the other's MMAs
+#endif
+// One block per SM: 128 * 128 + 184 * 256 = 63488 of the SM's 65536 registers: the loader keeps each of its rows'
+// im2col origin and W offset in registers (16 A + 8 W rows at BLOCK_M 256: 120 spilled), the MMA warps 128
+// accumulators at most. Two: every role keeps the 80 registers per thread each block starts with (ptxas compiles
+// the whole kernel within that cap and cannot use a setmaxnreg.inc above it), so 32 accumulators at most.
 constexpr int kLoadRegisters = 128;
 constexpr int kMmaRegisters = 184;
+static_assert(WS_CTAS == 1 || (WS_CTAS == 2 && kMI * kNI * 4 <= 32), "two blocks per SM: 32 accumulators at most");
 constexpr int kMmaBarrier = 1;  // named barrier of the MMA warpgroups (0 is __syncthreads')
 
-extern "C" __global__ void __launch_bounds__(kBlockThreads, 1) CLUSTER_ATTRIBUTE
+extern "C" __global__ void __launch_bounds__(kBlockThreads, WS_CTAS) CLUSTER_ATTRIBUTE
 fused_conv_implicit_gemm_sm90(const x_t* __restrict__ x, const op_t* __restrict__ w SHIFT_PARAM SCALE_PARAM
                               RESIDUAL_PARAM, int N, int H, int W, int C, int K, int P, int Q, int pad_h, int pad_w,
                               int x_stride, out_t* __restrict__ y) {
@@ -48,14 +54,14 @@ fused_conv_implicit_gemm_sm90(const x_t* __restrict__ x, const op_t* __restrict_
 
   // Each role is one branch (setmaxnreg: the load warpgroup never runs code that holds the accumulators).
   if (threadIdx.x < kLoadThreads) {
-    warpgroup_registers_decrease<kLoadRegisters>();
+    if constexpr (WS_CTAS == 1) warpgroup_registers_decrease<kLoadRegisters>();
     const FastDivmod pq_div(P * Q), q_div(Q), cg_div(Cg);
     RingLoader loader(threadIdx.x, m0, n0, g, M, Kg, Kgemm, H, W, x_stride, Cg, pad_h, pad_w, pq_div, q_div);
     load_tiles(ring, stages, loader, k_tiles, [&](int i) { return tile_k0(t_begin + i, Cg); }, x, w, H, W, x_stride,
                Cg, Kgemm, cg_div);
     join_cluster_sum();
   } else {
-    warpgroup_registers_increase<kMmaRegisters>();
+    if constexpr (WS_CTAS == 1) warpgroup_registers_increase<kMmaRegisters>();
     const int mma_tid = threadIdx.x - kLoadThreads, lane = threadIdx.x & 31;
     float acc[kMI][kNI][4];
 #pragma unroll

@@ -191,7 +191,8 @@ def wgmma_fits(name: str) -> bool:
 
 def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, block_k: int | None = None,
               stages: int | None = None, fp8: bool = False, mma: str | None = None, cluster: int | None = None,
-              taps_inner: bool | None = None, x_e4m3: bool = False, pixels: int | None = None) -> dict:
+              taps_inner: bool | None = None, x_e4m3: bool = False, pixels: int | None = None,
+              ws_ctas: int | None = None) -> dict:
     """Compile-time tile of the implicit GEMM, chosen on the static channel counts (every argument after ``arch``
     but ``fp8`` overrides the choice, for tuning); pipeline stages shrink to fit ``arch``'s shared memory, and a
     default split tile that still does not fit loses its split. ``fp8``: the e4m3 specialization. ``mma``:
@@ -199,7 +200,8 @@ def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, b
     ``*_WGMMA_BY_DEFAULT`` switch); ``cluster``: CTAs splitting the reduction (sm_90+); ``taps_inner``: the
     taps-inner reduction order with A through L1 (needs C/G % BLOCK_K == 0 and a filter larger than 1x1);
     ``x_e4m3``: X already e4m3 in global memory (FP8, C/G % 16 == 0: A moves as bytes, no quantize pass).
-    ``pixels``: N*P*Q where static (an int), for the warp-specialized kernel's tile and cluster choice."""
+    ``pixels``: N*P*Q where static (an int), for the warp-specialized kernel's tile and cluster choice.
+    ``ws_ctas``: 2 runs two warp-specialized blocks per SM (each within half the shared memory and registers)."""
     if mma not in (None, "wgmma", "wgmma_ws", "mma.sync"):
         raise ValueError(f"mma={mma!r}: give 'wgmma', 'wgmma_ws' (warp-specialized) or 'mma.sync'")
     warp_specialized = mma == "wgmma_ws"
@@ -234,6 +236,8 @@ def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, b
     wgmma = wants_wgmma and wgmma_fits(name)
     if warp_specialized and not (wgmma and warps_m * warps_n == 8 and split == 1):
         raise ValueError(f"mma='wgmma_ws' takes the 8-warp wgmma tiles without split groups; {name} is not one")
+    if ws_ctas not in (None, 1, 2) or (ws_ctas == 2 and not (warp_specialized and block_m * block_n <= 128 * 64)):
+        raise ValueError(f"ws_ctas={ws_ctas}: 2 blocks per SM take the warp-specialized kernel on tiles of <= 128x64")
     if fp8:  # e4m3 X over >= 256 channels: 128-byte rows (wgmma sweep, NOTES.md)
         block_k = block_k or (128 if x_e4m3 and cg % 128 == 0 and cg >= 256 else 64)
     else:
@@ -262,11 +266,13 @@ def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, b
         config["WGMMA"] = 1
     if warp_specialized:
         config["WARP_SPECIALIZED"] = 1
+    if ws_ctas == 2:
+        config["WS_CTAS"] = 2
     if cluster > 1:
         config["CLUSTER_K"] = cluster
     if taps_inner:
         config["TAPS_INNER"] = 1
-    limit = shared_limit(arch)
+    limit = shared_limit(arch) // config.get("WS_CTAS", 1) - 1024 * (config.get("WS_CTAS", 1) - 1)
     while gemm_shared_bytes(config) > limit and config["STAGES"] > min_stages:
         config["STAGES"] -= 1
     if gemm_shared_bytes(config) > limit and tile is None and split > 1:
@@ -369,14 +375,14 @@ def check_output_scale(output_scale: float, arch: str) -> None:
 
 def plan_conv(input_shapes, input_dtypes, attrs, arch: str, *, formats=None, tile: str | None = None,
               block_k: int | None = None, stages: int | None = None, mma: str | None = None,
-              cluster: int | None = None, taps_inner: bool | None = None) -> LaunchPlan:
+              cluster: int | None = None, taps_inner: bool | None = None, ws_ctas: int | None = None) -> LaunchPlan:
     """The FusedConv launch (kernel arguments: ``X, W, shift?, scale?, residual?``, then int32
     ``N, H, W, C, K, P, Q, pad_h, pad_w, x_stride``, then ``Y``; ``x_stride`` is X's pixel stride: C, or C padded
     to 8 / 16 in TensorRT's HWC8 / HWC16). ``formats``: TensorRT's tensor formats (contract inputs, then Y; None
     from the direct launcher, whose arrays are checked dense channels-last by the API).
-    ``tile``/``block_k``/``stages``/``mma``/``cluster``/``taps_inner``: implicit-GEMM overrides (a ``GEMM_TILES``
-    name, BLOCK_K, pipeline depth, main loop, cluster split of the reduction, reduction order), for tuning only:
-    see ``gemm_tile``."""
+    ``tile``/``block_k``/``stages``/``mma``/``cluster``/``taps_inner``/``ws_ctas``: implicit-GEMM overrides (a
+    ``GEMM_TILES`` name, BLOCK_K, pipeline depth, main loop, cluster split of the reduction, reduction order,
+    warp-specialized blocks per SM), for tuning only: see ``gemm_tile``."""
     x_shape, w_shape, shift_shape, scale_shape, residual_shape = (list(input_shapes) + [None] * 5)[:5]
     x_dtype, w_dtype = input_dtypes[0], input_dtypes[1]
     input_scale = float(attrs["input_scale"])
@@ -432,7 +438,7 @@ def plan_conv(input_shapes, input_dtypes, attrs, arch: str, *, formats=None, til
                                 (geo["K"] + block_channels - 1) // block_channels, 1),
                           block=(256, 1, 1), shared_mem=0, scalars=scalars)
     config = gemm_tile(geo["Cg"], geo["Kg"], geo["KH"] * geo["KW"], arch, tile, block_k, stages, fp8, mma, cluster,
-                       taps_inner, x_e4m3, pixels if isinstance(pixels, int) else None)
+                       taps_inner, x_e4m3, pixels if isinstance(pixels, int) else None, ws_ctas)
     ws = bool(config.get("WARP_SPECIALIZED"))
     return LaunchPlan(source=IMPLICIT_GEMM_SM90 if ws else IMPLICIT_GEMM,
                       kernel="fused_conv_implicit_gemm_sm90" if ws else "fused_conv_implicit_gemm",

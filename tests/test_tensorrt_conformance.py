@@ -74,9 +74,11 @@ BF16_SAMPLES = ("bert_sdpa_dynamo", "resnet_torchscript", "mobilenetv2_dynamo")
 FP8_MODELS = (sample("resnet_torchscript"), sample("mobilenetv2_dynamo"), sample("vit_dynamo"),
               Path(__file__).resolve().parent / "data" / "resnet_bn_modelopt_fp8.onnx")
 OTHER_ARCHES = (("sm_80", "resnet_torchscript"), ("sm_89", "bert_sdpa_fp16_dynamo"))
-# FP8 attention (heads of 64, models/samples/fp8): BERT's Softmax pattern with a boolean mask, Llama's GQA + causal
+# FP8 attention (heads of 64, models/samples/fp8): BERT's Softmax pattern with a boolean mask, Llama's GQA + causal,
+# Model Optimizer's Q/DQ export of the ViT sample (its attention Q/DQ absorbed, the projections' left to TensorRT)
 FP8_ATTENTION_MODELS = tuple(SAMPLES[0].parent / "fp8" / f"{stem}.onnx"
-                             for stem in ("bert_sdpa_hd64_torchscript", "llama_gqa_hd64_torchscript"))
+                             for stem in ("bert_sdpa_hd64_torchscript", "llama_gqa_hd64_torchscript")) + (
+    Path(__file__).resolve().parent / "data" / "vit_hd64_modelopt_fp8.onnx",)
 
 
 def model_and_precision(variant: str, path: Path) -> tuple[onnx.ModelProto, str | None]:

@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from _conv_cases import CASES, FP8_CASES, WGMMA_CASES, WS_CASES, X_E4M3_CASES
+from _fp8_chain_cases import PRODUCER_CASES
 from trt_fusedattn.launcher import compile as comp
 
 try:
@@ -31,6 +32,7 @@ def _specializations(arch: str) -> dict:
     plans += [(c, c.plan(arch, mma=m)) for c in FP8_CASES for m in ("mma.sync", "wgmma") if arch != "sm_80"]
     plans += [(c, c.plan(arch)) for c in X_E4M3_CASES if arch != "sm_80"]
     plans += [(t, t.plan(arch)) for t in WGMMA_CASES + WS_CASES if arch == "sm_90a"]
+    plans += [(p, p.plan(arch, mma=m)) for p in PRODUCER_CASES for m in ("mma.sync", "wgmma") if arch != "sm_80"]
     for case, plan in plans:
         specs.setdefault((plan.source, tuple(sorted(plan.defines.items()))), case.name)
     return specs

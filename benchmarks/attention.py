@@ -246,7 +246,7 @@ L2_BYTES = 50 * 2 ** 20  # H100's L2: K/V smaller than this stay in it across th
 # key groups of warps per block (WARP_SPLIT) timed beside the plan's choice, with the K/V tile each group streams
 KEY_GROUPS = ((1, 64), (2, 32), (4, 16), (4, 32), (8, 16))
 DECODE_VARIANTS = ["split 1", "split 2", "split 4", "split 8", "unpacked"] + [
-    f"{w} key groups x{n}" for w, n in KEY_GROUPS]
+    f"{w} key groups x{n}" for w, n in KEY_GROUPS] + ["32-row tiles, 4 key groups x32"]
 
 
 def decode_variants(plan) -> dict:
@@ -260,6 +260,9 @@ def decode_variants(plan) -> dict:
         tuning = {**base, "NUM_WARPS": row_warps * w, "WARP_SPLIT": w, "BLOCK_N": block_n}
         if tuning != base and row_warps * w <= 8:
             variants[f"{w} key groups x{block_n}"] = tuning
+    if base["BLOCK_M"] == 64:  # 64 packed rows as two 32-row tiles: twice the blocks, each K/V tile read twice (L2)
+        variants["32-row tiles, 4 key groups x32"] = {**base, "BLOCK_M": 32, "NUM_WARPS": 8, "WARP_SPLIT": 4,
+                                                      "BLOCK_N": 32}
     return variants
 
 

@@ -150,17 +150,17 @@ def _decode(batch=1, lq=1, lkv=32768, hq=32, hkv=8, dim=128, arch="sm_90a", mask
 
 
 @pytest.mark.parametrize("batch, lq, lkv, hq, hkv, rows_tile, split", [
-    (4, 1, 32768, 32, 8, 16, 8),     # 32 CTAs without the split: 8 per cluster
+    (4, 1, 32768, 32, 8, 16, 4),     # 32 CTAs without the split: 4 per cluster give 128
     (32, 1, 4096, 32, 8, 16, 1),     # 256 CTAs fill the GPU: no split
     (1, 16, 32768, 32, 8, 64, 8),    # 64 packed rows: one tile per K/V head
-    (1, 16, 1000, 8, 1, 128, 1),     # MQA: 128 rows in one tile; 1000 keys are too few to split (512 a part)
-    (8, 3, 4096, 32, 8, 16, 2),      # 12 rows in one 16-row tile; 2 CTAs x 4 key groups: 512 keys a part
+    (1, 16, 1000, 8, 1, 128, 4),     # MQA: 128 rows in one tile; 1000 keys split in 4 (>= 128 a part)
+    (8, 3, 4096, 32, 8, 16, 2),      # 12 rows in one 16-row tile; 64 CTAs x 2 give 128
     (2, 5, 8192, 16, 2, 64, 8),      # 40 rows in a 64-row tile of 2 key groups; 8 x 2 parts of 512 keys
 ])
 def test_decode_packs_a_kv_heads_query_heads_and_splits_small_grids(batch, lq, lkv, hq, hkv, rows_tile, split):
     """Issue 10 item 2: the query heads of one K/V head share a tile (rows = query x head of the group), the grid runs
     over K/V heads, the block's warps form key groups, and the keys split over a cluster until the grid has a CTA per
-    SM (while each part keeps 512 keys)."""
+    SM (while each part keeps 128 keys)."""
     from trt_fusedattn.plugins.attention.plan_decode import DECODE_TILES
     p = _decode(batch, lq, lkv, hq, hkv, causal=1, causal_alignment="bottom_right")
     tile, groups = next((t, w) for rows, t, w in DECODE_TILES if rows == rows_tile)

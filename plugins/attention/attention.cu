@@ -37,13 +37,12 @@ __device__ __forceinline__ void load_kv_tile(elem_t* smem, const elem_t* base, i
 #endif
 }
 
-// The barrier of the threads that share K/V tiles: the block, or with WARP_SPLIT one key group (a warp, or named
-// barrier 1 + group).
+// The barrier of the threads that share K/V tiles: the block, or with WARP_SPLIT one key group (named barrier
+// 1 + group, also for one-warp groups: compute-sanitizer's racecheck reported the cp.async writes after a __syncwarp
+// against the previous tile's ldmatrix reads; a bar.sync of 32 threads orders both for it and costs no more).
 __device__ __forceinline__ void sync_key_group(int group) {
   if constexpr (kWarpSplit == 1) {
     __syncthreads();
-  } else if constexpr (kRowWarps == 1) {
-    __syncwarp();
   } else {
     named_barrier_sync<kGroupThreads>(1 + group);
   }

@@ -18,16 +18,18 @@ from trt_fusedattn.launcher.arch import CLUSTER_ARCH, arch_number
 # Q_IN_REGISTERS, KV_STAGES), WARP_SPLIT). 16 rows per warp; the warps of a block form WARP_SPLIT key groups, each
 # streaming its own share of the keys through its own two K/V stages (small tiles keep 3 blocks of 4-8 warps on an
 # SM), combined in shared memory; within a group every warp reads the same K/V tile, so a K/V head is read once.
-DECODE_TILES = ((16, (16, 16, 4, 0, 2), 4), (32, (32, 32, 4, 0, 2), 2), (64, (64, 32, 8, 0, 2), 2),
+# <= 16 rows: four one-warp groups of 32-key tiles (143 KB, one block an SM) timed at or above 16-key tiles (three
+# blocks an SM) everywhere but one shape, by 15-20% on grids smaller than the GPU (run 2, NOTES.md).
+DECODE_TILES = ((16, (16, 32, 4, 0, 2), 4), (32, (32, 32, 4, 0, 2), 2), (64, (64, 32, 8, 0, 2), 2),
                 (128, (128, 64, 8, 0, 2), 1))
 DECODE_MAX_QUERIES = 16       # longer query blocks fill tiles without packing (prefill, chunked prefill)
 DECODE_MAX_HEAD_DIM = 128     # padded Q/K and V head dims the 16-rows-per-warp tiles hold without spills
-# The cluster split: the smallest of SPLITS that gives the grid SPLIT_TARGET_CTAS CTAs (one per SM of a 132-SM H100:
-# each holds 4-8 warps; splitting grids that already fill the GPU lost in run 1, NOTES.md), as long as each part
-# (CTA x key group) keeps SPLIT_MIN_KEYS keys (below that the combine outweighs the keys it spreads).
+# The cluster split: the smallest of SPLITS that gives the grid SPLIT_TARGET_CTAS CTAs (about one per SM of a 132-SM
+# H100: each holds 4-8 warps; splitting grids that already fill the GPU lost in runs 1-2, NOTES.md), as long as each
+# part (CTA x key group) keeps SPLIT_MIN_KEYS keys (4k keys over 8 CTAs x 4 groups still gained in run 2).
 SPLITS = (1, 2, 4, 8)
-SPLIT_TARGET_CTAS = 132
-SPLIT_MIN_KEYS = 512
+SPLIT_TARGET_CTAS = 128
+SPLIT_MIN_KEYS = 128
 
 
 class DecodeChoice(NamedTuple):

@@ -86,6 +86,14 @@ def _cases():
         FP8Case("fp8-long-q-16534x127-hd256", batch=1, heads_q=2, heads_kv=1, len_q=16534, len_kv=127, dim=256),
         FP8Case("fp8-causal-4100-hd256", batch=1, heads_q=2, heads_kv=2, len_q=4100, len_kv=4100, dim=256, causal=1),
     ]
+    exp2_fma = (("EXP2_FMA_EVERY", 4),)  # a quarter of the exponentials on the FP32 pipe
+    cases += [
+        FP8Case("fp8-exp2fma-hd64-causal-br", len_q=300, len_kv=1000, causal=1, alignment="bottom_right",
+                tuning=exp2_fma),
+        FP8Case("fp8-exp2fma-hd128-heavy-keylen", dim=128, data="heavy", key_lengths=True, len_kv=700, tuning=exp2_fma),
+        FP8Case("fp8-exp2fma-hd256-additive-e4m3-out", dim=256, mask="additive", output_dtype="float8e4m3fn",
+                output_scale=2.0 / 448, tuning=exp2_fma, small=True),
+    ]
     two_stages = (("KV_STAGES", 2),)  # the benchmark's alternatives
     cases += [replace(c, name=c.name + "-2stages", tuning=two_stages, small=False)
               for c in cases if c.name in ("fp8-hd64", "fp8-hd128", "fp8-causal-bottom_right-100x300-hd128")]

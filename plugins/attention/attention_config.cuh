@@ -17,8 +17,8 @@
 #ifndef FP8
 #define FP8 0
 #endif
-#if FP8 && (!defined(P_SCALE_LOG2) || !defined(OUTPUT_FACTOR) || !defined(OUTPUT_E4M3))
-#error "FP8=1 needs P_SCALE_LOG2 OUTPUT_FACTOR OUTPUT_E4M3 (plan_attention sets them)"
+#if FP8 && (!defined(P_SCALE_LOG2) || !defined(OUTPUT_FACTOR) || !defined(OUTPUT_E4M3) || !defined(EXP2_FMA_EVERY))
+#error "FP8=1 needs P_SCALE_LOG2 OUTPUT_FACTOR OUTPUT_E4M3 EXP2_FMA_EVERY (plan_attention sets them)"
 #endif
 
 #define MASK_NONE 0

@@ -124,7 +124,15 @@ __device__ __forceinline__ void online_softmax(float (&s)[kMAtoms][kNTiles][4], 
       for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
+#if FP8
+          // every EXP2_FMA_EVERY-th n8 block on the FP32 pipe (exp2_fma), the rest on MUFU: the per-warp softmax
+          // latency is MUFU-bound in FP8 (NOTES.md); 0 = all on MUFU
+          const float arg = fmaf(s[mt][nt][half * 2 + e], kSoftmaxScale, -base);
+          const float p = EXP2_FMA_EVERY > 0 && nt % (EXP2_FMA_EVERY > 0 ? EXP2_FMA_EVERY : 1) == EXP2_FMA_EVERY - 1
+                              ? exp2_fma(arg) : exp2_approx(arg);
+#else
           const float p = exp2_approx(fmaf(s[mt][nt][half * 2 + e], kSoftmaxScale, -base));
+#endif
           s[mt][nt][half * 2 + e] = p;
           sum += p;
         }

@@ -71,6 +71,8 @@ LOAD_WARPGROUP_THREADS = 128
 FP8_TILES = {64: (128, 128, 8, 0, 3), 128: (128, 128, 8, 0, 3), 256: (128, 64, 8, 0, 2)}
 FP8_V_STAGING_TILES = 2
 FP8_RESCALE_THRESHOLD = "0.0f"
+# Every n-th n8 block of S exponentiated on the FP32 pipe instead of MUFU (attention_softmax.cuh; 0: none): untimed.
+FP8_EXP2_FMA_EVERY = 0
 
 
 def pipeline_barrier_bytes(stages: int) -> int:
@@ -232,6 +234,8 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
             "MIN_BLOCKS_PER_SM": WGMMA_MIN_BLOCKS_PER_SM[dim] if wgmma and not ws and mask_kind is None else 1,
             "WGMMA_OVERLAP": WGMMA_OVERLAP[dim] if wgmma and not ws else 0, "KV_SPLIT": decode.split if decode else 1,
             "PACK_GQA": decode.pack if decode else 1, "WARP_SPLIT": decode.warp_split if decode else 1}
+    if fp8:
+        tune["EXP2_FMA_EVERY"] = FP8_EXP2_FMA_EVERY
     unknown = set(tuning or ()) - set(tune)
     if unknown:
         raise ValueError(f"FusedAttention: unknown tuning defines {sorted(unknown)}; known: {sorted(tune)}")

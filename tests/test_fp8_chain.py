@@ -314,3 +314,21 @@ def test_model_optimizer_export_producers_replace_their_quantizelinears():
         moved = np.linalg.norm(got[name] - y) / np.linalg.norm(y)
         assert moved < 0.5 * np.linalg.norm(exact[name] - y) / np.linalg.norm(y) + 1e-3, (name, moved)
     assert verify(original, chained).passed
+
+
+def test_unnamed_quantizelinear_goes_and_other_unnamed_nodes_stay():
+    """Producer -> QuantizeLinear (no name, as exporters may leave it) -> FP8 reader on e4m3 X, beside an unnamed
+    Relu: the producer writes the QuantizeLinear's tensor, only the QuantizeLinear goes."""
+    rng = np.random.default_rng(8)
+    nodes = [_conv("a", "x", "a_out"),
+             helper.make_node("QuantizeLinear", ["a_out", "q_scale", "q_zero"], ["a_q"]),
+             _conv("b", "a_q", "b_out", input_scale=0.03), helper.make_node("Relu", ["b_out"], ["y"])]
+    model = _fused_graph(nodes, _weights(rng, "ab"))
+    model.graph.initializer.extend([numpy_helper.from_array(np.array(0.03, np.float32), "q_scale"),
+                                    helper.make_tensor("q_zero", TensorProto.FLOAT8E4M3FN, [], [0])])
+    details, notes = _chain(model)
+    assert details["a"].startswith("e4m3 output_scale=0.03") and "1 QuantizeLinear" in notes[0]
+    assert [n.op_type for n in model.graph.node] == ["FusedConv", "FusedConv", "Relu"]
+    assert model.graph.node[0].output[0] == model.graph.node[1].input[0] == "a_q"
+    left = {t.name for t in model.graph.initializer} | {v.name for v in model.graph.value_info}
+    assert not {"q_scale", "q_zero", "a_out"} & left

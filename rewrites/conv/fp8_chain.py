@@ -93,7 +93,7 @@ def _fp8_reader_scale(graph: _Graph, node: onnx.NodeProto, index: int) -> float:
 def _quantizer_scale(graph: _Graph, node: onnx.NodeProto) -> float:
     """The scale of a per-tensor, saturating e4m3 QuantizeLinear whose output only FP8 FusedConvs read as X with
     that scale (then the producer can write its output); CannotFuse otherwise."""
-    where = f"QuantizeLinear {node.name}"
+    where = f"QuantizeLinear {node.name or node.output[0]}"
     zero = graph.constants.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
     to_e4m3 = (zero is not None and zero.data_type == E4M3) or any(
         a.name == "output_dtype" and a.i == E4M3 for a in node.attribute)
@@ -162,7 +162,8 @@ def _set_type(model: onnx.ModelProto, name: str, elem_type: int) -> None:
 
 def _retype_readers(graph: _Graph, link: _Link, producers: set, before: dict, after: dict) -> None:
     """Casts around readers whose X was float32/bfloat16 and now is e4m3 (their y becomes float16): their residual
-    to float16, their output back to its dtype unless they write e4m3 themselves (see module doc)."""
+    to float16, their output back to its dtype unless they write e4m3 themselves (see module doc). ``before`` and
+    ``after`` take the Casts by the reader's output name (unique, unlike node names)."""
     float_x = graph.types.get(link.producer.output[0])
     if float_x in (None, TensorProto.FLOAT16):
         return
@@ -170,29 +171,31 @@ def _retype_readers(graph: _Graph, link: _Link, producers: set, before: dict, af
         if len(reader.input) > RESIDUAL and reader.input[RESIDUAL]:
             residual = reader.input[RESIDUAL]
             cast = f"{residual}_float16_{reader.name}"
-            before.setdefault(reader.name, []).append(
-                helper.make_node("Cast", [residual], [cast], name=cast, to=TensorProto.FLOAT16))
+            casts = [helper.make_node("Cast", [residual], [cast], name=cast, to=TensorProto.FLOAT16)]
             _set_type(graph.model, cast, TensorProto.FLOAT16)
             reader.input[RESIDUAL] = cast
+        else:
+            casts = []
+        out = reader.output[0]
         if reader.name not in producers:
-            out = reader.output[0]
             reader.output[0] = f"{out}_float16"
             _set_type(graph.model, reader.output[0], TensorProto.FLOAT16)
-            after.setdefault(reader.name, []).append(
-                helper.make_node("Cast", [reader.output[0]], [out], name=f"{out}_cast_back", to=float_x))
+            after[reader.output[0]] = [helper.make_node("Cast", [reader.output[0]], [out], name=f"{out}_cast_back",
+                                                        to=float_x)]
+        before[reader.output[0]] = casts
 
 
 def _apply(graph: _Graph, links: list[_Link]) -> None:
     """Rewrite the model for the chosen links (producers' output_scale, readers' X, Casts, QuantizeLinears)."""
     model = graph.model
     producers = {link.producer.name for link in links}
-    before, after, dropped = {}, {}, set()
+    before, after, dropped = {}, {}, set()  # by output name (a producer takes its quantizer's: dropped by op type too)
     for link in links:
         _retype_readers(graph, link, producers, before, after)
     for link in links:
         out = link.quantizers[0].output[0] if link.quantizers else link.producer.output[0]
         for quantizer in link.quantizers:
-            dropped.add(quantizer.name)
+            dropped.add((quantizer.op_type, quantizer.output[0]))
             for reader, index in graph.readers.get(quantizer.output[0], []):
                 reader.input[index] = out
         for reader in link.readers:
@@ -203,11 +206,11 @@ def _apply(graph: _Graph, links: list[_Link]) -> None:
     nodes = list(model.graph.node)
     del model.graph.node[:]
     for node in nodes:
-        if node.name not in dropped:
-            model.graph.node.extend([*before.get(node.name, []), node, *after.get(node.name, [])])
-    gone = {name for link in links for q in link.quantizers for name in (*q.input[1:], q.input[0])}
-    gone -= {name for node in model.graph.node for name in node.input} | {name for link in links
-                                                                          for name in link.producer.output}
+        key = node.output[0] if node.output else None
+        if (node.op_type, key) not in dropped:
+            model.graph.node.extend([*before.get(key, []), node, *after.get(key, [])])
+    used = {name for node in model.graph.node for name in (*node.input, *node.output)}
+    gone = {name for link in links for q in link.quantizers for name in q.input} - used
     for collection in (model.graph.initializer, model.graph.value_info):  # the bypassed quantizers' own tensors
         for item in [t for t in collection if t.name in gone]:
             collection.remove(item)

@@ -288,3 +288,41 @@ def test_model_optimizer_fp8_bert_export_quantizes_the_scores_and_is_left_with_t
     # not to float rounding: constant folding evaluates the weights' Q(W) -> DQ pairs with onnx's reference
     # QuantizeLinear, which rounds some e4m3 values otherwise than onnxruntime's (0.04 of the output here)
     assert verify(exported, fused, rtol=FP8_RTOL).passed
+
+
+def test_a_scalar_scale_between_a_qdq_pair_and_the_head_split_divides_the_pairs_scale():
+    """Kᵀ = DQ(Q(Transpose(c * K))): the fused node reads K, so it quantizes K with the pair's scale / c (the same
+    e4m3 values) and c joins the attention scale; quantizing K with the pair's own scale would saturate at 448 c."""
+    from onnx import TensorProto
+
+    rng = np.random.default_rng(12)
+    shape, c = [1, 9, 2, 64], 0.125
+    feeds = {n: rng.standard_normal(shape).astype(np.float32) for n in "qkv"}
+    scales = {"q": np.abs(feeds["q"]).max() / E4M3_MAX, "k": c * np.abs(feeds["k"]).max() / E4M3_MAX,
+              "v": np.abs(feeds["v"]).max() / E4M3_MAX, "p": 1 / E4M3_MAX}
+    inits = [numpy_helper.from_array(np.array(s, np.float32), f"{n}_scale") for n, s in scales.items()]
+    inits += [numpy_helper.from_array(np.zeros((), ml_dtypes.float8_e4m3fn), "zero"),
+              numpy_helper.from_array(np.array(c, np.float32), "c")]
+
+    def qdq(x, n):
+        return [helper.make_node("QuantizeLinear", [x, f"{n}_scale", "zero"], [f"{n}8"]),
+                helper.make_node("DequantizeLinear", [f"{n}8", f"{n}_scale", "zero"], [f"{n}_dq"])]
+    nodes = [helper.make_node("Transpose", ["q"], ["qt"], perm=[0, 2, 1, 3]),
+             helper.make_node("Mul", ["k", "c"], ["kc"]),
+             helper.make_node("Transpose", ["kc"], ["kt"], perm=[0, 2, 3, 1]),
+             helper.make_node("Transpose", ["v"], ["vt"], perm=[0, 2, 1, 3]),
+             *qdq("qt", "q"), *qdq("kt", "k"), *qdq("vt", "v"),
+             helper.make_node("MatMul", ["q_dq", "k_dq"], ["s"]),
+             helper.make_node("Softmax", ["s"], ["p"], axis=-1), *qdq("p", "p"),
+             helper.make_node("MatMul", ["p_dq", "v_dq"], ["o"]),
+             helper.make_node("Transpose", ["o"], ["out"], perm=[0, 2, 1, 3])]
+    graph = helper.make_graph(nodes, "qdq", [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n in "qkv"],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, shape)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    model.ir_version = 9
+    fused, report = fuse(model)
+    (node,) = fp8_attention_nodes(fused)
+    attrs = FUSED_ATTENTION.node_attributes(node)
+    assert attrs["k_scale"] == pytest.approx(scales["k"] / c, rel=1e-6) and attrs["scale"] == pytest.approx(c)
+    result = verify(model, fused, inputs=feeds)
+    assert result.passed and worst(result) < 0.05, result.table()

@@ -105,12 +105,23 @@ def peel_operand(tensor: gs.Tensor, shapes: TensorShapes) -> tuple[gs.Tensor, fl
     return (below, factor, fp8_scale / factor) if factor > 0 else (tensor, 1.0, fp8_scale)
 
 
-def with_fp8_scale(operand: Operand, fp8_scale: float | None) -> Operand:
-    """``operand`` carrying the FP8 scale of a Q/DQ pair peeled above it; two pairs on one operand: CannotFuse."""
+def below_pair(fp8_scale: float | None, factor: float) -> float | None:
+    """The FP8 scale of a pair above a scalar ``factor`` peeled later, seen from below it: s / c (see
+    ``peel_operand``); a factor <= 0 there is CannotFuse (no positive scale quantizes the same values)."""
+    if fp8_scale is None or factor == 1.0:
+        return fp8_scale
+    if factor <= 0:
+        raise CannotFuse(f"a factor {factor:g} scales an attention operand below its FP8 Q/DQ pair")
+    return fp8_scale / factor
+
+
+def with_fp8_scale(operand: Operand, fp8_scale: float | None, factor: float = 1.0) -> Operand:
+    """``operand`` carrying the FP8 scale of a Q/DQ pair peeled above it, ``factor`` (the scalar scales peeled
+    between the pair and the operand) folded in; two pairs on one operand: CannotFuse."""
     if fp8_scale is not None:
         if operand.fp8_scale is not None:
             raise CannotFuse("an attention operand passes two FP8 Q/DQ pairs; FusedAttention quantizes it once")
-        operand.fp8_scale = fp8_scale
+        operand.fp8_scale = below_pair(fp8_scale, factor)
     return operand
 
 
@@ -122,7 +133,7 @@ def trace_bhsd(tensor: gs.Tensor, allow_repeat: bool, shapes: TensorShapes) -> t
     if allow_repeat:
         tensor, repeats = _unrepeat_heads(tensor, 1, shapes)
         tensor, more = peel_scale(tensor, shapes)
-        factor *= more
+        factor, fp8_scale = factor * more, below_pair(fp8_scale, more)
     operand = Operand(bhsd=tensor, repeats=repeats, fp8_scale=fp8_scale)
     split = producer(tensor)
     if permutation(split) == HEAD_SPLIT and shapes.rank(split.inputs[0]) in (None, 4):
@@ -141,11 +152,11 @@ def trace_keys(kt: gs.Tensor, shapes: TensorShapes) -> tuple[Operand, float]:
     perm = permutation(node)
     if perm == KEY_TRANSPOSE:
         keys, more = trace_bhsd(node.inputs[0], True, shapes)
-        return with_fp8_scale(keys, fp8_scale), factor * more
+        return with_fp8_scale(keys, fp8_scale, more), factor * more
     if perm == SPLIT_KEY_TRANSPOSE:
         source, more, inner = peel_operand(node.inputs[0], shapes)
         source, repeats = _unrepeat_heads(source, 2, shapes)
-        return with_fp8_scale(Operand(bshd=source, repeats=repeats, fp8_scale=inner), fp8_scale), factor * more
+        return with_fp8_scale(Operand(bshd=source, repeats=repeats, fp8_scale=inner), fp8_scale, more), factor * more
     return Operand(kt=kt, fp8_scale=fp8_scale), factor
 
 

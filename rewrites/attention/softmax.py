@@ -316,7 +316,8 @@ def _folded_match(match: Match, q: gs.Tensor, kt: gs.Tensor, values: gs.Tensor, 
     values, v_fp8 = peel_qdq(values)
     if permutation(producer(kt)) == FOLDED_KEY_TRANSPOSE:
         keys, more, inner = peel_operand(producer(kt).inputs[0], shapes)
-        match.k, k_factor = with_fp8_scale(Operand(folded=keys, heads=heads, fp8_scale=inner), k_fp8), k_factor * more
+        match.k = with_fp8_scale(Operand(folded=keys, heads=heads, fp8_scale=inner), k_fp8, more)
+        k_factor *= more
     else:
         match.k = Operand(folded_kt=kt, heads=heads, fp8_scale=k_fp8)
     match.q = Operand(folded=q, heads=heads, fp8_scale=q_fp8)

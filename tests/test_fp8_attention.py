@@ -326,3 +326,22 @@ def test_a_scalar_scale_between_a_qdq_pair_and_the_head_split_divides_the_pairs_
     assert attrs["k_scale"] == pytest.approx(scales["k"] / c, rel=1e-6) and attrs["scale"] == pytest.approx(c)
     result = verify(model, fused, inputs=feeds)
     assert result.passed and worst(result) < 0.05, result.table()
+
+
+def test_cli_fp8_attention_reports_each_sites_scales_and_verifies_at_the_fp8_tolerance(tmp_path, capsys):
+    import json
+
+    from trt_fusedattn.cli import main
+
+    model = tmp_path / "bert.onnx"
+    model.write_bytes(sample("bert_sdpa_hd64_torchscript").SerializeToString())
+    code = main([str(model), "--precision", "fp8", "--calib", "random:2", "--verify", "--report",
+                 str(tmp_path / "r.json")])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "calibrating [" in err and "q_scale=" in out and "p_scale=1/448" in out
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert [s["details"]["fp8"].split()[0] for s in report["sites"]] == ["calibrated"] * 2
+    assert any("random calibration inputs" in note for note in report["notes"])
+    assert all(o["rtol"] == FP8_RTOL and o["passed"] and o["max_rel"] > 1e-5 for o in report["verification"]["outputs"])
+    assert len(fp8_attention_nodes(onnx.load(tmp_path / "bert.fused.onnx"))) == 2

@@ -12,6 +12,10 @@ from trt_fusedattn import io
 from trt_fusedattn.rewrites._graph import (NONDETERMINISTIC, constant_nbytes, constant_value, is_op, is_present,
                                            is_standard, numpy_dtype, producer, replace_tensor, unique_name)
 
+# Quantization nodes are the model's instructions to TensorRT (this MatMul's weights in FP8/INT8), not values to
+# precompute; folding them would also round differently from onnxruntime (onnx's reference QuantizeLinear).
+NEVER_FOLDED = NONDETERMINISTIC | {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"}
+
 
 def fold_cast_likes(graph: gs.Graph) -> int:
     """Replace each CastLike of a constant (of any size), whose target dtype is known, by the cast constant: how
@@ -42,7 +46,7 @@ def fold_constants(graph: gs.Graph, limit: int = 1 << 16) -> int:
     write, which shape inference does not follow. Returns how many tensors became constants."""
     known, nodes = set(), []  # ids of tensors constant so far; the nodes computing them
     for node in graph.nodes:  # models are topologically sorted
-        if not is_standard(node) or node.op in NONDETERMINISTIC or not node.outputs:
+        if not is_standard(node) or node.op in NEVER_FOLDED or not node.outputs:
             continue
         if node.op == "Shape" and _static_shape(node.inputs[0]):
             pass

@@ -19,7 +19,7 @@ from trt_fusedattn.fp8 import E4M3_MAX, NUMPY_NAME
 from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION, MIN_P_SCALE, mask_dtype_name
 from trt_fusedattn.rewrites import CannotFuse
 from trt_fusedattn.rewrites._graph import is_op, producer
-from trt_fusedattn.rewrites.conv.qdq import _quantizer as fp8_scale  # shared with the conv Q/DQ absorption
+from trt_fusedattn.rewrites.conv.qdq import fp8_scale  # shared with the conv Q/DQ absorption
 
 FP8_ARCH = "sm_90a"  # the FP8 kernel's arch, asked when no target is given
 PLAN_SEQ = 128  # the sequence length the plan is asked at (lengths are int32 arguments: any would do)

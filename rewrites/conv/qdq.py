@@ -56,7 +56,7 @@ def _is_e4m3(array: np.ndarray | None) -> bool:
     return array is not None and array.dtype.name == "float8_e4m3fn"
 
 
-def _quantizer(node: gs.Node, axis_size: int | None) -> np.ndarray:
+def fp8_scale(node: gs.Node, axis_size: int | None) -> np.ndarray:
     """The scale of an FP8 QuantizeLinear/DequantizeLinear (per tensor, or per axis-0 channel when
     ``axis_size`` is given); raises CannotFuse with the reason it is not one we absorb."""
     scale = _constant(node.inputs[1]) if len(node.inputs) > 1 else None
@@ -93,8 +93,8 @@ def _weights(conv: gs.Node) -> QuantizedWeights | None:
         weights = _constant(quantize.inputs[0])
         if weights is None:
             raise CannotFuse(f"{quantize.name} quantizes weights that are not constant")
-        scale = _quantizer(quantize, weights.shape[0])
-        if not np.array_equal(scale, _quantizer(dq, weights.shape[0])):
+        scale = fp8_scale(quantize, weights.shape[0])
+        if not np.array_equal(scale, fp8_scale(dq, weights.shape[0])):
             raise CannotFuse(f"{quantize.name} and {dq.name} have different scales")
         from trt_fusedattn.calibration import quantize_weights
 
@@ -103,7 +103,7 @@ def _weights(conv: gs.Node) -> QuantizedWeights | None:
     if not _is_e4m3(values):
         raise CannotFuse(f"weights are quantized by {dq.name} from {values.dtype if values is not None else 'a tensor'}"
                          f", not float8e4m3fn constants (INT8 Q/DQ is left to TensorRT)")
-    return QuantizedWeights(values.astype(np.float64), _quantizer(dq, values.shape[0]), conv.inputs[1])
+    return QuantizedWeights(values.astype(np.float64), fp8_scale(dq, values.shape[0]), conv.inputs[1])
 
 
 def dequantize_weights(graph: gs.Graph) -> dict[int, QuantizedWeights | str]:
@@ -134,7 +134,7 @@ def _input_quantizer(x: gs.Tensor) -> tuple[gs.Tensor, float]:
     quantize = producer(dq.inputs[0])
     if not is_op(quantize, "QuantizeLinear"):
         raise CannotFuse(f"{dq.name} reads {dq.inputs[0].name}, not a QuantizeLinear's output")
-    scale, dq_scale = _quantizer(quantize, None), _quantizer(dq, None)
+    scale, dq_scale = fp8_scale(quantize, None), fp8_scale(dq, None)
     if scale[0] != dq_scale[0]:
         raise CannotFuse(f"{quantize.name} and {dq.name} have different scales")
     return quantize.inputs[0], float(np.float32(scale[0]))

@@ -278,6 +278,11 @@ def test_cli_fp8_calibrates_verifies_and_reports_scales(tmp_path, capsys):
     assert len(fp8_nodes(fused)) == 17
     assert main([str(model), "-q", "--precision", "fp8", "--calib", "random:1", "-o", str(tmp_path / "q.onnx")]) == 0
     assert capsys.readouterr().err == ""
+    assert main([str(model), "-q", "--precision", "fp8", "--calib", "random:1", "--no-fp8-chains",
+                 "-o", str(tmp_path / "unchained.onnx")]) == 0
+    producers = [[n for n in fp8_nodes(onnx.load(tmp_path / f)) if FUSED_CONV.node_attributes(n)["output_scale"]]
+                 for f in ("q.onnx", "unchained.onnx")]
+    assert producers[0] and not producers[1]
 
 
 @pytest.mark.parametrize("args, message", [

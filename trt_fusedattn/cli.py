@@ -82,14 +82,17 @@ def parser() -> argparse.ArgumentParser:
                                help=f"our custom nodes compute in {name.upper()}: float32 ones get Casts around them "
                                     "(the engine is strongly typed: other layers keep the model's dtypes)")
     precision.add_argument("--precision", choices=[p for p in PRECISIONS if p != "fp32"],
-                           help="the same as --fp16/--bf16/--fp8; fp8 also without --engine: every FusedConv with an "
-                                "FP8 kernel becomes FP8, scales calibrated with --calib (a Q/DQ model's convs are "
-                                "FP8 from its own scales whatever the precision)")
+                           help="the same as --fp16/--bf16/--fp8; fp8 also without --engine: every FusedConv and "
+                                "FusedAttention with an FP8 kernel becomes FP8, scales calibrated with --calib (a Q/DQ "
+                                "model's sites are FP8 from its own scales whatever the precision)")
     p.add_argument("--calib", metavar="SOURCE", help="FP8 calibration inputs: an .npz of arrays named after the inputs "
                                                      "(one more leading axis = several samples) or random:N "
                                                      "(default random:16: say which with real data)")
     p.add_argument("--calib-method", metavar="METHOD", default="max",
                    help="FP8 amax of activations: max (default), percentile or percentile:P (default P 99.99)")
+    p.add_argument("--no-fp8-chains", dest="fp8_chains", action="store_false",
+                   help="FP8 convs write float16 even where only FP8 convs read their output (default: they write "
+                        "e4m3 for them, so no quantize runs between)")
     p.add_argument("--shapes", action="append", default=[], metavar="NAME:MIN/OPT/MAX",
                    help="optimization profile of a dynamic engine input, dims joined by x, e.g. "
                         "input_ids:1x8/4x128/8x512 (repeatable; NAME:SHAPE fixes it)")
@@ -214,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
     progress.begin()
     fused, report = pipeline.fuse(model, only, consume=not args.verify,  # verify needs the original intact
                                   precision=args.precision, calibration=calibration, calib_method=calib_method,
-                                  dims=dims, quiet=args.quiet, target=target)
+                                  dims=dims, quiet=args.quiet, target=target, fp8_chains=args.fp8_chains)
     if args.engine and target is None:
         report.notes.append("no GPU visible to choose convs for: every conv fused (give --target ARCH)")
     report.model = args.model

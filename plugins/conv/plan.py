@@ -164,22 +164,21 @@ def default_wgmma_tile(cg: int, kg: int, taps: int) -> tuple[str, int] | None:
 
 def default_ws_tile(cg: int, kg: int, taps: int, pixels: int | None) -> tuple[str, int] | None:
     """(tile, cluster) of the warp-specialized kernel, or None where the unspecialized loops are as fast, from the WS
-    sweep on H100 (NOTES.md): reductions of >= 1024 (16 tiles of 64) pay for the ring; 128x64 for K/G <= 64,
+    sweeps on H100 (NOTES.md): reductions of >= 1024 (16 tiles of 64) pay for the ring; 128x64 for K/G <= 64,
     128x256 for wide 1x1 outputs, else 128x128. With the output size static (``pixels`` = N*P*Q an int) a tile that
-    leaves most SMs idle narrows to 128x64, then the reduction splits over a 2/4-CTA cluster while each CTA keeps
-    >= 8 reduction tiles (batch 8 on the 14x14 and 7x7 layers: 13-26 CTAs of 128x128)."""
+    leaves most SMs idle narrows to 128x64 (twice the CTAs) and, still short, splits the reduction over a 2-CTA
+    cluster (4-CTA clusters were slower on every layer measured); the deepest reductions (>= 64 tiles: 3x3 over 512
+    channels) split before they narrow, since 128x64 tiles re-read twice the operand bytes per MAC from L2."""
     if taps * cg < 1024:
         return None
     tile = "128x64w8" if kg <= 64 else "128x256w8" if taps == 1 and kg >= 512 else "128x128w8"
-    cluster = 1
-    if isinstance(pixels, int):
-        ctas = lambda name: -(-pixels // GEMM_TILES[name][0]) * -(-kg // GEMM_TILES[name][1])  # noqa: E731
-        if ctas(tile) < WS_MIN_CTAS:
-            tile = "128x64w8"
-        k_tiles = -(-taps * cg // 64)
-        while cluster < 4 and ctas(tile) * cluster < WS_MIN_CTAS and k_tiles // (2 * cluster) >= 8:
-            cluster *= 2
-    return tile, cluster
+    if not isinstance(pixels, int):
+        return tile, 1
+    ctas = lambda name: -(-pixels // GEMM_TILES[name][0]) * -(-kg // GEMM_TILES[name][1])  # noqa: E731
+    k_tiles = -(-taps * cg // 64)
+    if not (k_tiles >= 64 and 2 * ctas(tile) >= WS_MIN_CTAS) and ctas(tile) < WS_MIN_CTAS:
+        tile = "128x64w8"
+    return tile, 2 if ctas(tile) < WS_MIN_CTAS and k_tiles >= 16 else 1
 
 
 def wgmma_fits(name: str) -> bool:

@@ -25,8 +25,8 @@ RULES = {
              evidence="depthwise + activation: FusedConv 1.3-1.7x cuDNN's depthwise + clamp, cuDNN's fused graph 5-13x "
                       "slower than that (H100, 2026-11-23, issue 12)"),
         dict(precision="fp16", depthwise=False, choice="tensorrt",
-             evidence="dense FP16 convs: FusedConv 0.37-1.06x the cuDNN fused graph per layer, ResNet-50 stack 0.50x "
-                      "(b1) 0.67x (b8) 0.82x (b32) (H100, 2026-11-23, issue 12)"),
+             evidence="dense FP16 convs: FusedConv 0.40-1.38x the cuDNN fused graph per layer, ResNet-50 stack 0.81x "
+                      "(b8) 0.89x (b32) with the warp-specialized Hopper kernel (H100, 2026-11-24, issue 12)"),
         dict(precision="fp8", depthwise=False, kernel=(3, 3), min_batch=32, choice="fused",
              evidence="FP8 3x3 at batch >= 32: FusedConv with e4m3 activations 1.02-1.30x the fused FP16 cuDNN graph "
                       "(H100, 2026-11-23, issue 12)"),

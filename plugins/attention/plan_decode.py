@@ -18,10 +18,12 @@ from trt_fusedattn.launcher.arch import CLUSTER_ARCH, arch_number
 # Q_IN_REGISTERS, KV_STAGES), WARP_SPLIT). 16 rows per warp; the warps of a block form WARP_SPLIT key groups, each
 # streaming its own share of the keys through its own two K/V stages (small tiles keep 3 blocks of 4-8 warps on an
 # SM), combined in shared memory; within a group every warp reads the same K/V tile, so a K/V head is read once.
-# <= 16 rows: four one-warp groups of 32-key tiles (143 KB, one block an SM) timed at or above 16-key tiles (three
-# blocks an SM) everywhere but one shape, by 15-20% on grids smaller than the GPU (run 2, NOTES.md).
-DECODE_TILES = ((16, (16, 32, 4, 0, 2), 4), (32, (32, 32, 4, 0, 2), 2), (64, (64, 32, 8, 0, 2), 2),
+DECODE_TILES = ((16, (16, 16, 4, 0, 2), 4), (32, (32, 32, 4, 0, 2), 2), (64, (64, 32, 8, 0, 2), 2),
                 (128, (128, 64, 8, 0, 2), 1))
+# Grids that stay below SPLIT_TARGET_CTAS CTAs even split (batch 1 x 8 K/V heads): 16 rows take 32-key tiles in
+# their four groups (one 177 KB block an SM, more bytes in flight per block): 15-20% faster there in runs 2-3, while
+# on fuller grids 16-key tiles were as fast or up to 19% faster (NOTES.md).
+DECODE_TILES_SMALL_GRID = {16: (16, 32, 4, 0, 2)}
 DECODE_MAX_QUERIES = 16       # longer query blocks fill tiles without packing (prefill, chunked prefill)
 DECODE_MAX_HEAD_DIM = 128     # padded Q/K and V head dims the 16-rows-per-warp tiles hold without spills
 # The cluster split: the smallest of SPLITS that gives the grid SPLIT_TARGET_CTAS CTAs (about one per SM of a 132-SM
@@ -67,7 +69,10 @@ def plan_decode(batch, len_q, len_kv, heads_q, heads_kv, dim: int, dim_v: int, a
         return None
     split = 1
     if _static(batch, len_kv):
-        split = decode_split(-(-rows // tile[0]) * heads_kv * batch, len_kv, warp_split, arch)
+        ctas = -(-rows // tile[0]) * heads_kv * batch
+        split = decode_split(ctas, len_kv, warp_split, arch)
+        if ctas * split < SPLIT_TARGET_CTAS:
+            tile = DECODE_TILES_SMALL_GRID.get(tile[0], tile)
     if pack == 1 and split == 1:
         return None  # nothing decode-specific: the general tiles serve it
     return DecodeChoice(tile, pack, split, warp_split)

@@ -14,12 +14,15 @@ pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture(scope="module")
-def arch():
-    """The device's arch, with every case's kernel compiled and loaded up front (in parallel threads)."""
+def arch(request):
+    """The device's arch, with the selected cases' kernels compiled and loaded up front in parallel threads (under
+    compute-sanitizer with -k, only those)."""
     from trt_fusedattn.launcher import device_arch
     from trt_fusedattn.launcher.launch import precompile
     arch = device_arch(0)
-    precompile([c.plan(arch) for c in DECODE_CASES if _runs_on(c, arch)], arch)
+    params = [getattr(getattr(item, "callspec", None), "params", {}) for item in request.session.items]
+    selected = [p["case"] for p in params if p.get("case") in DECODE_CASES]
+    precompile([c.plan(arch) for c in selected or DECODE_CASES if _runs_on(c, arch)], arch)
     return arch
 
 

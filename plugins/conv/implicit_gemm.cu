@@ -70,12 +70,7 @@ fused_conv_implicit_gemm(const x_t* __restrict__ x, const op_t* __restrict__ w S
   TileLoader loader(group_tid, m0, n0, g, M, Kg, Kgemm, H, W, x_stride, Cg, pad_h, pad_w, pq_div, q_div);
 
   float acc[kMI][kNI][4];
-#pragma unroll
-  for (int mi = 0; mi < kMI; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < kNI; ++ni)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.f;
+  clear_accumulators(acc);
 
   // This CTA's contiguous slice of the reduction tiles; group takes the slice's tiles group, group + SPLIT_K, ...
   const int tiles = (Kgemm + BLOCK_K - 1) / BLOCK_K;

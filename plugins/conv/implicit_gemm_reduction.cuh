@@ -23,6 +23,10 @@
 // A group's accumulators as one partial tile in shared memory, in fragment order (consecutive threads, consecutive
 // words: conflict-free), for the split groups' and the cluster's sums.
 constexpr int kAccRegs = kMI * kNI * 4;  // accumulators per thread
+__device__ __forceinline__ void clear_accumulators(float (&acc)[kMI][kNI][4]) {
+#pragma unroll
+  for (int i = 0; i < kAccRegs; ++i) (&acc[0][0][0])[i] = 0.f;
+}
 __device__ __forceinline__ void store_partial(const float (&acc)[kMI][kNI][4], float* partial, int group_tid) {
 #pragma unroll
   for (int i = 0; i < kAccRegs; ++i) partial[i * kGroupThreads + group_tid] = (&acc[0][0][0])[i];

@@ -64,12 +64,7 @@ fused_conv_implicit_gemm_sm90(const x_t* __restrict__ x, const op_t* __restrict_
     if constexpr (WS_CTAS == 1) warpgroup_registers_increase<kMmaRegisters>();
     const int mma_tid = threadIdx.x - kLoadThreads, lane = threadIdx.x & 31;
     float acc[kMI][kNI][4];
-#pragma unroll
-    for (int mi = 0; mi < kMI; ++mi)
-#pragma unroll
-      for (int ni = 0; ni < kNI; ++ni)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.f;
+    clear_accumulators(acc);
     mma_ring_tiles(acc, ring, stages, k_tiles, mma_tid / 128, lane);
     // Both warpgroups' MMAs have finished reading the ring before it holds partial or output tiles.
     named_barrier_sync<kMmaThreads>(kMmaBarrier);

@@ -23,6 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from trt_fusedattn.plugins.conv.contract import FUSED_CONV
 from trt_fusedattn.rewrites import CannotFuse, Site
+from trt_fusedattn.rewrites.conv.qdq import fp8_quantizer_scale
 
 E4M3 = TensorProto.FLOAT8E4M3FN
 X, RESIDUAL = 0, 4  # contract input positions
@@ -55,12 +56,10 @@ class _Graph:
         self.constants = {t.name: t for t in model.graph.initializer}
         self.types = element_types(model)
 
-    def scalar(self, name: str) -> float | None:
+    def array(self, name: str) -> np.ndarray | None:
+        """An initializer's values in its own dtype (float8 as ml_dtypes'); None when ``name`` is not one."""
         tensor = self.constants.get(name)
-        if tensor is None:
-            return None
-        values = numpy_helper.to_array(tensor).astype(np.float64).reshape(-1)
-        return float(values[0]) if values.size == 1 else None
+        return None if tensor is None else numpy_helper.to_array(tensor)
 
     def channels_per_group(self, conv: onnx.NodeProto) -> int | None:
         """C/G of a 2-D FusedConv (W is [K, kH, kW, C/G]); None for a 1-D one or W that is not a constant."""
@@ -94,19 +93,11 @@ def _quantizer_scale(graph: _Graph, node: onnx.NodeProto) -> float:
     """The scale of a per-tensor, saturating e4m3 QuantizeLinear whose output only FP8 FusedConvs read as X with
     that scale (then the producer can write its output); CannotFuse otherwise."""
     where = f"QuantizeLinear {node.name or node.output[0]}"
-    zero = graph.constants.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
-    to_e4m3 = (zero is not None and zero.data_type == E4M3) or any(
-        a.name == "output_dtype" and a.i == E4M3 for a in node.attribute)
-    scale = graph.scalar(node.input[1])
-    if not to_e4m3 or scale is None or not scale > 0:
-        raise CannotFuse(f"{where} is not a per-tensor e4m3 quantizer")
-    if zero is not None and np.any(numpy_helper.to_array(zero).astype(np.float32) != 0):
-        raise CannotFuse(f"{where} has a nonzero zero point")
-    if any(a.name == "saturate" and a.i == 0 for a in node.attribute):
-        raise CannotFuse(f"{where} does not saturate; the kernels do")
+    scale, zero = (graph.array(node.input[i]) if len(node.input) > i else None for i in (1, 2))
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    scale = float(np.float32(fp8_quantizer_scale(node.op_type, where, scale, zero, attrs, None)[0]))
     if node.output[0] in graph.outputs:
         raise CannotFuse(f"{where}'s output is a graph output")
-    scale = float(np.float32(scale))
     for reader, index in graph.readers.get(node.output[0], []):
         if _fp8_reader_scale(graph, reader, index) != scale:
             raise CannotFuse(f"{reader.name} reads {where}'s output with another input_scale")

@@ -61,22 +61,28 @@ def fp8_scale(node: gs.Node, axis_size: int | None) -> np.ndarray:
     ``axis_size`` is given); raises CannotFuse with the reason it is not one we absorb."""
     scale = _constant(node.inputs[1]) if len(node.inputs) > 1 else None
     zero = _constant(node.inputs[2]) if len(node.inputs) > 2 and is_present(node.inputs[2]) else None
-    output_dtype = node.attrs.get("output_dtype", 0)
-    if node.op == "QuantizeLinear" and not (_is_e4m3(zero) or output_dtype == onnx.TensorProto.FLOAT8E4M3FN):
-        raise CannotFuse(f"{node.name} quantizes to "
+    return fp8_quantizer_scale(node.op, node.name, scale, zero, node.attrs, axis_size)
+
+
+def fp8_quantizer_scale(op: str, name: str, scale: np.ndarray | None, zero: np.ndarray | None, attrs: dict,
+                        axis_size: int | None) -> np.ndarray:
+    """``fp8_scale`` on the node's values (its scale and zero point as arrays, None when not constant; its
+    attributes), so that the passes on onnx-graphsurgeon graphs and on plain ModelProtos check alike."""
+    if op == "QuantizeLinear" and not (_is_e4m3(zero) or attrs.get("output_dtype", 0) == onnx.TensorProto.FLOAT8E4M3FN):
+        raise CannotFuse(f"{name} quantizes to "
                          f"{zero.dtype if zero is not None else 'uint8'}, not float8e4m3fn (INT8 is left to TensorRT)")
     if zero is not None and np.any(np.asarray(zero, np.float32) != 0):
-        raise CannotFuse(f"{node.name} has a nonzero zero point (FP8 has none)")
-    if node.attrs.get("saturate", 1) != 1:
-        raise CannotFuse(f"{node.name} does not saturate (saturate=0); the FP8 kernels saturate")
-    if node.attrs.get("block_size", 0):
-        raise CannotFuse(f"{node.name} is blocked quantization; FusedConv takes per-tensor X, per-channel W")
+        raise CannotFuse(f"{name} has a nonzero zero point (FP8 has none)")
+    if attrs.get("saturate", 1) != 1:
+        raise CannotFuse(f"{name} does not saturate (saturate=0); the FP8 kernels saturate")
+    if attrs.get("block_size", 0):
+        raise CannotFuse(f"{name} is blocked quantization; FusedConv takes per-tensor X, per-channel W")
     if scale is None or not np.all(np.isfinite(scale)) or np.any(scale <= 0):
-        raise CannotFuse(f"{node.name}'s scale is not a positive constant")
+        raise CannotFuse(f"{name}'s scale is not a positive constant")
     if scale.size == 1:
         return np.full(axis_size or 1, float(scale.reshape(-1)[0]))
-    if axis_size is None or scale.shape != (axis_size,) or node.attrs.get("axis", 1) != 0:
-        raise CannotFuse(f"{node.name}'s scale {list(scale.shape)} is not per tensor"
+    if axis_size is None or scale.shape != (axis_size,) or attrs.get("axis", 1) != 0:
+        raise CannotFuse(f"{name}'s scale {list(scale.shape)} is not per tensor"
                          + ("" if axis_size is None else " nor per output channel (axis 0)"))
     return scale.astype(np.float64)
 

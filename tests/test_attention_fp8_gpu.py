@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from _attention_fp8_cases import E4M3, FP8_CASES, FP8Case
+from test_attention_gpu import assert_planted_row_zero, relative_error
 from trt_fusedattn.fp8 import E4M3_MAX, to_e4m3
 from trt_fusedattn.plugins.attention.contract import (allowed_keys, effective_p_scale, fused_attention_reference,
                                                       to_bhsd)
@@ -41,10 +42,6 @@ def hopper_with_kernels_loaded(request):
     params = [getattr(getattr(item, "callspec", None), "params", {}) for item in request.session.items]
     selected = [p["case"] for p in params if isinstance(p.get("case"), FP8Case)]
     precompile([c.plan(arch) for c in selected or FP8_CASES], arch)
-
-
-def relative_error(out: np.ndarray, ref: np.ndarray) -> float:
-    return float(np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-30))
 
 
 def real_tensor(shape, data: str, gen) -> torch.Tensor:
@@ -193,7 +190,5 @@ def test_fp8_matches_emulations_and_float64(case):
     assert err_ordered <= TOLERANCE_KERNEL_ORDER[out_dtype], summary
     assert err_contract <= TOLERANCE_CONTRACT, summary
     assert err_real <= 1.5 * contract_real + 1e-3, summary
-    if case.mask is not None and case.full_mask_shape()[-2] > 3:  # the planted all-masked row is exactly zero
-        row = got[:, 3] if case.layout == "BSHD" else got[:, :, 3]
-        assert not row.any()
+    assert_planted_row_zero(case, got)
 

@@ -21,6 +21,22 @@ def relative_error(out: np.ndarray, ref: np.ndarray) -> float:
     return float(np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-30))
 
 
+def assert_planted_row_zero(case, got: np.ndarray) -> None:
+    """make_inputs plants query row 3 with every key masked: its output must be exactly zero."""
+    if case.mask is not None and case.full_mask_shape()[-2] > 3:
+        row = got[:, 3] if case.layout == "BSHD" else got[:, :, 3]
+        assert not row.any()
+
+
+def assert_matches_reference(case, inputs: dict, got: np.ndarray) -> None:
+    """A kernel's output (host copy of a NaN-poisoned buffer) against the float64 reference: all written and finite,
+    within the dtype's tolerance, the planted all-masked row zero."""
+    assert np.isfinite(got).all(), "output has NaN/inf (unwritten or a masked row went NaN)"
+    err = relative_error(got, reference(case, inputs))
+    assert err <= TOLERANCE[case.dtype], f"relative Frobenius error {err:.2e} > {TOLERANCE[case.dtype]}"
+    assert_planted_row_zero(case, got)
+
+
 def make_inputs(case: AttentionCase, gen: torch.Generator) -> dict:
     """Fresh random device inputs for ``case``: q, k, v, and the mask / key lengths it asks for, with masked-out
     rows (every key masked) planted so the zero-row rule is exercised."""
@@ -69,14 +85,7 @@ def test_matches_float64_reference(case):
                                      causal=case.causal, causal_alignment=case.alignment, layout=case.layout, out=out)
     assert result is out
     torch.cuda.synchronize()
-    got = host(out)
-    assert np.isfinite(got).all(), "output has NaN/inf (unwritten or a masked row went NaN)"
-    ref = reference(case, inputs)
-    err = relative_error(got, ref)
-    assert err <= TOLERANCE[case.dtype], f"relative Frobenius error {err:.2e} > {TOLERANCE[case.dtype]}"
-    if case.mask is not None and case.full_mask_shape()[-2] > 3:  # the planted all-masked row is exactly zero
-        row = got[:, 3] if case.layout == "BSHD" else got[:, :, 3]
-        assert not row.any()
+    assert_matches_reference(case, inputs, host(out))
 
 
 def test_allocates_output_with_vs_head_dim():

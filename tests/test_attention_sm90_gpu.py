@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from _attention_cases import SPLIT_KV_CASES, WARP_SPECIALIZED_CASES, WGMMA_CASES
-from test_attention_gpu import TOLERANCE, host, make_inputs, reference, relative_error
+from test_attention_gpu import TOLERANCE, assert_planted_row_zero, host, make_inputs, reference, relative_error
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
@@ -64,9 +64,7 @@ def test_wgmma_matches_float64_reference(case):
     err = relative_error(got, ref)
     assert err <= TOLERANCE[case.dtype], (f"relative Frobenius error {err:.2e} > {TOLERANCE[case.dtype]}: "
                                           f"{error_pattern(got, ref, case.layout)}")
-    if case.mask is not None and case.full_mask_shape()[-2] > 3:  # the planted all-masked row is exactly zero
-        row = got[:, 3] if case.layout == "BSHD" else got[:, :, 3]
-        assert not row.any()
+    assert_planted_row_zero(case, got)
 
 
 @pytest.mark.parametrize("dim", [64, 128])

@@ -10,7 +10,8 @@ import pytest
 from _conv_cases import CASES, FP8_CASES, FP8_INPUT_SCALE, WGMMA_CASES, WS_CASES, ConvCase, TunedCase
 from trt_fusedattn.plugins.conv.contract import FUSED_CONV
 from trt_fusedattn.plugins.conv import plan as conv_plan
-from trt_fusedattn.plugins.conv.plan import (DEPTHWISE, GEMM_TILES, IMPLICIT_GEMM, IMPLICIT_GEMM_SM90, SHARED_LIMIT,
+from trt_fusedattn.launcher.arch import SHARED_LIMIT
+from trt_fusedattn.plugins.conv.plan import (DEPTHWISE, GEMM_TILES, IMPLICIT_GEMM, IMPLICIT_GEMM_SM90,
                                              float_literal, gemm_shared_bytes, output_shape_conv, plan_conv,
                                              wgmma_fits)
 
@@ -128,7 +129,6 @@ def test_wgmma_tile_choice_by_channels(monkeypatch):
 
 def test_pipeline_depth_fits_each_archs_shared_memory():
     case = ConvCase("deep", 1, 256, 7, 7, 128, 3, 3, pad=1)
-    from trt_fusedattn.plugins.conv.plan import SHARED_LIMIT
     for arch in ("sm_80", "sm_89", "sm_90a"):
         plan = case.plan(arch)
         assert plan.shared_mem <= SHARED_LIMIT[arch] and plan.defines["STAGES"] >= 2

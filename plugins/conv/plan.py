@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from trt_fusedattn.launcher.arch import CLUSTER_ARCH, SHARED_LIMIT, WGMMA_ARCHES, arch_number, shared_limit
+from trt_fusedattn.launcher.arch import CLUSTER_ARCH, WGMMA_ARCHES, arch_number, shared_limit
 from trt_fusedattn.launcher.plan import LaunchPlan
 from trt_fusedattn.tensorrt import CHANNELS_LAST_FORMATS
 

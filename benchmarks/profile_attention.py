@@ -1,0 +1,57 @@
+"""One FA2-grid point of FusedAttention (or of cuDNN's kernel on the same inputs) for Nsight Compute: warm-up calls,
+then ``--calls`` calls between cudaProfilerStart/Stop, so ``ncu --profile-from-start off`` sees only those.
+
+Grid convention of benchmarks/attention.py: batch * seq = 16k tokens, hidden 2048, BSHD, N(0, 1) inputs (FP8: per-tensor
+scales amax / 448 and an e4m3 output, as benchmarks/attention_fp8.py times it).
+
+    ncu --profile-from-start off --clock-control none --section SpeedOfLight ... \
+        python benchmarks/profile_attention.py --dtype bfloat16 --dim 128 --seq 2048 [--causal] [--cudnn]
+"""
+from __future__ import annotations
+
+import argparse
+
+import torch
+from torch.nn.attention import SDPBackend
+
+from attention import HIDDEN, TOKENS, ours, sdpa
+from attention_fp8 import FP8Problem, cudnn_fp8, ours_fp8
+from trt_fusedattn.launcher import device_arch
+
+
+def call_for(args):
+    """The zero-argument closure running the chosen kernel once on fresh inputs of the chosen grid point."""
+    batch, heads = TOKENS // args.seq, HIDDEN // args.dim
+    if args.dtype == "float8_e4m3fn":
+        problem = FP8Problem(batch, args.seq, heads, args.dim, args.causal)
+        out = torch.empty_like(problem.fp8[0])
+        return cudnn_fp8(problem, out) if args.cudnn else ours_fp8(problem, out, "float8e4m3fn", device_arch(0))
+    dtype = getattr(torch, args.dtype)
+    q, k, v = (torch.randn(batch, args.seq, heads, args.dim, device="cuda", dtype=dtype) for _ in range(3))
+    if args.cudnn:
+        return sdpa(q, k, v, args.causal, SDPBackend.CUDNN_ATTENTION)
+    return ours(q, k, v, torch.empty_like(q), args.causal)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float8_e4m3fn"))
+    parser.add_argument("--dim", type=int, default=128)
+    parser.add_argument("--seq", type=int, default=2048)
+    parser.add_argument("--causal", action="store_true")
+    parser.add_argument("--cudnn", action="store_true", help="cuDNN's kernel (torch SDPA / frontend sdpa_fp8) instead")
+    parser.add_argument("--calls", type=int, default=1, help="profiled calls after the warm-up")
+    args = parser.parse_args()
+    fn = call_for(args)
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    for _ in range(args.calls):
+        fn()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
+
+
+if __name__ == "__main__":
+    main()

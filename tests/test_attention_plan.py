@@ -201,11 +201,11 @@ def test_packing_rejected_where_the_kernel_cannot_pack():
 
 def test_key_groups_get_their_own_stages_and_combine_space():
     """WARP_SPLIT key groups each hold two K/V stages; the combine's space after them holds each group's partial O,
-    reference and sum for every row."""
+    reference and sum for every row (the combine weights stay in registers)."""
     p = _decode(batch=4)
     d = p.defines
     pitch = 128 + 8
     stages = (d["BLOCK_M"] * pitch + d["WARP_SPLIT"] * 2 * d["BLOCK_N"] * 2 * pitch) * 2
-    rows, groups, split = d["BLOCK_M"], d["WARP_SPLIT"], d["KV_SPLIT"]
-    combine = 4 * (groups * (rows * 128 + 2 * rows) + rows // split * (split * groups + 1))
+    rows, groups = d["BLOCK_M"], d["WARP_SPLIT"]
+    combine = 4 * groups * (rows * 128 + 2 * rows)
     assert groups > 1 and p.shared_mem == stages + combine

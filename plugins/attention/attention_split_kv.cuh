@@ -7,7 +7,9 @@
 // R = BLOCK_M / KV_SPLIT, over every part j:
 //   M = max_j m_j,  w_j = 2^(m_j - M) (0 for a part that saw no key of the row),  O = sum_j w_j O_j / sum_j w_j l_j
 // and writes them (rows are (query, head) pairs with PACK_GQA: packed_row_offset); with a cluster, a second cluster
-// barrier keeps every CTA's shared memory alive until the others have read it.
+// barrier keeps every CTA's shared memory alive until the others have read it. Between the two barriers shared
+// memory is only read: each thread computes the weights of its own row in registers (run 4's racecheck paired the
+// weights' shared-memory stores of an earlier version with this phase's reads).
 #pragma once
 #include "attention_softmax.cuh"
 #if KV_SPLIT > 1
@@ -17,8 +19,13 @@
 constexpr int kCombineRows = kBlockM / kKvSplit;  // rows each CTA of the cluster combines and stores
 constexpr int kParts = kKvSplit * kWarpSplit;     // partial results combined per row
 // floats of shared memory the combine uses (the plan sizes shared memory for it): per key group partial O, reference
-// and row sum, then this CTA's per-row weights and 1 / total
-constexpr int kCombineFloats = kWarpSplit * (kBlockM * kHeadDimVPad + 2 * kBlockM) + kCombineRows * (kParts + 1);
+// and row sum
+constexpr int kCombineFloats = kWarpSplit * (kBlockM * kHeadDimVPad + 2 * kBlockM);
+// The second phase: kCombineThreadsPerRow threads share a row (its 4-column chunks), kCombineRowsPerPass rows a pass.
+constexpr int kCombineChunks = (kHeadDimV + 3) / 4;  // 4-float chunks of a partial O row holding output columns
+constexpr int kCombineThreadsPerRow = kThreads > kCombineRows ? kThreads / kCombineRows : 1;
+constexpr int kCombineRowsPerPass = kThreads / kCombineThreadsPerRow;
+static_assert(kHeadDimVPad % 4 == 0, "partial O rows are read 16 bytes at a time");
 
 // A float of part j = (CTA rank) * kWarpSplit + key group, at the address `local` has in this CTA.
 __device__ __forceinline__ float load_part(const float* local, int rank) {
@@ -26,6 +33,15 @@ __device__ __forceinline__ float load_part(const float* local, int rank) {
   return load_cluster(cluster_address(local, rank));
 #else
   return *local;
+#endif
+}
+
+// Four floats of part j at a 16-byte aligned `local` address (as load_part).
+__device__ __forceinline__ float4 load_part4(const float* local, int rank) {
+#if KV_SPLIT > 1
+  return load_cluster4(cluster_address(local, rank));
+#else
+  return *reinterpret_cast<const float4*>(local);
 #endif
 }
 
@@ -37,8 +53,6 @@ __device__ __forceinline__ void combine_split_kv(float* smem, const float (&o)[k
   float* s_o = smem;                                            // [kWarpSplit][kBlockM][kHeadDimVPad]
   float* s_ref = s_o + kWarpSplit * kBlockM * kHeadDimVPad;     // [kWarpSplit][kBlockM] reference, exp2 units
   float* s_sum = s_ref + kWarpSplit * kBlockM;                  // [kWarpSplit][kBlockM]
-  float* s_weight = s_sum + kWarpSplit * kBlockM;               // [kCombineRows][kParts]
-  float* s_inv_total = s_weight + kCombineRows * kParts;        // [kCombineRows]
 #pragma unroll
   for (int mt = 0; mt < kMAtoms; ++mt)
 #pragma unroll
@@ -63,34 +77,48 @@ __device__ __forceinline__ void combine_split_kv(float* smem, const float (&o)[k
 #endif
 
   const int row_begin = rank * kCombineRows;
-  for (int r = threadIdx.x; r < kCombineRows; r += kThreads) {
-    float ref[kParts], top = -INFINITY;
+  if (kThreads % kCombineThreadsPerRow == 0 || threadIdx.x < kCombineRowsPerPass * kCombineThreadsPerRow) {
+    for (int r = row_begin + threadIdx.x / kCombineThreadsPerRow; r < row_begin + kCombineRows;
+         r += kCombineRowsPerPass) {
+      if (m0 + r >= len_rows) break;  // (rows only grow within the loop)
+      float weight[kParts], top = -INFINITY;
 #pragma unroll
-    for (int j = 0; j < kParts; ++j) {
-      ref[j] = load_part(s_ref + (j % kWarpSplit) * kBlockM + row_begin + r, j / kWarpSplit);
-      top = fmaxf(top, ref[j]);
+      for (int j = 0; j < kParts; ++j) {
+        weight[j] = load_part(s_ref + (j % kWarpSplit) * kBlockM + r, j / kWarpSplit);
+        top = fmaxf(top, weight[j]);
+      }
+      float total = 0.f;
+#pragma unroll
+      for (int j = 0; j < kParts; ++j) {
+        weight[j] = weight[j] == -INFINITY ? 0.f : exp2_approx(weight[j] - top);
+        total += weight[j] * load_part(s_sum + (j % kWarpSplit) * kBlockM + r, j / kWarpSplit);
+      }
+      const float inv_total = total > 0.f ? 1.f / total : 0.f;
+#pragma unroll
+      for (int j = 0; j < kParts; ++j) weight[j] *= inv_total;
+      elem_t* dst = out + packed_row_offset(m0 + r, stride, head_stride);
+      for (int c = threadIdx.x % kCombineThreadsPerRow; c < kCombineChunks; c += kCombineThreadsPerRow) {
+        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int j = 0; j < kParts; ++j) {
+          const float4 p = load_part4(s_o + ((j % kWarpSplit) * kBlockM + r) * kHeadDimVPad + c * 4, j / kWarpSplit);
+          acc.x += weight[j] * p.x;
+          acc.y += weight[j] * p.y;
+          acc.z += weight[j] * p.z;
+          acc.w += weight[j] * p.w;
+        }
+        if constexpr (kHeadDimV % 4 == 0) {  // rows are 8-byte aligned (store_output's rule)
+          *reinterpret_cast<uint2*>(dst + c * 4) = make_uint2(pack_elem2(acc.x, acc.y), pack_elem2(acc.z, acc.w));
+        } else {
+          const float v[4] = {acc.x, acc.y, acc.z, acc.w};
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (c * 4 + e < kHeadDimV) dst[c * 4 + e] = from_float(v[e]);
+        }
+      }
     }
-    float total = 0.f;
-#pragma unroll
-    for (int j = 0; j < kParts; ++j) {
-      const float w = ref[j] == -INFINITY ? 0.f : exp2_approx(ref[j] - top);
-      s_weight[r * kParts + j] = w;
-      total += w * load_part(s_sum + (j % kWarpSplit) * kBlockM + row_begin + r, j / kWarpSplit);
-    }
-    s_inv_total[r] = total > 0.f ? 1.f / total : 0.f;
-  }
-  __syncthreads();
-  for (int idx = threadIdx.x; idx < kCombineRows * kHeadDimV; idx += kThreads) {
-    const int r = idx / kHeadDimV, col = idx % kHeadDimV;
-    float acc = 0.f;
-#pragma unroll
-    for (int j = 0; j < kParts; ++j)
-      acc += s_weight[r * kParts + j] *
-             load_part(s_o + ((j % kWarpSplit) * kBlockM + row_begin + r) * kHeadDimVPad + col, j / kWarpSplit);
-    if (m0 + row_begin + r < len_rows)
-      out[packed_row_offset(m0 + row_begin + r, stride, head_stride) + col] = from_float(acc * s_inv_total[r]);
   }
 #if KV_SPLIT > 1
-  cluster_sync();  // no CTA leaves (freeing its shared memory) while another still reads it
+  cluster_sync_relaxed();  // no CTA leaves (freeing its shared memory) while another still reads it
 #endif
 }

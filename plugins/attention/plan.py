@@ -266,8 +266,7 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
                          "warpgroups (BLOCK_M=128, NUM_WARPS=8)")
     # attention_split_kv.cuh's kCombineFloats, after the K/V stages (cluster split or key groups)
     split, v_pad = tune["KV_SPLIT"], -(-vdim // 16) * 16
-    combine = (4 * (key_groups * (block_m * v_pad + 2 * block_m) + block_m // split * (split * key_groups + 1))
-               if split > 1 or key_groups > 1 else 0)
+    combine = 4 * key_groups * (block_m * v_pad + 2 * block_m) if split > 1 or key_groups > 1 else 0
     smem = shared_mem_bytes(dim, block_m, block_n, stages, bool(wgmma), bool(tune["WGMMA_OVERLAP"]), vdim, fp8,
                             key_groups) + combine
     while not wgmma and smem > shared_limit(arch) and not {"BLOCK_N", "KV_STAGES"} & set(tuning or {}):

@@ -8,6 +8,13 @@ __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
 
+// The same barrier without the release: for a CTA that must not leave (freeing its shared memory) while others still
+// read it through DSMEM, when nothing it wrote needs ordering (their reads completed before they arrived: each value
+// was used). The release would first wait for this CTA's global stores (MEMBAR.ALL.GPU in SASS).
+__device__ __forceinline__ void cluster_sync_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
+}
+
 // The shared::cluster address of the same variable in the cluster's CTA ``rank``.
 __device__ __forceinline__ uint32_t cluster_address(const void* local, int rank) {
   uint32_t remote;
@@ -18,5 +25,13 @@ __device__ __forceinline__ uint32_t cluster_address(const void* local, int rank)
 __device__ __forceinline__ float load_cluster(uint32_t address) {
   float v;
   asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(address) : "memory");
+  return v;
+}
+
+// Four consecutive floats at a 16-byte aligned shared::cluster address, one access.
+__device__ __forceinline__ float4 load_cluster4(uint32_t address) {
+  float4 v;
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(address) : "memory");
   return v;
 }

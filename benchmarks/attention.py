@@ -26,6 +26,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from trt_fusedattn.launcher import device_arch, launch, precompile
 from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION
 from trt_fusedattn.plugins.attention.plan import plan_attention
+from trt_fusedattn.plugins.attention.plan_decode import decode_split
 
 TOKENS, HIDDEN = 16384, 2048
 SEQS = (512, 1024, 2048, 4096, 8192, 16384)
@@ -263,11 +264,13 @@ def decode_variants(plan) -> dict:
         tuning = {**base, "NUM_WARPS": row_warps * w, "WARP_SPLIT": w, "BLOCK_N": block_n}
         if tuning != base and row_warps * w <= 8:
             variants[f"{w} key groups x{block_n}"] = tuning
-    if base["BLOCK_M"] == 64:
-        rows32 = {**base, "BLOCK_M": 32, "NUM_WARPS": 4, "WARP_SPLIT": 2, "BLOCK_N": 32}
+    if base["BLOCK_M"] == 64:  # with the split plan_decode would give the twice as many CTAs, and twice that split
+        ctas = 2 * plan.grid[0] // base["KV_SPLIT"] * plan.grid[1] * plan.grid[2]
+        split = decode_split(ctas, plan.scalars[4], 2, "sm_90a")
+        rows32 = {**base, "BLOCK_M": 32, "NUM_WARPS": 4, "WARP_SPLIT": 2, "BLOCK_N": 32, "KV_SPLIT": split}
         variants[ROWS32[0]] = rows32
-        if base["KV_SPLIT"] < 8:
-            variants[ROWS32[1]] = {**rows32, "KV_SPLIT": base["KV_SPLIT"] * 2}
+        if split < 8:
+            variants[ROWS32[1]] = {**rows32, "KV_SPLIT": split * 2}
         variants[ROWS32[2]] = {**rows32, "BLOCK_N": 16}
     return variants
 

@@ -21,7 +21,9 @@ _FP8 = dict(scale=True, input_scale=FP8_INPUT_SCALE)
 # zero, where e4m3 steps are finer than those absolute errors, several steps. So: every element within one step plus
 # the float16 worst-element bound (8 x 2e-3 of the largest |y|), few elements off at all (a wrong rounding mode or
 # scale puts about half of them off; measured on the H100: up to 2.06%, silu on e4m3 X with a 2-CTA cluster, whose
-# many near-zero outputs flip on absolute errors), normwise close.
+# many near-zero outputs flip on absolute errors), normwise close: within E4M3_NORMWISE plus what one element one step
+# off at the largest |y| adds, which alone exceeds 1e-2 on the few hundred outputs of a small sample's last convs
+# (H100, Model Optimizer ResNet export, 4 of 40 seeds: 0.6-1% of 512 elements one step off, normwise 0.011-0.012).
 E4M3_OFF_FRACTION = {"float16": 0.05, "bfloat16": 0.12}
 E4M3_NORMWISE = {"float16": 1e-2, "bfloat16": 3e-2}
 
@@ -37,13 +39,15 @@ def e4m3_mismatch(got: np.ndarray, want: np.ndarray, dtype: str = "float16") -> 
     above; empty when it is."""
     diff = np.abs(got - want)
     allowed = e4m3_spacing(np.maximum(np.abs(got), np.abs(want))) + 8 * 2e-3 * np.abs(want).max()
-    off, normwise = float((diff > 0).mean()), float(np.linalg.norm(diff) / max(np.linalg.norm(want), 1e-30))
+    norm = max(float(np.linalg.norm(want)), 1e-30)
+    off, normwise = float((diff > 0).mean()), float(np.linalg.norm(diff)) / norm
+    one_step = float(e4m3_spacing(np.abs(want).max())) / norm
     if np.isnan(got).any():
         return f"{np.isnan(got).sum()} outputs unwritten or NaN"
     if (diff > allowed).any():
         i = int(np.argmax(diff - allowed))
         return f"element {got.flat[i]} vs {want.flat[i]}: beyond one e4m3 step and the float16 bound"
-    if off > E4M3_OFF_FRACTION[dtype] or normwise > E4M3_NORMWISE[dtype]:
+    if off > E4M3_OFF_FRACTION[dtype] or normwise > E4M3_NORMWISE[dtype] + one_step:
         return f"{off:.2%} of elements off, normwise {normwise:.3g}"
     return ""
 

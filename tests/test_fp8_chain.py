@@ -13,7 +13,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from _fp8_chain_cases import PRODUCER_CASES
+from _fp8_chain_cases import PRODUCER_CASES, e4m3_mismatch
 from _fp8_models import sample
 from trt_fusedattn.fp8 import to_e4m3
 from trt_fusedattn.launcher import compile as comp
@@ -57,6 +57,25 @@ def test_e4m3_x_with_output_scale_reads_and_writes_e4m3():
 
 def _shapes(n=2, c=64, k=64, residual=False):
     return [(n, c, 9, 9), (k, 3, 3, c), (k,), (k,), (n, k, 9, 9) if residual else None]
+
+
+def test_the_gpu_tests_e4m3_rule_allows_one_step_flips_and_catches_a_wrong_scale_or_rounding():
+    """The producers' rule of the GPU tests (tests/_fp8_chain_cases.e4m3_mismatch) on e4m3 outputs made here: one
+    element one step off passes on a small tensor (as the H100's e4m3 conversion gives), a 3% scale error or
+    truncation instead of round-to-nearest-even fails on a large one."""
+    codes = np.arange(256, dtype=np.uint8).view(E4M3).astype(np.float64)
+    magnitudes = np.unique(np.abs(codes[np.isfinite(codes)]))  # every e4m3 magnitude, ascending
+    rng = np.random.default_rng(7)
+    want = to_e4m3(np.maximum(rng.standard_normal(2 * 64 * 2 * 2), 0) * 40).astype(np.float64)  # a small ReLU output
+    flipped = want.copy()
+    i = int(np.argmax(want))
+    flipped[i] = magnitudes[np.searchsorted(magnitudes, want[i], side="right")]  # one step up at the largest
+    assert e4m3_mismatch(flipped, want) == ""
+    big = rng.standard_normal(64 * 1024) * 40
+    want = to_e4m3(big).astype(np.float64)
+    assert "elements off" in e4m3_mismatch(to_e4m3(big * 1.03).astype(np.float64), want)
+    truncated = np.sign(big) * magnitudes[np.searchsorted(magnitudes, np.abs(big), side="right") - 1]
+    assert e4m3_mismatch(truncated, want) != ""
 
 
 @pytest.mark.parametrize("x_dtype", ["float16", "bfloat16", "float8_e4m3fn"])

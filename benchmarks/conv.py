@@ -58,12 +58,16 @@ WGMMA_SWEEP = [(label, dict(mma="wgmma", tile=label.split()[0], **kw)) for label
     ("128x128w8 c2", dict(cluster=2)), ("128x128w8 c2 ti", dict(cluster=2, taps_inner=True)),
     ("128x256w8 c2", dict(cluster=2)), ("64x128w4 c2", dict(cluster=2)),
     ("128x128w8 c4 ti", dict(cluster=4, taps_inner=True)), ("64x256w4 c2", dict(cluster=2))]]
-# wgmma_ws (sm_90a): the warp-specialized kernel (implicit_gemm_sm90.cu) on its 8-warp tiles, with cluster splits.
+# wgmma_ws (sm_90a): the warp-specialized kernel (implicit_gemm_sm90.cu) on its 8-warp tiles, with cluster splits of
+# the reduction (cN) and W tiles shared by M-tile pairs (sw).
 WS_SWEEP = [(f"ws {label}", dict(mma="wgmma_ws", tile=label.split()[0], **kw)) for label, kw in [
     ("128x128w8", {}), ("128x256w8", {}), ("256x128w8", {}), ("128x64w8", {}), ("128x64w8 c2", dict(cluster=2)),
     ("128x64w8 c4", dict(cluster=4)), ("128x128w8 c2", dict(cluster=2)), ("128x64w8 x2", dict(ws_ctas=2)),
     ("128x64w8 c3", dict(cluster=3)), ("128x128w8 c3", dict(cluster=3)), ("128x128w8 c4", dict(cluster=4)),
-    ("256x128w8 c2", dict(cluster=2)), ("128x256w8 c2", dict(cluster=2))]]
+    ("256x128w8 c2", dict(cluster=2)), ("128x256w8 c2", dict(cluster=2)),
+    # sw: M-tile pairs sharing the W tile (share_w)
+    ("128x128w8 sw", dict(share_w=True)), ("128x256w8 sw", dict(share_w=True)), ("256x128w8 sw", dict(share_w=True)),
+    ("128x64w8 sw", dict(share_w=True))]]
 WS_SWEEP += [("wg default", dict(mma="wgmma")),  # the unspecialized loop: its channel rule, and a 4-CTA split
              ("wg 128x128w8 c4", dict(mma="wgmma", tile="128x128w8", cluster=4)),
              ("wg 64x128w4", dict(mma="wgmma", tile="64x128w4")), ("wg 128x64w4", dict(mma="wgmma", tile="128x64w4"))]
@@ -490,19 +494,20 @@ def table_rows(nets: dict, batches_of: dict, arch: str, budget_s: float | None, 
 
 
 def previous_loop(case: Case, arch: str) -> dict:
-    """Which main loop the plan runs ("ws": the warp-specialized Hopper kernel, "wgmma", "mma.sync", "dw") and, where it
-    is the warp-specialized one, the time of what the plan ran before it (the unspecialized wgmma loop's default:
-    prev_us; None otherwise)."""
+    """Which main loop the plan runs ("ws": the warp-specialized Hopper kernel, "wgmma", "mma.sync", "dw"; "sw": M-tile
+    pairs sharing W) and the time of what the plan ran before it (prev_us): the same plan without W sharing where it
+    shares W, the unspecialized wgmma loop's default where it picked ws without sharing; None otherwise."""
     lay = case.layer
     plan = layer_plan(lay, case.n, arch)
     d = plan.defines
     loop = ("ws" if d.get("WARP_SPECIALIZED") else "wgmma" if d.get("WGMMA") else
             "dw" if "CH_MULT" in d else "mma.sync")
     loop += f" {d['BLOCK_M']}x{d['BLOCK_N']}" + (f" c{d['CLUSTER_K']}" if d.get("CLUSTER_K") else "") \
-        if "BLOCK_M" in d else ""
+        + (" sw" if d.get("SHARE_W") else "") if "BLOCK_M" in d else ""
     if not d.get("WARP_SPECIALIZED"):
         return dict(main_loop=loop, prev_us=None)
-    return dict(main_loop=loop, prev_us=time_us(plan_call(case, layer_plan(lay, case.n, arch, mma="wgmma"), arch)))
+    before = dict(share_w=False) if d.get("SHARE_W") else dict(mma="wgmma")
+    return dict(main_loop=loop, prev_us=time_us(plan_call(case, layer_plan(lay, case.n, arch, **before), arch)))
 
 
 def time_layer(case: Case, stream: torch.cuda.Stream) -> dict:
@@ -628,7 +633,8 @@ def main():
         return
     plans = {(p.source, tuple(sorted(p.defines.items()))): p for net, layers in nets.items() for lay, _ in layers
              for n in batches_of[net] for p in [layer_plan(lay, n, arch)]
-             + ([layer_plan(lay, n, arch, mma="wgmma")] if lay.groups == 1 and lay.c % 8 == 0 else [])
+             + ([layer_plan(lay, n, arch, mma="wgmma"), layer_plan(lay, n, arch, share_w=False)]
+                if lay.groups == 1 and lay.c % 8 == 0 else [])
              + ([layer_plan(lay, n, arch, FP8_SCALE_X, x_e4m3=True)] if takes_fp8_x8(lay, arch) else [])}
     precompile(plans.values(), arch, workers=16)  # nvcc and the driver's JIT, in parallel, before timing
 
@@ -639,8 +645,9 @@ def main():
              "residual] -> activation, runtime fusion (heur_mode A, then FALLBACK), as TensorRT runs the layer; base = "
              "cuDNN conv2d + BatchNorm + activation [+ add + ReLU] as the unfused model runs them; fused = one FusedConv "
              "kernel (main loop: ws = the warp-specialized Hopper kernel, wgmma, mma.sync, dw = depthwise; BLOCK_MxN, "
-             "cN = the reduction split over an N-CTA cluster); prev = the unspecialized wgmma loop's default where the "
-             "plan picked ws (\"=\": the same kernel). err = |fused - base| / |base|, graph err = |graph - base| / "
+             "cN = the reduction split over an N-CTA cluster, sw = M-tile pairs sharing the W tile); prev = the "
+             "previous default: the same plan without W sharing where it shares W, the unspecialized wgmma loop's "
+             "default where the plan picked ws without sharing (\"=\": the same kernel). err = |fused - base| / |base|, graph err = |graph - base| / "
              "|base| (normwise).\n"]
     if args.quick:
         lines.append(f"Quick run: batches {QUICK_BATCHES}.\n")

@@ -237,4 +237,14 @@ WS_CASES = [
     _ws(ConvCase("1x1_c64_k64_empty_rank", 2, 64, 7, 7, 64, 1, 1, residual=True), "128x64w8", cluster=2),
     _ws(ConvCase("3x3_s2_c128_k256_bf16", 3, 128, 11, 11, 256, 3, 3, stride=2, pad=1, scale=True, **_WGMMA_BF16),
         "128x256w8", cluster=2),
+    # W tiles shared by M-tile pairs (share_w: each CTA of a 2-CTA cluster loads half of W and pushes it to the other):
+    # K/G not a multiple of BLOCK_N (zero-filled rows pushed; with 128x256 all of rank 1's half), an odd M-tile count
+    # (the last pair's rank 1 has no output row), a one-tile reduction (every push after the loop), the 3-stage ring
+    # (push lag 1), BLOCK_K 32, bf16, residual / scale epilogues
+    _ws(ConvCase("3x3_c128_k192_share", 3, 128, 9, 9, 192, 3, 3, pad=1, residual=True, post_activation="relu"),
+        "128x128w8", share_w=True),
+    _ws(ConvCase("3x3_c64_k96_share_bf16", 2, 64, 15, 11, 96, 3, 3, pad=1, **_WGMMA_BF16), "128x64w8", share_w=True),
+    _ws(ConvCase("1x1_c64_k128_share_one_tile", 2, 64, 9, 9, 128, 1, 1, residual=True), "128x256w8", share_w=True),
+    _ws(ConvCase("3x3_c96_k128_share_3stages", 2, 96, 8, 8, 128, 3, 3, pad=1, scale=True), "256x128w8", share_w=True,
+        stages=3),
 ]

@@ -159,10 +159,35 @@ def test_anchor_rows_become_the_measured_table(tmp_path):
     assert runpy.run_path(str(path))["MEASURED"] == {"sm_90": rows}
 
 
+def test_fp8_and_depthwise_times_of_an_anchor_row(tmp_path, monkeypatch):
+    """A row with an FP8 time gives an fp8 row against the same FP16 stand-in for TensorRT; a depthwise row takes
+    cuDNN's depthwise conv + activation where that is the fastest stand-in; a row's own source wins."""
+    anchor = {"arch": "sm_90a", "environment": "H100 test", "rows": [
+        dict(kernel=3, stride=1, c=256, k=256, hw=14, groups=1, batch=32, base_us=28.2, ours_us=21.3, graph_us=17.2,
+             residual=False, fp8_us=11.0, dw_cudnn_us=None, source="run 2"),
+        dict(kernel=3, stride=1, c=96, k=96, hw=56, groups=96, batch=8, base_us=9.0, ours_us=4.0, graph_us=50.0,
+             residual=False, fp8_us=None, dw_cudnn_us=6.5)]}
+    fp16, fp8, dw = measured_rows(anchor, "H100 test")
+    assert (fp16["precision"], fp16["fused_us"], fp16["tensorrt_us"], fp16["source"]) == ("fp16", 21.3, 17.2, "run 2")
+    assert (fp8["precision"], fp8["fused_us"], fp8["tensorrt_us"]) == ("fp8", 11.0, 17.2)
+    assert {k: v for k, v in fp8.items() if k not in ("precision", "fused_us")} == \
+        {k: v for k, v in fp16.items() if k not in ("precision", "fused_us")}
+    assert (dw["tensorrt_us"], dw["tensorrt_by"], dw["source"]) == (6.5, "cuDNN depthwise conv + activation",
+                                                                    "H100 test")
+    path = tmp_path / "measured.py"
+    write_measured({"sm_90": [fp16, fp8, dw]}, path)
+    assert runpy.run_path(str(path))["MEASURED"] == {"sm_90": [fp16, fp8, dw]}
+    monkeypatch.setattr(tensorrt_choice, "MEASURED", {"sm_90": [fp16, fp8]})
+    shape = dict(kernel=(3, 3), stride=(1, 1), channels=256, filters=256, groups=1, spatial=(14, 14), batch=32)
+    assert choose(ConvShape(**shape), "sm_90a").to_tensorrt  # the FP16 kernel is slower than the graph
+    fp8_choice = choose(ConvShape(**shape, precision="fp8"), "sm_90a")
+    assert not fp8_choice.to_tensorrt and "FusedConv 11.0 µs" in fp8_choice.evidence
+
+
 def test_committed_measured_rows_are_well_formed():
     for arch, rows in tensorrt_choice.MEASURED.items():
         assert tensorrt_choice.table_arch(arch) == arch
         for r in rows:
             assert r["fused_us"] > 0 and r["tensorrt_us"] > 0 and r["precision"] in ("fp16", "fp8") and r["source"]
-            assert r["tensorrt_by"] in ("cuDNN fused graph", "cuDNN conv + separate epilogue ops")
+            assert r["tensorrt_by"] in [name for _, name in tensorrt_choice.TENSORRT_STAND_INS]
             assert np.prod(r["kernel"]) >= 1 and r["channels"] % r["groups"] == 0

@@ -159,7 +159,11 @@ def test_warp_specialized_kernel_ptx(tuned):
                         f"wgmma.mma_async.sync.aligned.m64n{d['BLOCK_N']}{operand}", "wgmma.wait_group.sync.aligned 1"):
         assert instruction in ptx, f"{instruction} missing from {tuned.name}'s PTX"
     assert "mma.sync" not in ptx
-    assert (".reqnctapercluster" in ptx) == ("CLUSTER_K" in d)
+    assert (".reqnctapercluster" in ptx) == ("CLUSTER_K" in d or "SHARE_W" in d)
+    assert ("barrier.cluster.wait" in ptx) == ("CLUSTER_K" in d or "SHARE_W" in d)
+    for instruction in ("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32", "mbarrier.expect_tx",
+                        "mbarrier.arrive.shared::cluster.b64", "fence.mbarrier_init.release.cluster"):
+        assert (instruction in ptx) == ("SHARE_W" in d), f"{instruction} in {tuned.name}'s PTX"
     one_block = d.get("WS_CTAS", 1) == 1  # two blocks per SM keep the registers they start with
     for instruction in ("setmaxnreg.dec.sync.aligned.u32", "setmaxnreg.inc.sync.aligned.u32"):
         assert (instruction in ptx) == one_block, instruction
@@ -168,9 +172,11 @@ def test_warp_specialized_kernel_ptx(tuned):
     assert "warning" not in report.lower(), report
 
 
-@pytest.mark.parametrize("name", ["3x3_c256_k256_ws__128x256w8", "3x3_c256_k128_b1_ws__128x128w8_cluster2"])
+@pytest.mark.parametrize("name", ["3x3_c256_k256_ws__128x256w8", "3x3_c256_k128_b1_ws__128x128w8_cluster2",
+                                  "3x3_c128_k192_share_ws__128x128w8_share_w"])
 def test_warp_specialized_kernel_sass(name):
-    """SASS of the warp-specialized kernel: HGMMA of the tile width, the register hand-over, no local memory."""
+    """SASS of the warp-specialized kernel: HGMMA of the tile width, the register hand-over, no local memory;
+    share_w: the W-half pushes as STAS.128 and no GPU-wide memory barrier in the MMA loop's stage release."""
     tool = _cuobjdump()
     if tool is None:
         pytest.skip("cuobjdump not found (CUDA toolkit without it): SASS not checked")
@@ -180,3 +186,7 @@ def test_warp_specialized_kernel_sass(name):
     assert f"HGMMA.64x{plan.defines['BLOCK_N']}x16.F32" in sass
     assert "USETMAXREG.DEALLOC" in sass and "USETMAXREG.TRY_ALLOC" in sass
     assert not re.search(r"\b(LDL|STL)\b", sass), "local memory (spills) in the SASS"
+    if plan.defines.get("SHARE_W"):
+        assert "STAS.128" in sass
+        # the cluster barriers at start and end fence GPU-wide; the releases between them must not
+        assert sass.count("MEMBAR.ALL.GPU") == sass.count("UCGABAR_ARV")

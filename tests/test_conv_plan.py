@@ -450,8 +450,10 @@ def test_wgmma_case_plans(tuned: TunedCase):
     assert d.get("TAPS_INNER", 0) == bool(tuned.overrides.get("taps_inner"))
     assert plan.shared_mem == gemm_shared_bytes(d) <= 232448
     p, q = case.out_hw
-    assert plan.grid == (math.ceil(case.n * p * q / d["BLOCK_M"]), math.ceil(case.k // case.groups / d["BLOCK_N"]),
-                         case.groups * d.get("CLUSTER_K", 1))
+    m_tiles = math.ceil(case.n * p * q / d["BLOCK_M"])
+    assert plan.grid == (m_tiles + m_tiles % 2 if d.get("SHARE_W") else m_tiles,  # share_w: whole M-tile pairs
+                         math.ceil(case.k // case.groups / d["BLOCK_N"]), case.groups * d.get("CLUSTER_K", 1))
+    assert d.get("SHARE_W", 0) == int(bool(tuned.overrides.get("share_w")))
     assert plan.block == (d["WARPS_M"] * d["WARPS_N"] * d["SPLIT_K"] * 32, 1, 1)
     assert d["STAGES"] >= 3 + case.fp8
 
@@ -487,8 +489,10 @@ def test_warp_specialized_case_plans(tuned: TunedCase):
     assert 3 <= d["STAGES"] <= max(3, min(tuned.overrides.get("stages", 6), tiles + 1))
     assert plan.shared_mem + stage > limit or d["STAGES"] == max(3, min(tuned.overrides.get("stages", 6), tiles + 1))
     p, q = case.out_hw
-    assert plan.grid == (math.ceil(case.n * p * q / d["BLOCK_M"]), math.ceil(case.k // case.groups / d["BLOCK_N"]),
-                         case.groups * d.get("CLUSTER_K", 1))
+    m_tiles = math.ceil(case.n * p * q / d["BLOCK_M"])
+    assert plan.grid == (m_tiles + m_tiles % 2 if d.get("SHARE_W") else m_tiles,  # share_w: whole M-tile pairs
+                         math.ceil(case.k // case.groups / d["BLOCK_N"]), case.groups * d.get("CLUSTER_K", 1))
+    assert d.get("SHARE_W", 0) == int(bool(tuned.overrides.get("share_w")))
 
 
 def test_warp_specialized_cases_cover_what_they_claim():
@@ -503,6 +507,21 @@ def test_warp_specialized_cases_cover_what_they_claim():
     tiles = lambda t, d: math.ceil(t.case.kh * t.case.kw * t.case.c // t.case.groups / d["BLOCK_K"])  # noqa: E731
     assert any(tiles(t, d) < d["CLUSTER_K"] for t, d in plans if "CLUSTER_K" in d)
     assert any(d["STAGES"] == 3 for _, d in plans) and len({t.name for t in WS_CASES}) == len(WS_CASES)
+    shared = [(t, d) for t, d in plans if d.get("SHARE_W")]
+    assert {d["BLOCK_N"] for _, d in shared} == {64, 128, 256} and {d["BLOCK_K"] for _, d in shared} == {32, 64}
+    assert any(math.ceil(m(t) / d["BLOCK_M"]) % 2 for t, d in shared) and any(tiles(t, d) == 1 for t, d in shared)
+    assert any(d["STAGES"] == 3 for _, d in shared) and any((t.case.k // t.case.groups) % d["BLOCK_N"]
+                                                            for t, d in shared)
+
+
+def test_share_w_rejections():
+    """share_w pairs warp-specialized M tiles in a 2-CTA cluster: not with a cluster split, two blocks per SM, or
+    another main loop."""
+    case = ConvCase("t", 2, 64, 9, 9, 64, 3, 3, pad=1)
+    for overrides in (dict(mma="wgmma_ws", tile="128x128w8", cluster=2),
+                      dict(mma="wgmma_ws", tile="128x64w8", ws_ctas=2), dict(mma="wgmma", tile="128x128w8")):
+        with pytest.raises(ValueError, match="share_w"):
+            case.plan("sm_90a", share_w=True, **overrides)
 
 
 @pytest.mark.parametrize("arch, dtypes, tile, message", [
@@ -554,3 +573,17 @@ def test_warp_specialized_default_by_reduction_and_static_output_size():
     shapes[0] = (Sym.var("n"), *shapes[0][1:])
     d = plan_conv(shapes, sym.dtypes(), sym.attrs(), "sm_90a").defines
     assert d["WARP_SPECIALIZED"] == 1 and (d["BLOCK_N"], d.get("CLUSTER_K", 1)) == (128, 1)
+    assert "SHARE_W" not in d  # symbolic batch: no M-tile pairs either
+
+
+def test_warp_specialized_default_shares_w_where_the_reduction_is_not_split():
+    """With N*P*Q static and no cluster split of the reduction, the default pairs M tiles over one W tile (grid.x
+    rounded up to whole pairs); a split reduction, a given cluster or two blocks per SM keep it off."""
+    def plan(c, k, kernel, n=32, hw=14, **overrides):
+        return ConvCase("t", n, c, hw, hw, k, kernel, kernel, pad=kernel // 2).plan("sm_90a", **overrides)
+    shared = plan(256, 256, 3)
+    assert shared.defines.get("SHARE_W") == 1 and shared.grid[0] == 50  # 49 M tiles -> 25 pairs
+    assert "SHARE_W" not in plan(256, 256, 3, n=8).defines               # 2-CTA reduction split
+    assert "SHARE_W" not in plan(256, 256, 3, cluster=2).defines
+    assert "SHARE_W" not in plan(256, 256, 3, share_w=False).defines
+    assert "SHARE_W" not in plan(64, 64, 3, hw=56).defines               # not the warp-specialized kernel

@@ -27,3 +27,23 @@ __device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
         : "memory");
   } while (!done);
 }
+
+// Thread-block clusters (sm_90): make this CTA's mbarrier inits visible to the cluster's other CTAs (they may arrive on
+// them or signal transactions to them after the next cluster barrier).
+__device__ __forceinline__ void fence_mbarrier_init_cluster() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+// The current phase of `bar` also waits for `bytes` more transaction bytes (complete_tx from st.async or bulk copies,
+// possibly from another CTA of the cluster; those may come before this call, the phase cannot complete without it).
+__device__ __forceinline__ void mbarrier_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+// One arrival on an mbarrier of another CTA of the cluster (`remote_bar`: its shared::cluster address, from mapa).
+// Release at CTA scope (as CUTLASS's consumer release of a multicast stage): enough to order this thread's completed
+// reads of its own CTA's shared memory before the other CTA's writes there; .release.cluster would add a GPU-wide
+// MEMBAR per arrival.
+__device__ __forceinline__ void mbarrier_arrive_cluster(uint32_t remote_bar) {
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(remote_bar) : "memory");
+}

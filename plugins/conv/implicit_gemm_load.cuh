@@ -12,6 +12,7 @@
 #pragma once
 #include "common/cp_async.cuh"
 #include "common/smem.cuh"
+#include "common/st_async.cuh"
 #include "fast_divmod.cuh"
 #include "implicit_gemm_config.cuh"
 #include "implicit_gemm_quantize.cuh"
@@ -61,14 +62,18 @@ struct RowOrigin {
 // cp.async loader run by kLoaderThreads threads (a reduction group, or the warp-specialized kernel's load
 // warpgroup). A: thread owns one 16-byte chunk column (8 elem_t) and kRows rows; B: one 16-byte chunk column
 // (8 elem_t or 16 e4m3, so FP8 needs a reduction length that is a multiple of 16) and kBRows rows.
-// Both land in the stage in the A tile's and the MMA operand's swizzled layouts.
-template <int kLoaderThreads>
+// Both land in the stage in the A tile's and the MMA operand's swizzled layouts. kWParts = 2 (SHARE_W): the loader
+// fetches only part w_part of the W rows (BLOCK_N / 2 rows); the other CTA of the cluster fetches the other part and
+// both push theirs to each other (push_w).
+template <int kLoaderThreads, int kWParts = 1>
 struct AsyncTileLoader {
   static constexpr bool kAsync = true;  // tiles land by cp.async groups: commit after each fetch
   static constexpr int kAChunks = BLOCK_K * int(sizeof(x_t)) / 16;
   static constexpr int kBCols = kChunks;
   static constexpr int kRows = BLOCK_M * kAChunks / kLoaderThreads;
-  static constexpr int kBRows = BLOCK_N * kBCols / kLoaderThreads;
+  static constexpr int kWPartRows = BLOCK_N / kWParts;  // W rows this loader fetches
+  static constexpr int kBRows = kWPartRows * kBCols / kLoaderThreads;
+  static constexpr int kWPartBytes = kWPartRows * kRowBytes;
   static_assert(kRows >= 1 && kBRows >= 1 && kLoaderThreads % kBCols == 0, "tile too small for the thread count");
   int a_offset[kRows], a_h0[kRows], a_w0[kRows];
   int b_offset[kBRows];
@@ -77,7 +82,7 @@ struct AsyncTileLoader {
 
   __device__ __forceinline__ AsyncTileLoader(int tid, int m0, int n0, int g, int M, int Kg, int Kgemm, int H, int W,
                                              int x_stride, int Cg, int pad_h, int pad_w, const FastDivmod& pq_div,
-                                             const FastDivmod& q_div) {
+                                             const FastDivmod& q_div, int w_part = 0) {
     chunk = tid % kAChunks;
     row0 = tid / kAChunks;
 #pragma unroll
@@ -87,7 +92,7 @@ struct AsyncTileLoader {
       a_offset[i] = o.offset; a_h0[i] = o.h0; a_w0[i] = o.w0;
     }
     b_col = tid % kBCols;
-    b_row0 = tid / kBCols;
+    b_row0 = w_part * kWPartRows + tid / kBCols;
     b_valid = 0;
 #pragma unroll
     for (int j = 0; j < kBRows; ++j) {
@@ -125,6 +130,16 @@ struct AsyncTileLoader {
   }
   // The copies land in shared memory by themselves (cp_async_wait).
   __device__ __forceinline__ void land(unsigned char* /*stage*/) const {}
+
+  // SHARE_W: this thread's W chunks of `stage` (landed: the caller waited for its copies) into the same place of the
+  // other CTA's stage (`remote_stage`, a shared::cluster address), counted on that CTA's full barrier `remote_full`.
+  __device__ __forceinline__ void push_w(const unsigned char* stage, uint32_t remote_stage, uint32_t remote_full) const {
+#pragma unroll
+    for (int j = 0; j < kBRows; ++j) {
+      const int offset = kAStageBytes + smem_offset<kChunks>(b_row0 + j * (kLoaderThreads / kBCols), b_col * 16);
+      st_async_16(remote_stage + offset, *reinterpret_cast<const uint4*>(stage + offset), remote_full);
+    }
+  }
 };
 typedef AsyncTileLoader<kGroupThreads> TileLoader;
 #else

@@ -13,20 +13,50 @@
 #include "implicit_gemm_load.cuh"
 #include "implicit_gemm_pipeline_sm90.cuh"
 
-typedef AsyncTileLoader<kLoadThreads> RingLoader;
+typedef AsyncTileLoader<kLoadThreads, kWShare> RingLoader;
 
-// The loader's whole job: reduction tiles 0..k_tiles-1 (tile i starts at reduction index k0_of(i)) into the ring.
+#if SHARE_W
+// SHARE_W: a thread pushes its W half of tile i to the other CTA once its copies of tile i + kPushLag are issued (it
+// then waits for its tile-i copies alone: a cp.async group per tile); the other CTA's MMAs on tile i wait for the push.
+// The lag stays below STAGES - 1 so that neither loader waits for a stage the other's MMAs free only after that push.
+constexpr int kPushLag = STAGES >= 4 ? 2 : 1;
+static_assert(STAGES >= kPushLag + 2, "SHARE_W: the ring must be deeper than the push lag + 1");
+#endif
+
+// The loader's whole job: reduction tiles 0..k_tiles-1 (tile i starts at reduction index k0_of(i)) into the ring
+// (SHARE_W: this CTA's W half into the other CTA's ring too; `peer_stages` is its ring's shared::cluster address).
 template <typename K0Of>
 __device__ __forceinline__ void load_tiles(const TileRing& ring, unsigned char* stages, RingLoader& loader,
                                            int k_tiles, K0Of k0_of, const x_t* x, const op_t* w, int H, int W,
-                                           int x_stride, int Cg, int Kgemm, const FastDivmod& cg_div) {
+                                           int x_stride, int Cg, int Kgemm, const FastDivmod& cg_div,
+                                           uint32_t peer_stages = 0) {
+#if SHARE_W
+  const auto push = [&](int tile) {
+    loader.push_w(stages + TileRing::stage(tile) * kStageBytes, peer_stages + TileRing::stage(tile) * kStageBytes,
+                  ring.peer_full(tile));
+  };
+#endif
 #pragma unroll 1
   for (int i = 0; i < k_tiles; ++i) {
     ring.acquire(i);
+#if SHARE_W
+    if (threadIdx.x == 0) ring.expect_peer_w(i, RingLoader::kWPartBytes);
+#endif
     loader.fetch(stages + TileRing::stage(i) * kStageBytes, k0_of(i), x, w, H, W, x_stride, Cg, Kgemm, cg_div);
     ring.publish_when_landed(i);
+#if SHARE_W
+    cp_async_commit();
+    if (i >= kPushLag) {
+      cp_async_wait<kPushLag>();
+      push(i - kPushLag);
+    }
+#endif
   }
   // Copies still in flight when the thread leaves: wait for them (the arrivals are already on their way).
   cp_async_commit();
   cp_async_wait<0>();
+#if SHARE_W
+#pragma unroll 1
+  for (int i = k_tiles > kPushLag ? k_tiles - kPushLag : 0; i < k_tiles; ++i) push(i);
+#endif
 }

@@ -3,10 +3,19 @@
 // layout of implicit_gemm_config.cuh), each with a "full" mbarrier (every loader thread's arrival, made by the
 // hardware once that thread's copies into the stage have landed) and an "empty" one (every MMA warp's arrival: its wgmmas no longer
 // read the stage). Tile i sits in stage i % STAGES, round i / STAGES; a waiter names the round's phase by its parity.
+// SHARE_W = 1: the two CTAs of a cluster (adjacent M tiles, same W tile) each load half of W and push it into the
+// other's stage (st.async): a full barrier also waits for the other half's bytes, and an empty barrier for both CTAs'
+// MMA warps (a stage is written from both sides).
 #pragma once
+#include "common/cluster.cuh"
 #include "common/cp_async.cuh"
 #include "common/mbarrier.cuh"
 #include "implicit_gemm_config.cuh"
+
+#ifndef SHARE_W
+#define SHARE_W 0
+#endif
+constexpr int kWShare = SHARE_W ? 2 : 1;  // CTAs sharing one W tile
 
 constexpr int kLoadThreads = 128;                    // the load warpgroup (warps 0-3)
 constexpr int kMmaThreads = kGroupThreads;           // the MMA warpgroups (WARPS_M x WARPS_N warps from warp 4 on)
@@ -14,20 +23,23 @@ constexpr int kMmaWarps = kMmaThreads / 32;
 constexpr int kBlockThreads = kLoadThreads + kMmaThreads;
 constexpr int kRingOffset = 1024;                    // barriers in the first 1 KB; stages on 1024-byte boundaries
 static_assert(kMmaThreads == 256 && SPLIT_K == 1, "two MMA warpgroups, one reduction group");
+static_assert(!SHARE_W || CLUSTER_K == 1, "SHARE_W's cluster pairs M tiles: no cluster split of the reduction");
 static_assert(2 * STAGES * 8 <= kRingOffset && kStageBytes % 1024 == 0, "ring layout");
 
 struct TileRing {
   uint32_t base;  // shared address of 2 * STAGES 8-byte mbarriers: full[s], then empty[s]
+  uint32_t peer;  // SHARE_W: the same barriers in the other CTA of the cluster (shared::cluster address)
 
   __device__ __forceinline__ uint32_t full(int s) const { return base + 8 * s; }
   __device__ __forceinline__ uint32_t empty(int s) const { return base + 8 * (STAGES + s); }
 
-  // One thread initializes; the block syncs before anyone uses the barriers.
+  // One thread initializes; the block (SHARE_W: the cluster) syncs before anyone uses the barriers.
   __device__ __forceinline__ void init() const {
     for (int s = 0; s < STAGES; ++s) {
       mbarrier_init(full(s), kLoadThreads);
-      mbarrier_init(empty(s), kMmaWarps);
+      mbarrier_init(empty(s), kMmaWarps * kWShare);
     }
+    if (SHARE_W) fence_mbarrier_init_cluster();
   }
   static __device__ __forceinline__ int stage(int tile) { return tile % STAGES; }
   static __device__ __forceinline__ uint32_t parity(int tile) { return (tile / STAGES) & 1; }
@@ -38,6 +50,17 @@ struct TileRing {
   __device__ __forceinline__ void publish_when_landed(int tile) const { cp_async_arrive_on(full(stage(tile))); }
   // MMA threads: wait until `tile` has landed.
   __device__ __forceinline__ void wait(int tile) const { mbarrier_wait(full(stage(tile)), parity(tile)); }
-  // One lane per MMA warp: the warp's wgmmas on `tile` have finished.
-  __device__ __forceinline__ void release(int tile) const { mbarrier_arrive(empty(stage(tile))); }
+  // One lane per MMA warp: the warp's wgmmas on `tile` have finished (SHARE_W: the other CTA may write the stage too).
+  __device__ __forceinline__ void release(int tile) const {
+    mbarrier_arrive(empty(stage(tile)));
+    if (SHARE_W) mbarrier_arrive_cluster(peer + 8 * (STAGES + stage(tile)));
+  }
+#if SHARE_W
+  // One loader thread, before its own arrival on `tile`: the tile's phase also waits for the other CTA's W half.
+  __device__ __forceinline__ void expect_peer_w(int tile, uint32_t bytes) const {
+    mbarrier_expect_tx(full(stage(tile)), bytes);
+  }
+  // The other CTA's full barrier of `tile` (its W-half pushes count there).
+  __device__ __forceinline__ uint32_t peer_full(int tile) const { return peer + 8 * stage(tile); }
+#endif
 };

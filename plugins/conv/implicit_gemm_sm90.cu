@@ -6,6 +6,9 @@
 //   registers away (setmaxnreg);
 // - warpgroups 1 and 2 multiply (implicit_gemm_mainloop_sm90.cuh, mma_ring_tiles), BLOCK_M / 2 rows each, with
 //   wgmma straight from the stages, one tile's MMAs in flight while the next is waited for;
+// SHARE_W = 1 pairs adjacent M tiles in a 2-CTA cluster that share the W tile: each CTA loads half of it and pushes
+// that half into the other's ring (DSMEM), so W moves from L2 once per pair (a 128x128 tile: 24 KB per reduction tile
+// instead of 32, where the loop is bounded by operand bytes from L2);
 // then CLUSTER_K > 1 sums the cluster's partial tiles through DSMEM (implicit_gemm_reduction.cuh) and the MMA
 // warpgroups run the shared output pass (implicit_gemm_store.cuh: scale, shift, activation, residual,
 // post-activation). Arguments, defines and the launch grid are implicit_gemm.cu's (WGMMA = 1, WARP_SPECIALIZED = 1,
@@ -32,14 +35,20 @@ constexpr int kLoadRegisters = 128;
 constexpr int kMmaRegisters = 184;
 static_assert(WS_CTAS == 1 || (WS_CTAS == 2 && kMI * kNI * 4 <= 32), "two blocks per SM: 32 accumulators at most");
 constexpr int kMmaBarrier = 1;  // named barrier of the MMA warpgroups (0 is __syncthreads')
+#if SHARE_W
+#define WS_CLUSTER_ATTRIBUTE __cluster_dims__(2, 1, 1)  // the two M tiles sharing a W tile (grid.x is even)
+#else
+#define WS_CLUSTER_ATTRIBUTE CLUSTER_ATTRIBUTE
+#endif
 
-extern "C" __global__ void __launch_bounds__(kBlockThreads, WS_CTAS) CLUSTER_ATTRIBUTE
+extern "C" __global__ void __launch_bounds__(kBlockThreads, WS_CTAS) WS_CLUSTER_ATTRIBUTE
 fused_conv_implicit_gemm_sm90(const x_t* __restrict__ x, const op_t* __restrict__ w SHIFT_PARAM SCALE_PARAM
                               RESIDUAL_PARAM, int N, int H, int W, int C, int K, int P, int Q, int pad_h, int pad_w,
                               int x_stride, out_t* __restrict__ y) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];  // wgmma's swizzle atoms: 512/1024-byte aligned
   unsigned char* stages = smem_raw + kRingOffset;  // the ring; after the main loop the partial / staged output tile
-  const TileRing ring{smem_addr(smem_raw)};
+  const int w_part = SHARE_W ? blockIdx.x & 1 : 0;  // SHARE_W: rank in the (2, 1, 1) cluster = the W half it loads
+  const TileRing ring{smem_addr(smem_raw), SHARE_W ? cluster_address(smem_raw, w_part ^ 1) : 0u};
 
   const int Cg = C / GROUPS, Kg = K / GROUPS;
   const int M = N * P * Q, Kgemm = KH * KW * Cg;
@@ -50,16 +59,21 @@ fused_conv_implicit_gemm_sm90(const x_t* __restrict__ x, const op_t* __restrict_
   const int t_begin = rank * tiles / CLUSTER_K, k_tiles = (rank + 1) * tiles / CLUSTER_K - t_begin;
 
   if (threadIdx.x == 0) ring.init();
-  __syncthreads();
+  if constexpr (SHARE_W) {
+    cluster_sync();  // the other CTA arrives on and pushes into this one's barriers
+  } else {
+    __syncthreads();
+  }
 
   // Each role is one branch (setmaxnreg: the load warpgroup never runs code that holds the accumulators).
   if (threadIdx.x < kLoadThreads) {
     if constexpr (WS_CTAS == 1) warpgroup_registers_decrease<kLoadRegisters>();
     const FastDivmod pq_div(P * Q), q_div(Q), cg_div(Cg);
-    RingLoader loader(threadIdx.x, m0, n0, g, M, Kg, Kgemm, H, W, x_stride, Cg, pad_h, pad_w, pq_div, q_div);
+    RingLoader loader(threadIdx.x, m0, n0, g, M, Kg, Kgemm, H, W, x_stride, Cg, pad_h, pad_w, pq_div, q_div, w_part);
     load_tiles(ring, stages, loader, k_tiles, [&](int i) { return tile_k0(t_begin + i, Cg); }, x, w, H, W, x_stride,
-               Cg, Kgemm, cg_div);
+               Cg, Kgemm, cg_div, SHARE_W ? cluster_address(stages, w_part ^ 1) : 0u);
     join_cluster_sum();
+    if constexpr (SHARE_W) cluster_sync();  // see the MMA warps' last barrier
   } else {
     if constexpr (WS_CTAS == 1) warpgroup_registers_increase<kMmaRegisters>();
     const int mma_tid = threadIdx.x - kLoadThreads, lane = threadIdx.x & 31;
@@ -78,5 +92,7 @@ fused_conv_implicit_gemm_sm90(const x_t* __restrict__ x, const op_t* __restrict_
     stage_accumulators(acc, tile, row_base, 0, lane, n0, Kg, channel0, ChannelAffine{SCALE_ARG, SHIFT_ARG});
     named_barrier_sync<kMmaThreads>(kMmaBarrier);
     store_staged_tile<kMmaThreads>(tile, mma_tid, m0, n0, M, Kg, K, channel0, RESIDUAL_ARG, y);
+    // SHARE_W: neither CTA leaves while the other may still arrive on its empty barriers.
+    if constexpr (SHARE_W) cluster_sync();
   }
 }

@@ -117,6 +117,8 @@ WS_RING_OFFSET = 1024  # the ring's mbarriers, before the 1024-byte-aligned stag
 WS_MAX_STAGES = 6
 # The warp-specialized kernel is sm_90a's float16/bfloat16 default where default_ws_tile picks it (NOTES.md).
 FP16_WARP_SPECIALIZED_BY_DEFAULT = True
+# W tiles shared by M-tile pairs in the warp-specialized default (default_share_w).
+SHARE_W_BY_DEFAULT = True
 # Half the SMs of an H100 / H200 SXM: a static output with fewer CTAs than this gets narrower tiles and then a
 # cluster split of the reduction.
 WS_MIN_CTAS = 66
@@ -181,6 +183,13 @@ def default_ws_tile(cg: int, kg: int, taps: int, pixels: int | None) -> tuple[st
     return tile, 2 if ctas(tile) < WS_MIN_CTAS and k_tiles >= 16 else 1
 
 
+def default_share_w(cluster: int, pixels: int | None) -> bool:
+    """Whether the warp-specialized default shares W tiles between M-tile pairs: where the output size is static and
+    the reduction is not split over a cluster (the tile rule then found enough CTAs; the loop is bounded by operand
+    bytes from L2, which the pairs cut by a quarter on 128x128). Prediction before its first run (NOTES.md)."""
+    return SHARE_W_BY_DEFAULT and cluster == 1 and isinstance(pixels, int)
+
+
 def wgmma_fits(name: str) -> bool:
     """The wgmma main loop takes a tile of whole warpgroups, 64-row blocks each, 32..256 columns."""
     block_m, block_n, warps_m, warps_n, _ = GEMM_TILES[name]
@@ -191,7 +200,7 @@ def wgmma_fits(name: str) -> bool:
 def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, block_k: int | None = None,
               stages: int | None = None, fp8: bool = False, mma: str | None = None, cluster: int | None = None,
               taps_inner: bool | None = None, x_e4m3: bool = False, pixels: int | None = None,
-              ws_ctas: int | None = None) -> dict:
+              ws_ctas: int | None = None, share_w: bool | None = None) -> dict:
     """Compile-time tile of the implicit GEMM, chosen on the static channel counts (every argument after ``arch``
     but ``fp8`` overrides the choice, for tuning); pipeline stages shrink to fit ``arch``'s shared memory, and a
     default split tile that still does not fit loses its split. ``fp8``: the e4m3 specialization. ``mma``:
@@ -200,7 +209,9 @@ def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, b
     taps-inner reduction order with A through L1 (needs C/G % BLOCK_K == 0 and a filter larger than 1x1);
     ``x_e4m3``: X already e4m3 in global memory (FP8, C/G % 16 == 0: A moves as bytes, no quantize pass).
     ``pixels``: N*P*Q where static (an int), for the warp-specialized kernel's tile and cluster choice.
-    ``ws_ctas``: 2 runs two warp-specialized blocks per SM (each within half the shared memory and registers)."""
+    ``ws_ctas``: 2 runs two warp-specialized blocks per SM (each within half the shared memory and registers).
+    ``share_w``: the warp-specialized kernel on 2-CTA clusters of adjacent M tiles that load one W tile between them
+    (each half, pushed to the other through DSMEM; no cluster split of the reduction)."""
     if mma not in (None, "wgmma", "wgmma_ws", "mma.sync"):
         raise ValueError(f"mma={mma!r}: give 'wgmma', 'wgmma_ws' (warp-specialized) or 'mma.sync'")
     warp_specialized = mma == "wgmma_ws"
@@ -226,6 +237,8 @@ def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, b
     if choice:
         (default_tile, default_cluster), default_block_k = choice, None
         cluster = cluster or default_cluster
+        if ws_choice and share_w is None and ws_ctas in (None, 1):
+            share_w = default_share_w(cluster, pixels)
     elif wants_wgmma and tile is None and not fp8:  # FP8 keeps wgmma: mma.sync e4m3 is emulated on Hopper
         wants_wgmma = False
     name = tile or default_tile
@@ -237,6 +250,9 @@ def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, b
         raise ValueError(f"mma='wgmma_ws' takes the 8-warp wgmma tiles without split groups; {name} is not one")
     if ws_ctas not in (None, 1, 2) or (ws_ctas == 2 and not (warp_specialized and block_m * block_n <= 128 * 64)):
         raise ValueError(f"ws_ctas={ws_ctas}: 2 blocks per SM take the warp-specialized kernel on tiles of <= 128x64")
+    if share_w and not (warp_specialized and (cluster or 1) == 1 and ws_ctas in (None, 1)):
+        raise ValueError("share_w pairs the warp-specialized kernel's M tiles in a 2-CTA cluster: give mma='wgmma_ws' "
+                         "(or its default) without cluster or ws_ctas")
     if fp8:  # e4m3 X over >= 256 channels: 128-byte rows (wgmma sweep, NOTES.md)
         block_k = block_k or (128 if x_e4m3 and cg % 128 == 0 and cg >= 256 else 64)
     else:
@@ -267,6 +283,8 @@ def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, b
         config["WARP_SPECIALIZED"] = 1
     if ws_ctas == 2:
         config["WS_CTAS"] = 2
+    if share_w:
+        config["SHARE_W"] = 1
     if cluster > 1:
         config["CLUSTER_K"] = cluster
     if taps_inner:
@@ -276,7 +294,7 @@ def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, b
         config["STAGES"] -= 1
     if gemm_shared_bytes(config) > limit and tile is None and split > 1:
         return gemm_tile(cg, kg, taps, arch, name.rsplit("s", 1)[0], block_k, stages, fp8, mma, cluster,
-                         taps_inner, x_e4m3)
+                         taps_inner, x_e4m3, share_w=share_w)
     if gemm_shared_bytes(config) > limit:
         raise ValueError(f"implicit-GEMM tile {name} needs {gemm_shared_bytes(config)} bytes of "
                          f"shared memory; {arch} allows {limit}: pick a smaller tile")
@@ -374,14 +392,15 @@ def check_output_scale(output_scale: float, arch: str) -> None:
 
 def plan_conv(input_shapes, input_dtypes, attrs, arch: str, *, formats=None, tile: str | None = None,
               block_k: int | None = None, stages: int | None = None, mma: str | None = None,
-              cluster: int | None = None, taps_inner: bool | None = None, ws_ctas: int | None = None) -> LaunchPlan:
+              cluster: int | None = None, taps_inner: bool | None = None, ws_ctas: int | None = None,
+              share_w: bool | None = None) -> LaunchPlan:
     """The FusedConv launch (kernel arguments: ``X, W, shift?, scale?, residual?``, then int32
     ``N, H, W, C, K, P, Q, pad_h, pad_w, x_stride``, then ``Y``; ``x_stride`` is X's pixel stride: C, or C padded
     to 8 / 16 in TensorRT's HWC8 / HWC16). ``formats``: TensorRT's tensor formats (contract inputs, then Y; None
     from the direct launcher, whose arrays are checked dense channels-last by the API).
-    ``tile``/``block_k``/``stages``/``mma``/``cluster``/``taps_inner``/``ws_ctas``: implicit-GEMM overrides (a
-    ``GEMM_TILES`` name, BLOCK_K, pipeline depth, main loop, cluster split of the reduction, reduction order,
-    warp-specialized blocks per SM), for tuning only: see ``gemm_tile``."""
+    ``tile``/``block_k``/``stages``/``mma``/``cluster``/``taps_inner``/``ws_ctas``/``share_w``: implicit-GEMM
+    overrides (a ``GEMM_TILES`` name, BLOCK_K, pipeline depth, main loop, cluster split of the reduction, reduction
+    order, warp-specialized blocks per SM, W tiles shared by M-tile pairs), for tuning only: see ``gemm_tile``."""
     x_shape, w_shape, shift_shape, scale_shape, residual_shape = (list(input_shapes) + [None] * 5)[:5]
     x_dtype, w_dtype = input_dtypes[0], input_dtypes[1]
     input_scale = float(attrs["input_scale"])
@@ -437,12 +456,13 @@ def plan_conv(input_shapes, input_dtypes, attrs, arch: str, *, formats=None, til
                                 (geo["K"] + block_channels - 1) // block_channels, 1),
                           block=(256, 1, 1), shared_mem=0, scalars=scalars)
     config = gemm_tile(geo["Cg"], geo["Kg"], geo["KH"] * geo["KW"], arch, tile, block_k, stages, fp8, mma, cluster,
-                       taps_inner, x_e4m3, pixels if isinstance(pixels, int) else None, ws_ctas)
+                       taps_inner, x_e4m3, pixels if isinstance(pixels, int) else None, ws_ctas, share_w)
     ws = bool(config.get("WARP_SPECIALIZED"))
+    m_tiles = (pixels + config["BLOCK_M"] - 1) // config["BLOCK_M"]
     return LaunchPlan(source=IMPLICIT_GEMM_SM90 if ws else IMPLICIT_GEMM,
                       kernel="fused_conv_implicit_gemm_sm90" if ws else "fused_conv_implicit_gemm",
                       defines={**defines, "GROUPS": geo["G"], **config},
-                      grid=((pixels + config["BLOCK_M"] - 1) // config["BLOCK_M"],
+                      grid=((m_tiles + 1) // 2 * 2 if config.get("SHARE_W") else m_tiles,  # SHARE_W: whole pairs
                             (geo["Kg"] + config["BLOCK_N"] - 1) // config["BLOCK_N"],
                             geo["G"] * config.get("CLUSTER_K", 1)),
                       block=(config["WARPS_M"] * config["WARPS_N"] * config["SPLIT_K"] * 32

@@ -129,22 +129,31 @@ def _measured_choice(shape: ConvShape, arch: str) -> Choice | None:
                   f"batch {worst['batch']}; {worst['source']}")
 
 
+# What stands for TensorRT's own conv in an anchor row: (row key, how the report names it).
+TENSORRT_STAND_INS = (("graph_us", "cuDNN fused graph"), ("base_us", "cuDNN conv + separate epilogue ops"),
+                      ("dw_cudnn_us", "cuDNN depthwise conv + activation"))
+
+
 def measured_rows(anchor: dict, source: str) -> list[dict]:
-    """The rows of a ``benchmarks/conv.py --json`` run that have both times, in this table's form. TensorRT's time
-    is the faster of the cuDNN fused graph and the eager cuDNN conv + separate epilogue ops: the graph's heuristic
-    plan is sometimes far slower than the plain conv (MobileNetV2's small-C 1x1 layers, 10-360x on H100), and
-    TensorRT times its tactics, so it would not run that plan."""
+    """The rows of a ``benchmarks/conv.py --json`` run that have both times, in this table's form (a row's own
+    ``source`` wins over ``source``: merged runs). TensorRT's time is the fastest of the cuDNN fused graph, the eager
+    cuDNN conv + separate epilogue ops and, for depthwise layers, cuDNN's depthwise conv with BatchNorm folded +
+    activation: the graph's heuristic plan is sometimes far slower than the plain conv (MobileNetV2's small-C 1x1
+    layers, 10-360x on H100), and TensorRT times its tactics, so it would not run that plan. A row with an FP8 time
+    (e4m3 X) gives an "fp8" row too, against the same FP16 times (TensorRT's FP16 conv is the engine without the FP8
+    plugin; its own FP8 convs are not measured)."""
     out = []
     for r in anchor["rows"]:
         if r.get("graph_us") is None or not r.get("ours_us"):
             continue
-        graph_faster = r["graph_us"] <= r["base_us"]
-        out.append(dict(kernel=(r["kernel"], r["kernel"]), stride=(r["stride"], r["stride"]), channels=r["c"],
-                        filters=r["k"], groups=r["groups"], spatial=(r["hw"], r["hw"]), batch=r["batch"],
-                        precision="fp16", residual=r["residual"], fused_us=round(r["ours_us"], 2),
-                        tensorrt_us=round(min(r["graph_us"], r["base_us"]), 2),
-                        tensorrt_by="cuDNN fused graph" if graph_faster else "cuDNN conv + separate epilogue ops",
-                        source=source))
+        tensorrt_us, tensorrt_by = min((r[key], name) for key, name in TENSORRT_STAND_INS if r.get(key) is not None)
+        shape = dict(kernel=(r["kernel"], r["kernel"]), stride=(r["stride"], r["stride"]), channels=r["c"],
+                     filters=r["k"], groups=r["groups"], spatial=(r["hw"], r["hw"]), batch=r["batch"],
+                     residual=r["residual"], tensorrt_us=round(tensorrt_us, 2), tensorrt_by=tensorrt_by,
+                     source=r.get("source") or source)
+        out.append(dict(shape, precision="fp16", fused_us=round(r["ours_us"], 2)))
+        if r.get("fp8_us"):
+            out.append(dict(shape, precision="fp8", fused_us=round(r["fp8_us"], 2)))
     return out
 
 

@@ -94,8 +94,6 @@ def _cases():
         FP8Case("fp8-exp2fma-hd256-additive-e4m3-out", dim=256, mask="additive", output_dtype="float8e4m3fn",
                 output_scale=2.0 / 448, tuning=exp2_fma, small=True),
     ]
-    cases.append(FP8Case("fp8-hd256-bn64-causal-br", dim=256, len_q=300, len_kv=1000, causal=1,
-                         alignment="bottom_right", tuning=(("BLOCK_N", 64),)))  # hd256's former tile
     two_stages = (("KV_STAGES", 2),)  # the benchmark's alternatives
     cases += [replace(c, name=c.name + "-2stages", tuning=two_stages, small=False)
               for c in cases if c.name in ("fp8-hd64", "fp8-hd128", "fp8-causal-bottom_right-100x300-hd128")]

@@ -2,6 +2,9 @@
 the WGMMA_BY_DEFAULT switch, the wgmma tile geometry and shared memory, and one-line rejections."""
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
 
 from trt_fusedattn.plugins.attention import plan as plan_module
@@ -129,3 +132,21 @@ def test_fp8_refusals_are_one_line(arch, dim, message):
     with pytest.raises(ValueError, match="all float8e4m3fn or none"):
         plan_attention([(1, 64, 2, 128)] * 3 + [None, None], ["float8_e4m3fn", "float16", "float8_e4m3fn", None, None],
                        attrs, "sm_90a")
+
+
+@pytest.mark.skipif(not shutil.which("nvcc") and not Path("/usr/local/cuda/bin/nvcc").exists(), reason="nvcc not found")
+@pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3fn"])
+@pytest.mark.parametrize("dim", [64, 128, 256])
+@pytest.mark.parametrize("causal", [0, 1])
+def test_default_warp_specialized_tiles_keep_their_wgmmas_asynchronous(dtype, dim, causal):
+    """ptxas serializes every wgmma (info C7512) when the MMA warpgroups' registers cannot hold the in-flight
+    accumulators: the plan's warp-specialized tiles (forced for bf16 head dim 64) must not be such a tile."""
+    from trt_fusedattn.launcher import compile_cubin
+    fp8 = dtype == "float8_e4m3fn"
+    attrs = {"causal": causal, **({"q_scale": 0.01, "k_scale": 0.01, "v_scale": 0.01} if fp8 else {})}
+    p = plan_attention([(2, 4096, 2048 // dim, dim)] * 3 + [None, None], [dtype] * 3 + [None, None],
+                       FUSED_ATTENTION.resolve(attrs), "sm_90a",
+                       tuning={"WARP_SPECIALIZED": 1} if dim == 64 and not fp8 else None)
+    assert p.source.name == "attention_sm90.cu"
+    report = compile_cubin(p.source, "sm_90a", p.defines)[1]
+    assert "serialized" not in report, report

@@ -19,70 +19,105 @@ struct ScoreLimits {
   int mask_stride_q, mask_stride_k;
 };
 
+// True when tile t (keys [t * kBlockN, (t + 1) * kBlockN)) has keys past kv_end or above the causal diagonal of
+// some row of the block: its scores need the bounds check.
+__device__ __forceinline__ bool tile_crosses_limits(int t, const ScoreLimits& lim) {
+  const int n0 = t * kBlockN;
+  return n0 + kBlockN > lim.kv_end || (CAUSAL && n0 + kBlockN - 1 > lim.m0 + lim.causal_offset);
+}
+
+// The online-softmax state of one MMA thread: O (unnormalized), P of the previous tile (pending its P V), the
+// running row maxima and sums, and where its scores sit.
+struct MmaThreadState {
+  float (&o)[1][kDTiles][4];
+  float (&row_sum)[1][2];
+  float row_max[1][2];
+  uint32_t p[kPVSteps][4];
+  FragmentCoords coords;
+};
+
+// One K/V tile step of an MMA warpgroup: wait K(t) and V(t+1) full; take the turn (named barrier 1 or 2); issue
+// Q K^T(t) and the pending P V(t+1) as two wgmma groups; hand the turn over; wait for S; release K; mask + online
+// softmax while P V still runs; wait; rescale O; release V; pack P. kCheckBounds is a template parameter so the
+// code between the two wgmma waits has no branch: a branch around the masking started a block there, and ptxas
+// hoisted the P V wait to its top, above the softmax. kFirst: the first tile has no pending P V (nothing is issued
+// but Q K^T, and V's first stage is not awaited yet).
+template <bool kCheckBounds, bool kFirst>
+__device__ __forceinline__ void mma_tile_step(const KVPipeline& pipe, const QFromSmem& q, const qkv_t* sK,
+                                              const qkv_t* sV, int step, int n_tiles, const ScoreLimits& lim,
+                                              int wg, int lane, MmaThreadState& st) {
+  const int t = n_tiles - 1 - step;
+  const int v_step = step - 1;  // the pending product's V tile
+  pipe.wait_k(step);
+  if constexpr (!kFirst) pipe.wait_v(v_step);
+  float s[1][kNTiles][4];
+  named_barrier_sync<kTurnThreads>(kTurnBarrier + wg);
+  gemm_qk_issue(s, q, sK + KVPipeline::stage(step) * kKTileElems);
+  if constexpr (!kFirst) gemm_pv_issue(st.o, st.p, sV + KVPipeline::stage(v_step) * kVTileElems);
+  named_barrier_arrive<kTurnThreads>(kTurnBarrier + (wg ^ 1));  // the other warpgroup's turn
+  wgmma_wait<kFirst ? 0 : 1>();  // groups complete in order: S is ready, P V may still run
+  fence_operands(s[0]);
+  pipe.release_k(step);
+  if constexpr (kCheckBounds || MASK_KIND != MASK_NONE || kPrescale) {
+    st.coords.col0 = t * kBlockN + (lane % 4) * 2;
+    mask_scores(s, st.coords, kCheckBounds, lim.kv_end, lim.causal_offset, lim.len_q, lim.mask_base,
+                lim.mask_stride_q, lim.mask_stride_k);
+  }
+  // Branch-free up to the wait (ptxas waits for a wgmma before divergent code that reads its accumulators).
+  float o_scale[2];
+  online_softmax<true>(s, st.row_max, st.row_sum, [&](int, int half, float alpha) { o_scale[half] = alpha; });
+  // ptxas hoists a wgmma wait (it has no operands) to the top of its basic block: the warp-uniform branch on whether
+  // any row of the warp moved its max ends the softmax's block, so the wait for P V starts a block after the
+  // softmax (without it the softmax ran after P V). Where no row moved, the O rescale (HEAD_DIM / 4 FMULs a thread)
+  // is skipped: after the first tiles maxima rarely move.
+  if constexpr (kFirst) {
+    // O is still zero: nothing to rescale or wait for
+  } else if (__any_sync(0xffffffff, o_scale[0] != 1.f || o_scale[1] != 1.f)) {
+    wgmma_wait<0>();
+    fence_operands(st.p);
+    fence_operands(st.o[0]);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) rescale_output_row(st.o, 0, half, o_scale[half]);
+  } else {
+    wgmma_wait<0>();
+    fence_operands(st.p);
+    fence_operands(st.o[0]);
+  }
+  if constexpr (!kFirst) pipe.release_v(v_step);
+  pack_p(st.p, s);
+}
+
 // Runs the main loop for MMA warp `warp` (0..kWarps-1 counted from the first MMA warp) over tiles n_tiles - 1 .. 0;
-// returns with O (unnormalized) and the row sums of this thread's rows.
+// returns with O (unnormalized) and the row sums of this thread's rows. The tiles that cross the key or causal
+// limits come first (the highest t) and run the bounds-checking step; the rest run the step without it. The first
+// tile always checks bounds (correct for any tile) so that only three copies of the step exist.
 __device__ __forceinline__ void mma_warpgroup_mainloop(const KVPipeline& pipe, const qkv_t* sQ, const qkv_t* sK,
                                                        const qkv_t* sV, int n_tiles, const ScoreLimits& lim, int warp,
                                                        int lane, float (&o)[1][kDTiles][4], float (&row_sum)[1][2]) {
   const int wg = warp / 4;
-  float row_max[1][2] = {{-INFINITY, -INFINITY}};
+  MmaThreadState st{o, row_sum, {{-INFINITY, -INFINITY}}};
   row_sum[0][0] = row_sum[0][1] = 0.f;
 #pragma unroll
   for (int dt = 0; dt < kDTiles; ++dt) o[0][dt][0] = o[0][dt][1] = o[0][dt][2] = o[0][dt][3] = 0.f;
-  // P of the previous tile, pending its P V; before the first tile P = 0 times the first V stage (adds nothing, and
-  // keeps every issue and wait unconditional: ptxas serializes wgmmas it cannot prove idle where their registers
-  // are read).
-  uint32_t p[kPVSteps][4];
-#pragma unroll
-  for (int kk = 0; kk < kPVSteps; ++kk) p[kk][0] = p[kk][1] = p[kk][2] = p[kk][3] = 0u;
   const QFromSmem q(sQ, warp, lane);
-  FragmentCoords coords;
-  coords.row0 = lim.m0 + warp * kWarpRows + lane / 4;
+  st.coords.row0 = lim.m0 + warp * kWarpRows + lane / 4;
+  int n_checked = 0;  // leading steps whose tile crosses a limit
+  while (n_checked < n_tiles && tile_crosses_limits(n_tiles - 1 - n_checked, lim)) ++n_checked;
 
   mbarrier_wait(pipe.full_q(), 0);
   if (wg == 1 && n_tiles > 0) named_barrier_arrive<kTurnThreads>(kTurnBarrier);  // warpgroup 0 issues first
-  for (int step = 0; step < n_tiles; ++step) {
-    const int t = n_tiles - 1 - step;
-    const int n0 = t * kBlockN;
-    const int v_step = step > 0 ? step - 1 : 0;  // the pending product's V tile
-    pipe.wait_k(step);
-    pipe.wait_v(v_step);
-    float s[1][kNTiles][4];
-    named_barrier_sync<kTurnThreads>(kTurnBarrier + wg);
-    gemm_qk_issue(s, q, sK + KVPipeline::stage(step) * kKTileElems);
-    gemm_pv_issue(o, p, sV + KVPipeline::stage(v_step) * kVTileElems);
-    named_barrier_arrive<kTurnThreads>(kTurnBarrier + (wg ^ 1));  // the other warpgroup's turn
-    wgmma_wait<1>();  // groups complete in order: S is ready, P V may still run
-    fence_operands(s[0]);
-    pipe.release_k(step);
-    const bool check_bounds = n0 + kBlockN > lim.kv_end || (CAUSAL && n0 + kBlockN - 1 > lim.m0 + lim.causal_offset);
-    if (check_bounds || MASK_KIND != MASK_NONE || kPrescale) {
-      coords.col0 = n0 + (lane % 4) * 2;
-      mask_scores(s, coords, check_bounds, lim.kv_end, lim.causal_offset, lim.len_q, lim.mask_base, lim.mask_stride_q,
-                  lim.mask_stride_k);
-    }
-    // Branch-free up to the wait (ptxas waits for a wgmma before divergent code that reads its accumulators).
-    float o_scale[2];
-    online_softmax<true>(s, row_max, row_sum, [&](int, int half, float alpha) { o_scale[half] = alpha; });
-    wgmma_wait<0>();
-    fence_operands(p);
-    fence_operands(o[0]);
-    if (step > 0) pipe.release_v(v_step);
-    // FP8 moves a row's max whenever it grows (threshold 0), yet after the first tiles rarely: skip the O rescale
-    // (HEAD_DIM / 4 FMULs a thread) when no row of the warp moved. Warp-uniform, and no wgmma is in flight here.
-    if (!FP8 || __any_sync(0xffffffff, o_scale[0] != 1.f || o_scale[1] != 1.f)) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) rescale_output_row(o, 0, half, o_scale[half]);
-    }
-    pack_p(p, s);
-  }
+  if (n_tiles > 0) mma_tile_step<true, true>(pipe, q, sK, sV, 0, n_tiles, lim, wg, lane, st);
+  for (int step = 1; step < n_checked; ++step)
+    mma_tile_step<true, false>(pipe, q, sK, sV, step, n_tiles, lim, wg, lane, st);
+  for (int step = max(n_checked, 1); step < n_tiles; ++step)
+    mma_tile_step<false, false>(pipe, q, sK, sV, step, n_tiles, lim, wg, lane, st);
   if (n_tiles > 0) {
     // the turn barriers: warpgroup 1's last arrival on warpgroup 0's barrier has no partner turn; absorb it
     if (wg == 0) named_barrier_sync<kTurnThreads>(kTurnBarrier);
     pipe.wait_v(n_tiles - 1);
-    gemm_pv_issue(o, p, sV + KVPipeline::stage(n_tiles - 1) * kVTileElems);
+    gemm_pv_issue(o, st.p, sV + KVPipeline::stage(n_tiles - 1) * kVTileElems);
     wgmma_wait<0>();
-    fence_operands(p);
+    fence_operands(st.p);
     fence_operands(o[0]);
   }
 }

@@ -67,9 +67,9 @@ LOAD_WARPGROUP_THREADS = 128
 # FP8 (E4M3 Q/K/V): the warp-specialized kernel with e4m3 wgmmas on sm_90a only (an sm_89 mma.sync path is not built
 # yet), for these head dims (D_qk == D_v), plus two staging tiles of V as copied (attention_load_sm90.cuh: the loader
 # transposes V, the FP8 wgmma's B being K-major only). P <= 1 when quantized, so the running max moves whenever it
-# grows (threshold 0). Head dim 256 takes 128-key tiles (225 KB; 36 B of spills at 232 registers): faster than 64-key
-# tiles at 10 of 12 grid points on the H100. Timings: NOTES.md.
-FP8_TILES = {64: (128, 128, 8, 0, 3), 128: (128, 128, 8, 0, 3), 256: (128, 128, 8, 0, 2)}
+# grows (threshold 0). Head dim 256 takes 64-key tiles: with 128-key tiles (36 B of spills at 232 registers) ptxas
+# serializes every wgmma (C7512, insufficient registers). Timings: NOTES.md.
+FP8_TILES = {64: (128, 128, 8, 0, 3), 128: (128, 128, 8, 0, 3), 256: (128, 64, 8, 0, 2)}
 # a mask's loads at head dim 256 spill 60-160 B with 128-key tiles: masked specializations keep 64-key tiles there
 FP8_TILES_MASKED = {**FP8_TILES, 256: (128, 64, 8, 0, 2)}
 FP8_V_STAGING_TILES = 2

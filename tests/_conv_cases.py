@@ -205,7 +205,8 @@ X_E4M3_CASES = [
              x_e4m3=True, residual=True),
 ]
 
-# The warp-specialized Hopper kernel (implicit_gemm_sm90.cu, mma="wgmma_ws"), float16/bfloat16, forced onto each of its
+# The warp-specialized Hopper kernel (implicit_gemm_sm90.cu, mma="wgmma_ws"), float16/bfloat16 and FP8 with e4m3 X,
+# forced onto each of its
 # 8-warp tiles: odd M (batch 1, several M tiles, rows past M), K/G not a multiple of BLOCK_N, BLOCK_K 32 (64-byte
 # swizzle) and 64, a ring deeper than the reduction (one tile) and the shallowest ring (3 stages), two blocks per SM,
 # strides, dilation, conv groups, taps-inner order, cluster splits (uneven slices; a CTA of the cluster with no
@@ -247,4 +248,14 @@ WS_CASES = [
     _ws(ConvCase("1x1_c64_k128_share_one_tile", 2, 64, 9, 9, 128, 1, 1, residual=True), "128x256w8", share_w=True),
     _ws(ConvCase("3x3_c96_k128_share_3stages", 2, 96, 8, 8, 128, 3, 3, pad=1, scale=True), "256x128w8", share_w=True,
         stages=3),
+    # 3-CTA reduction clusters (uneven slices: 23 tiles of 32 as 7, 8, 8)
+    _ws(ConvCase("3x3_c80_k64_b1", 1, 80, 9, 9, 64, 3, 3, pad=1, residual=True), "128x64w8", cluster=3),
+    # FP8 with e4m3 X (A and W as bytes, wgmma k32 e4m3): BLOCK_K 128 over 256 channels, 64 with W shared, a 3-CTA
+    # reduction cluster
+    _ws(ConvCase("x8_3x3_c256_k192", 2, 256, 7, 9, 192, 3, 3, pad=1, scale=True, input_scale=FP8_INPUT_SCALE,
+                 x_e4m3=True, residual=True, post_activation="relu"), "128x128w8"),
+    _ws(ConvCase("x8_3x3_c64_k96_share", 3, 64, 9, 9, 96, 3, 3, pad=1, scale=True, input_scale=FP8_INPUT_SCALE,
+                 x_e4m3=True), "128x64w8", share_w=True),
+    _ws(ConvCase("x8_3x3_c128_k128_b1", 1, 128, 7, 7, 128, 3, 3, pad=1, scale=True, input_scale=FP8_INPUT_SCALE,
+                 x_e4m3=True, activation="silu"), "128x64w8", cluster=3),
 ]

@@ -152,7 +152,7 @@ def test_warp_specialized_kernel_ptx(tuned):
     d = plan.defines
     assert plan.kernel == "fused_conv_implicit_gemm_sm90" and plan.block == (384, 1, 1) and d["WARP_SPECIALIZED"] == 1
     ptx = comp.compile_ptx(plan.source, "sm_90a", d)
-    operand = "k16.f32.bf16.bf16" if d["DTYPE_BF16"] else "k16.f32.f16.f16"
+    operand = "k32.f32.e4m3.e4m3" if d.get("FP8") else "k16.f32.bf16.bf16" if d["DTYPE_BF16"] else "k16.f32.f16.f16"
     for instruction in ("mbarrier.try_wait.parity.shared::cta.b64", "mbarrier.arrive.shared::cta.b64",
                         "cp.async.mbarrier.arrive.noinc.shared::cta.b64",
                         "cp.async.cg.shared.global", "fence.proxy.async.shared::cta",

@@ -251,14 +251,18 @@ def test_fp8_wgmma_only_where_the_kernel_has_it():
 
 def test_e4m3_x_moves_bytes_and_writes_float16():
     """float8_e4m3fn X (already quantized): no quantize pass (A stages hold bytes), float16 Y, BLOCK_K 128 over
-    >= 256 channels on the wgmma path."""
+    >= 256 channels on the wgmma path; by default (sm_90a) on the warp-specialized kernel with the same stages."""
     case = ConvCase("x8", 2, 256, 7, 7, 256, 3, 3, pad=1, input_scale=FP8_INPUT_SCALE)
     dtypes = ["float8_e4m3fn", *case.dtypes()[1:]]
-    plan = plan_conv(case.shapes(), dtypes, case.attrs(), "sm_90a")
+    plan = plan_conv(case.shapes(), dtypes, case.attrs(), "sm_90a", mma="wgmma")
     d = plan.defines
     assert d["X_E4M3"] == 1 and d["WGMMA"] == 1 and d["DTYPE_BF16"] == 0 and d["BLOCK_K"] == 128
     assert plan.shared_mem == d["STAGES"] * (d["BLOCK_M"] + d["BLOCK_N"]) * d["BLOCK_K"]
-    x8 = plan_conv(case.shapes(), dtypes, case.attrs(), "sm_90a", block_k=64)
+    ws = plan_conv(case.shapes(), dtypes, case.attrs(), "sm_90a")
+    w = ws.defines
+    assert ws.kernel == "fused_conv_implicit_gemm_sm90" and w["X_E4M3"] == 1 and w["BLOCK_K"] == 128
+    assert ws.shared_mem == 1024 + w["STAGES"] * (w["BLOCK_M"] + w["BLOCK_N"]) * w["BLOCK_K"]
+    x8 = plan_conv(case.shapes(), dtypes, case.attrs(), "sm_90a", block_k=64, mma="wgmma")
     quantized = plan_conv(case.shapes(), case.dtypes(), case.attrs(), "sm_90a", block_k=64)
     q = quantized.defines
     assert "X_E4M3" not in q and q["STAGES"] == x8.defines["STAGES"]
@@ -483,7 +487,7 @@ def test_warp_specialized_case_plans(tuned: TunedCase):
     ctas = d.get("WS_CTAS", 1)  # blocks per SM: each within its share of the SM's shared memory
     limit = 232448 // ctas - 1024 * (ctas - 1)
     assert ctas == tuned.overrides.get("ws_ctas", 1) and plan.shared_mem == gemm_shared_bytes(d) <= limit
-    stage = (d["BLOCK_M"] + d["BLOCK_N"]) * d["BLOCK_K"] * 2
+    stage = (d["BLOCK_M"] + d["BLOCK_N"]) * d["BLOCK_K"] * (1 if case.x_e4m3 else 2)  # operand bytes
     assert plan.shared_mem >= 1024 + d["STAGES"] * stage
     tiles = math.ceil(case.kh * case.kw * case.c // case.groups / d["BLOCK_K"] / d.get("CLUSTER_K", 1))
     assert 3 <= d["STAGES"] <= max(3, min(tuned.overrides.get("stages", 6), tiles + 1))
@@ -500,7 +504,8 @@ def test_warp_specialized_cases_cover_what_they_claim():
     no reduction tile, the shallowest ring."""
     plans = [(t, t.plan("sm_90a").defines) for t in WS_CASES]
     assert {t.overrides["tile"] for t in WS_CASES} == {"128x128w8", "128x256w8", "256x128w8", "128x64w8"}
-    assert {d["BLOCK_K"] for _, d in plans} == {32, 64} and {t.case.dtype for t in WS_CASES} == {"float16", "bfloat16"}
+    assert {d["BLOCK_K"] for _, d in plans} == {32, 64, 128} and {t.case.dtype for t in WS_CASES} == {"float16", "bfloat16"}
+    assert {d.get("CLUSTER_K", 1) for _, d in plans} == {1, 2, 3, 4} and any(t.case.x_e4m3 for t in WS_CASES)
     m = lambda t: t.case.n * t.case.out_hw[0] * t.case.out_hw[1]  # noqa: E731
     assert any(m(t) % d["BLOCK_M"] for t, d in plans) and any(m(t) > 2 * d["BLOCK_M"] for t, d in plans)
     assert any((t.case.k // t.case.groups) % d["BLOCK_N"] for t, d in plans)
@@ -546,21 +551,25 @@ def test_warp_specialized_rejections(arch, dtypes, tile, message):
 
 
 def test_warp_specialized_default_by_reduction_and_static_output_size():
-    """sm_90a float16/bfloat16: the warp-specialized kernel for reductions >= 1024; tile by channels; with N*P*Q
-    static, below half the SMs' worth of CTAs a 128x64 tile and then a 2-CTA cluster (>= 16 reduction tiles); the
-    deepest reductions split before they narrow. The expected choices are the fastest measured (H100 run 2)."""
+    """sm_90a float16/bfloat16: the warp-specialized kernel for reductions >= 1024 (1x1: >= 512); tile by channels;
+    with N*P*Q static, below half the SMs' worth of CTAs narrower tiles and then the largest reduction cluster whose
+    CTAs fit at once with >= 8 reduction tiles each; the deepest reductions split before they narrow. The expected
+    choices are the fastest measured (H100 run 2 and the conv-1 sweep)."""
     def choice(c, k, kernel, n=32, hw=14, dtype="float16", arch="sm_90a", stride=1):
         case = ConvCase("t", n, c, hw, hw, k, kernel, kernel, pad=kernel // 2, stride=stride, dtype=dtype)
         d = case.plan(arch).defines
         return bool(d.get("WARP_SPECIALIZED")), d["BLOCK_M"], d["BLOCK_N"], d.get("CLUSTER_K", 1)
     assert choice(64, 64, 3, hw=56) == (False, 128, 64, 1)        # 576-deep reduction: the unspecialized loop
-    assert choice(512, 128, 1, hw=28)[0] is False
+    assert choice(256, 128, 1, hw=28)[0] is False and choice(512, 128, 1, hw=28) == (True, 128, 128, 1)  # 1x1 >= 512
     assert choice(256, 256, 3) == (True, 128, 128, 1)             # 6272 pixels: 98 CTAs
     assert choice(128, 128, 3, n=8, hw=28) == (True, 128, 64, 1)  # 49 CTAs -> 98 narrow
     assert choice(256, 256, 3, n=8) == (True, 128, 64, 2)         # 1568 pixels: 26 CTAs -> 52 narrow -> 104
     assert choice(1024, 256, 1, n=8) == (True, 128, 64, 2)
-    assert choice(2048, 512, 1, n=8, hw=7) == (True, 128, 64, 2)  # 392 pixels: 32 narrow CTAs -> 64
-    assert choice(512, 512, 3, n=8, hw=7) == (True, 128, 64, 2)   # 72 tiles, but 16 -> 32 CTAs when split: narrow
+    assert choice(2048, 512, 1, n=8, hw=7) == (True, 128, 64, 3)  # 392 pixels: 32 narrow CTAs -> 96 on 3-CTA clusters
+    assert choice(512, 512, 3, n=8, hw=7) == (True, 128, 64, 3)   # 72 tiles, but 16 -> 32 CTAs when split: narrow
+    assert choice(512, 512, 3, n=1, hw=7) == (True, 128, 64, 4)   # 8 CTAs: 32 on 4-CTA clusters fit at once
+    assert choice(1024, 256, 1, n=1) == (True, 128, 64, 2)        # 16 reduction tiles: 8 per CTA at most
+    assert choice(512, 1024, 1, n=8, hw=28, stride=2) == (True, 128, 128, 1)  # 128x256 -> 128x128: 104 CTAs
     assert choice(512, 512, 3, hw=7) == (True, 128, 128, 2)       # 72 tiles, 52 CTAs -> 104 split, kept wide
     assert choice(1024, 512, 1) == (True, 128, 256, 1)            # wide 1x1 output: 98 CTAs
     assert choice(1024, 512, 1, n=8) == (True, 128, 64, 1)        # 26 wide CTAs -> 104 narrow

@@ -12,7 +12,9 @@
 // then CLUSTER_K > 1 sums the cluster's partial tiles through DSMEM (implicit_gemm_reduction.cuh) and the MMA
 // warpgroups run the shared output pass (implicit_gemm_store.cuh: scale, shift, activation, residual,
 // post-activation). Arguments, defines and the launch grid are implicit_gemm.cu's (WGMMA = 1, WARP_SPECIALIZED = 1,
-// 8 MMA warps as WARPS_M x WARPS_N, SPLIT_K 1, 16-byte loads, float16/bfloat16); the block has 384 threads.
+// 8 MMA warps as WARPS_M x WARPS_N, SPLIT_K 1, 16-byte loads, float16/bfloat16, or FP8 with X_E4M3: e4m3 X and W
+// land as bytes in the same swizzled rows, wgmma m64nNk32 e4m3, INPUT_SCALE in the epilogue); the block has 384
+// threads.
 #include "epilogue.cuh"
 #include "implicit_gemm_config.cuh"
 #include "implicit_gemm_load_sm90.cuh"
@@ -22,8 +24,8 @@
 #include "common/named_barrier.cuh"
 #include "common/warpgroup.cuh"
 
-static_assert(WARP_SPECIALIZED && WGMMA && IN_VEC == 8 && !FP8, "the warp-specialized kernel: wgmma, 16-byte loads, "
-              "float16/bfloat16");
+static_assert(WARP_SPECIALIZED && WGMMA && IN_VEC == 8 && (!FP8 || X_E4M3), "the warp-specialized kernel: wgmma, "
+              "16-byte loads, float16/bfloat16 or FP8 with e4m3 X (nothing to quantize: A and W land as operand bytes)");
 #ifndef WS_CTAS
 #define WS_CTAS 1  // thread blocks per SM: 2 overlaps one block's ring fill and epilogue with the other's MMAs
 #endif

@@ -115,13 +115,20 @@ GEMM_TILES = {
 WS_LOAD_THREADS = 128
 WS_RING_OFFSET = 1024  # the ring's mbarriers, before the 1024-byte-aligned stages
 WS_MAX_STAGES = 6
-# The warp-specialized kernel is sm_90a's float16/bfloat16 default where default_ws_tile picks it (NOTES.md).
+# The warp-specialized kernel is sm_90a's float16/bfloat16 default where default_ws_tile picks it (NOTES.md), and FP8's
+# with e4m3 X (prediction before its first run: NOTES.md).
 FP16_WARP_SPECIALIZED_BY_DEFAULT = True
+FP8_WARP_SPECIALIZED_BY_DEFAULT = True
 # W tiles shared by M-tile pairs in the warp-specialized default (default_share_w).
 SHARE_W_BY_DEFAULT = True
 # Half the SMs of an H100 / H200 SXM: a static output with fewer CTAs than this gets narrower tiles and then a
 # cluster split of the reduction.
 WS_MIN_CTAS = 66
+# CTAs of a reduction split over N-CTA clusters that run at once on an H100 / H200 SXM (132 SMs in GPCs of 16-18; a
+# cluster takes SMs of one GPC): beyond this the grid runs in two waves (H100 sweep: 32 4-CTA clusters took twice the
+# time of 8, 52 3-CTA clusters twice that of 32), and the least reduction tiles each CTA keeps.
+CLUSTER_CTA_CAP = {2: 132, 3: 120, 4: 96}
+WS_MIN_RANK_TILES = 8
 # The wgmma main loop is the default on sm_90a since its GPU tests passed and it timed faster (NOTES.md); for FP8 it is
 # the only way to Hopper's FP8 rate (ptxas lowers mma.sync e4m3 to fp16 HMMA there).
 FP8_WGMMA_BY_DEFAULT = True
@@ -164,23 +171,31 @@ def default_wgmma_tile(cg: int, kg: int, taps: int) -> tuple[str, int] | None:
     return "128x128w8", 1
 
 
-def default_ws_tile(cg: int, kg: int, taps: int, pixels: int | None) -> tuple[str, int] | None:
+def default_ws_tile(cg: int, kg: int, taps: int, pixels: int | None, block_k: int = 64) -> tuple[str, int] | None:
     """(tile, cluster) of the warp-specialized kernel, or None where the unspecialized loops are as fast, from the WS
-    sweeps on H100 (NOTES.md): reductions of >= 1024 (16 tiles of 64) pay for the ring; 128x64 for K/G <= 64,
-    128x256 for wide 1x1 outputs, else 128x128. With the output size static (``pixels`` = N*P*Q an int) a tile that
-    leaves most SMs idle narrows to 128x64 (twice the CTAs) and, still short, splits the reduction over a 2-CTA
-    cluster (4-CTA clusters were slower on every layer measured); the deepest reductions (>= 64 tiles: 3x3 over 512
-    channels) split before they narrow, since 128x64 tiles re-read twice the operand bytes per MAC from L2."""
-    if taps * cg < 1024:
+    sweeps on H100 (NOTES.md): reductions of >= 1024 (16 tiles of 64), and 1x1 reductions of >= 512, pay for the ring;
+    128x64 for K/G <= 64, 128x256 for wide 1x1 outputs, else 128x128. With the output size static (``pixels`` = N*P*Q
+    an int) a tile that leaves most SMs idle narrows (128x256 -> 128x128 -> 128x64) and, still short, splits the
+    reduction over the largest cluster whose CTAs all fit on the SMs at once (CLUSTER_CTA_CAP) with >= 8 reduction
+    tiles each; the deepest reductions (>= 64 tiles: 3x3 over 512 channels) split before they narrow, since 128x64
+    tiles re-read twice the operand bytes per MAC from L2. ``block_k``: reduction elements per tile (FP8 with e4m3 X:
+    128 over >= 256 channels, the same 128-byte rows as float16's 64)."""
+    reduction = taps * cg
+    if reduction < 1024 and not (taps == 1 and reduction >= 512):
         return None
     tile = "128x64w8" if kg <= 64 else "128x256w8" if taps == 1 and kg >= 512 else "128x128w8"
     if not isinstance(pixels, int):
         return tile, 1
     ctas = lambda name: -(-pixels // GEMM_TILES[name][0]) * -(-kg // GEMM_TILES[name][1])  # noqa: E731
-    k_tiles = -(-taps * cg // 64)
-    if not (k_tiles >= 64 and 2 * ctas(tile) >= WS_MIN_CTAS) and ctas(tile) < WS_MIN_CTAS:
-        tile = "128x64w8"
-    return tile, 2 if ctas(tile) < WS_MIN_CTAS and k_tiles >= 16 else 1
+    k_tiles = -(-reduction // block_k)
+    if not (k_tiles >= 64 and 2 * ctas(tile) >= WS_MIN_CTAS):
+        for narrower in ("128x128w8", "128x64w8"):
+            if ctas(tile) < WS_MIN_CTAS and GEMM_TILES[narrower][1] < GEMM_TILES[tile][1]:
+                tile = narrower
+    if ctas(tile) >= WS_MIN_CTAS:
+        return tile, 1
+    fits = [c for c, cap in CLUSTER_CTA_CAP.items() if ctas(tile) * c <= cap and k_tiles >= WS_MIN_RANK_TILES * c]
+    return tile, max(fits, default=1)
 
 
 def default_share_w(cluster: int, pixels: int | None) -> bool:
@@ -215,13 +230,16 @@ def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, b
     if mma not in (None, "wgmma", "wgmma_ws", "mma.sync"):
         raise ValueError(f"mma={mma!r}: give 'wgmma', 'wgmma_ws' (warp-specialized) or 'mma.sync'")
     warp_specialized = mma == "wgmma_ws"
-    if warp_specialized and (fp8 or arch not in WGMMA_ARCHES or cg % 8):
-        raise ValueError(f"mma='wgmma_ws' runs float16/bfloat16 with C/G % 8 == 0 on sm_90a; got "
-                         f"{'FP8' if fp8 else 'C/G = ' + str(cg)} on {arch}")
+    if warp_specialized and ((fp8 and not x_e4m3) or arch not in WGMMA_ARCHES or cg % 8):
+        raise ValueError(f"mma='wgmma_ws' runs float16/bfloat16 with C/G % 8 == 0, or FP8 with e4m3 X, on sm_90a; got "
+                         f"{'FP8 with float16/bfloat16 X' if fp8 and not x_e4m3 else 'C/G = ' + str(cg)} on {arch}")
+    # FP8 with e4m3 X: 128-byte rows (BLOCK_K 128) over >= 256 channels (wgmma sweep, NOTES.md), else 64
+    fp8_block_k = 128 if x_e4m3 and cg % 128 == 0 and cg >= 256 else 64
+    by_default_ws = (FP8_WARP_SPECIALIZED_BY_DEFAULT and x_e4m3) if fp8 else FP16_WARP_SPECIALIZED_BY_DEFAULT
     ws_choice = None
-    if tile is None and (warp_specialized or (mma is None and FP16_WARP_SPECIALIZED_BY_DEFAULT and not fp8
-                                              and arch in WGMMA_ARCHES and cg % 8 == 0)):
-        ws_choice = default_ws_tile(cg, kg, taps, pixels) or (("128x128w8", 1) if warp_specialized else None)
+    if tile is None and (warp_specialized or (mma is None and by_default_ws and arch in WGMMA_ARCHES and cg % 8 == 0)):
+        ws_choice = (default_ws_tile(cg, kg, taps, pixels, fp8_block_k if fp8 else 64)
+                     or (("128x128w8", 1) if warp_specialized else None))
         warp_specialized = ws_choice is not None
         mma = "wgmma_ws" if warp_specialized else mma
     default_tile, default_block_k = default_gemm_tile(cg, kg, taps)
@@ -253,8 +271,8 @@ def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, b
     if share_w and not (warp_specialized and (cluster or 1) == 1 and ws_ctas in (None, 1)):
         raise ValueError("share_w pairs the warp-specialized kernel's M tiles in a 2-CTA cluster: give mma='wgmma_ws' "
                          "(or its default) without cluster or ws_ctas")
-    if fp8:  # e4m3 X over >= 256 channels: 128-byte rows (wgmma sweep, NOTES.md)
-        block_k = block_k or (128 if x_e4m3 and cg % 128 == 0 and cg >= 256 else 64)
+    if fp8:
+        block_k = block_k or fp8_block_k
     else:
         block_k = block_k or (None if tile else default_block_k) or (64 if in_vec == 8 and cg % 64 == 0 else 32)
     cluster = cluster or 1

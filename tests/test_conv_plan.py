@@ -596,3 +596,14 @@ def test_warp_specialized_default_shares_w_where_the_reduction_is_not_split():
     assert "SHARE_W" not in plan(256, 256, 3, cluster=2).defines
     assert "SHARE_W" not in plan(256, 256, 3, share_w=False).defines
     assert "SHARE_W" not in plan(64, 64, 3, hw=56).defines               # not the warp-specialized kernel
+
+
+def test_depthwise_chunks_cover_the_channels_without_an_idle_quarter():
+    """144 channels are 18 chunks of 8: blocks of 2 chunks (9 block columns, none part-empty) instead of 8 (a quarter
+    of the last column's threads idle); counts that 8 chunks divide, or that no power of two >= 2 divides, keep 8."""
+    from trt_fusedattn.plugins.conv.plan import depthwise_tile
+    assert depthwise_tile(144, 144)["CHUNKS"] == 2 and depthwise_tile(96, 96)["CHUNKS"] == 4
+    assert depthwise_tile(192, 192)["CHUNKS"] == 8 and depthwise_tile(40, 40)["CHUNKS"] == 8
+    for c in (32, 96, 144, 192, 384, 576, 960):
+        t = depthwise_tile(c, c)
+        assert (c // t["DW_VEC"]) % t["CHUNKS"] == 0

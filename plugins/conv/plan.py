@@ -338,11 +338,15 @@ def gemm_shared_bytes(tile: dict) -> int:
 
 
 def depthwise_tile(c: int, k: int) -> dict:
+    """Depthwise block: CHUNKS channel chunks of DW_VEC channels. Up to 8 chunks (32 without vectors), as few as
+    cover the channels; where that leaves a block of the last column part-empty (144 channels = 18 chunks of 8 on
+    blocks of 8: a quarter of the threads idle), the largest power of two >= 2 that divides the chunk count."""
     mult = k // c
     vec = _largest_vector(c) if mult == 1 else 1
     groups_of_vec = -(-k // vec)
     chunks = min(8 if vec > 1 else 32, 1 << max(0, groups_of_vec - 1).bit_length())
-    return dict(CH_MULT=mult, DW_VEC=vec, CHUNKS=chunks)
+    dividing = max(d for d in (1, 2, 4, 8, 16, 32) if d <= chunks and groups_of_vec % d == 0)
+    return dict(CH_MULT=mult, DW_VEC=vec, CHUNKS=dividing if dividing >= 2 else chunks)
 
 
 def output_shape_conv(input_shapes, attrs) -> tuple:

@@ -44,8 +44,9 @@ def conv_qdq_version(model: onnx.ModelProto, samples: int = 8, **options) -> onn
 
 def matmul_qdq_version(model: onnx.ModelProto, samples: int = 4) -> onnx.ModelProto:
     """``model`` with FP8 Q/DQ on both inputs of every MatMul (Model Optimizer's FP8 GEMM/BMM pattern), one
-    calibrated scale per tensor; attention probabilities (a Softmax output) take amax 1 (scale 1/448), as their
-    range is [0, 1] whatever the calibration saw."""
+    calibrated scale per tensor in the tensor's dtype (QuantizeLinear's x and scale share it); attention
+    probabilities (a Softmax output) take amax 1 (scale 1/448), as their range is [0, 1] whatever the calibration
+    saw."""
     tensors = sorted({i for n in model.graph.node if n.op_type == "MatMul" for i in n.input})
     amax = record_amax(model, tensors, calibration_batches(model, samples))
     producers = {o: n for n in model.graph.node for o in n.output}
@@ -58,6 +59,9 @@ def matmul_qdq_version(model: onnx.ModelProto, samples: int = 4) -> onnx.ModelPr
             name = node.input[-1] if node.op_type == "Where" else node.input[0]
         return False
     amax.update({name: 1.0 for name in amax if probabilities(name)})
+    inferred = onnx.shape_inference.infer_shapes(model).graph
+    elem_types = {v.name: v.type.tensor_type.elem_type for v in (*inferred.value_info, *inferred.input)}
+    elem_types.update({t.name: t.data_type for t in inferred.initializer})
     model = with_qdq_opset(model)
     graph = model.graph
     graph.initializer.append(numpy_helper.from_array(np.zeros((), ml_dtypes.float8_e4m3fn), "fp8_zero"))
@@ -68,7 +72,8 @@ def matmul_qdq_version(model: onnx.ModelProto, samples: int = 4) -> onnx.ModelPr
                 if name not in done:
                     done.add(name)
                     graph.initializer.append(numpy_helper.from_array(
-                        np.array(scale_of(amax[name] or 1.0), np.float32), f"{name}_scale"))
+                        np.array(scale_of(amax[name] or 1.0), helper.tensor_dtype_to_np_dtype(  # x's dtype
+                            elem_types.get(name, onnx.TensorProto.FLOAT))), f"{name}_scale"))
                     nodes += [helper.make_node("QuantizeLinear", [name, f"{name}_scale", "fp8_zero"], [f"{name}_q"]),
                               helper.make_node("DequantizeLinear", [f"{name}_q", f"{name}_scale", "fp8_zero"],
                                                [f"{name}_dq"])]

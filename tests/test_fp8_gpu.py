@@ -154,7 +154,7 @@ def _fused_attention_models(name):
 
     model = sample(name)
     yield "calibrated", model, fuse(model, precision="fp8", calibration="random:8")[0]
-    if name.endswith("torchscript") and "fp16" not in name:  # the Softmax pattern Model Optimizer quantizes
+    if name.endswith("torchscript"):  # the Softmax pattern Model Optimizer quantizes
         yield "Q/DQ", model, fuse(matmul_qdq_version(model))[0]
 
 

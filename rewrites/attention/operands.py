@@ -131,6 +131,8 @@ def trace_bhsd(tensor: gs.Tensor, allow_repeat: bool, shapes: TensorShapes) -> t
     tensor, factor, fp8_scale = peel_operand(tensor, shapes)
     repeats = 1
     if allow_repeat:
+        if fp8_scale is not None:  # a pair above the Cast an fp16 export puts on V for a float32 P V quantizes V itself
+            tensor = peel_float_cast(tensor)
         tensor, repeats = _unrepeat_heads(tensor, 1, shapes)
         tensor, more = peel_scale(tensor, shapes)
         factor, fp8_scale = factor * more, below_pair(fp8_scale, more)

@@ -26,7 +26,6 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from trt_fusedattn.launcher import device_arch, launch, precompile
 from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION
 from trt_fusedattn.plugins.attention.plan import plan_attention
-from trt_fusedattn.plugins.attention.plan_decode import decode_split
 
 TOKENS, HIDDEN = 16384, 2048
 SEQS = (512, 1024, 2048, 4096, 8192, 16384)
@@ -247,31 +246,19 @@ DECODE_TUNING = ("WGMMA", "BLOCK_M", "BLOCK_N", "NUM_WARPS", "Q_IN_REGISTERS", "
 L2_BYTES = 50 * 2 ** 20  # H100's L2: K/V smaller than this stay in it across the graph's back-to-back calls
 # key groups of warps per block (WARP_SPLIT) timed beside the plan's choice, with the K/V tile each group streams
 KEY_GROUPS = ((1, 64), (2, 32), (4, 16), (4, 32), (8, 16))
-# 64 packed rows (16 queries of 32/8 GQA) as two 32-row tiles of two key groups (2 warps each): twice the CTAs, each
-# small enough for two an SM, K/V read twice through L2; with the plan's split and with twice it
-ROWS32 = ("32-row tiles, 2 key groups x32", "32-row tiles, 2 key groups x32, split x2", "32-row tiles, 2 key groups x16")
-DECODE_VARIANTS = ["split 1", "split 2", "split 4", "split 8"] + [f"{w} key groups x{n}" for w, n in KEY_GROUPS] + [
-    *ROWS32]
+DECODE_VARIANTS = ["split 1", "split 2", "split 4", "split 8"] + [f"{w} key groups x{n}" for w, n in KEY_GROUPS]
 
 
 def decode_variants(plan) -> dict:
-    """Tunings to time beside the plan's decode choice: each cluster split, each number of key groups of warps (at most
-    8 warps a block: about 160 registers a thread) and, for 64 packed rows, two 32-row tiles."""
+    """Tunings to time beside the plan's decode choice: each cluster split and each number of key groups of warps (at
+    most 16 warps a block: 128 registers a thread)."""
     base = {k: plan.defines[k] for k in DECODE_TUNING}
     variants = {f"split {s}": {**base, "KV_SPLIT": s} for s in (1, 2, 4, 8) if s != base["KV_SPLIT"]}
     row_warps = base["NUM_WARPS"] // base["WARP_SPLIT"]
     for w, block_n in KEY_GROUPS:
         tuning = {**base, "NUM_WARPS": row_warps * w, "WARP_SPLIT": w, "BLOCK_N": block_n}
-        if tuning != base and row_warps * w <= 8:
+        if tuning != base and row_warps * w <= 16:
             variants[f"{w} key groups x{block_n}"] = tuning
-    if base["BLOCK_M"] == 64:  # with the split plan_decode would give the twice as many CTAs, and twice that split
-        ctas = 2 * plan.grid[0] // base["KV_SPLIT"] * plan.grid[1] * plan.grid[2]
-        split = decode_split(ctas, plan.scalars[4], 2, "sm_90a")
-        rows32 = {**base, "BLOCK_M": 32, "NUM_WARPS": 4, "WARP_SPLIT": 2, "BLOCK_N": 32, "KV_SPLIT": split}
-        variants[ROWS32[0]] = rows32
-        if split < 8:
-            variants[ROWS32[1]] = {**rows32, "KV_SPLIT": split * 2}
-        variants[ROWS32[2]] = {**rows32, "BLOCK_N": 16}
     return variants
 
 

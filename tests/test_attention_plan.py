@@ -153,9 +153,10 @@ def _decode(batch=1, lq=1, lkv=32768, hq=32, hkv=8, dim=128, arch="sm_90a", mask
     (4, 1, 32768, 32, 8, 16, 4),     # 32 CTAs without the split: 4 per cluster give 128
     (32, 1, 4096, 32, 8, 16, 1),     # 256 CTAs fill the GPU: no split
     (1, 16, 32768, 32, 8, 64, 8),    # 64 packed rows: one tile per K/V head
+    (4, 16, 32768, 32, 8, 64, 2),    # 32 one-an-SM CTAs: x4 in clusters of 4 would exceed the 120 that run at once
     (1, 16, 1000, 8, 1, 128, 4),     # MQA: 128 rows in one tile; 1000 keys split in 4 (>= 128 a part)
     (8, 3, 4096, 32, 8, 16, 2),      # 12 rows in one 16-row tile; 64 CTAs x 2 give 128
-    (2, 5, 8192, 16, 2, 64, 8),      # 40 rows in a 64-row tile of 2 key groups; 8 x 2 parts of 512 keys
+    (2, 5, 8192, 16, 2, 64, 8),      # 40 rows in a 64-row tile of 4 key groups; 8 x 4 parts of 256 keys
 ])
 def test_decode_packs_a_kv_heads_query_heads_and_splits_small_grids(batch, lq, lkv, hq, hkv, rows_tile, split):
     """Issue 10 item 2: the query heads of one K/V head share a tile (rows = query x head of the group), the grid runs
@@ -163,7 +164,7 @@ def test_decode_packs_a_kv_heads_query_heads_and_splits_small_grids(batch, lq, l
     SM (while each part keeps 128 keys)."""
     from trt_fusedattn.plugins.attention.plan_decode import DECODE_TILES
     p = _decode(batch, lq, lkv, hq, hkv, causal=1, causal_alignment="bottom_right")
-    tile, groups = next((t, w) for rows, t, w in DECODE_TILES if rows == rows_tile)
+    tile, groups = next((t, w) for rows, t, w, _ in DECODE_TILES if rows == rows_tile)
     assert p.source.name == "attention.cu" and p.defines["WGMMA"] == 0 and p.defines["PACK_GQA"] == hq // hkv
     assert (p.defines["BLOCK_M"], p.defines["BLOCK_N"], p.defines["NUM_WARPS"]) == tile[:3]
     assert p.defines["WARP_SPLIT"] == groups and p.defines["KV_SPLIT"] == split and p.block == (32 * tile[2], 1, 1)
@@ -200,12 +201,18 @@ def test_packing_rejected_where_the_kernel_cannot_pack():
 
 
 def test_key_groups_get_their_own_stages_and_combine_space():
-    """WARP_SPLIT key groups each hold two K/V stages; the combine's space after them holds each group's partial O,
-    reference and sum for every row (the combine weights stay in registers)."""
-    p = _decode(batch=4)
-    d = p.defines
+    """WARP_SPLIT key groups each hold two K/V stages; a group's partials for the combine (fp32 O, a reference and a sum
+    per row) go over its own stages where they fit, else after every group's stages (the combine weights stay in
+    registers)."""
     pitch = 128 + 8
-    stages = (d["BLOCK_M"] * pitch + d["WARP_SPLIT"] * 2 * d["BLOCK_N"] * 2 * pitch) * 2
-    rows, groups = d["BLOCK_M"], d["WARP_SPLIT"]
-    combine = 4 * groups * (rows * 128 + 2 * rows)
-    assert groups > 1 and p.shared_mem == stages + combine
+    rows64_16 = {"WGMMA": 0, "BLOCK_M": 64, "NUM_WARPS": 16, "WARP_SPLIT": 4, "BLOCK_N": 16, "PACK_GQA": 4}
+    shapes = [(1, 16, 32, 128), (1, 32768, 8, 128), (1, 32768, 8, 128), None, None]
+    for p, fits in ((_decode(batch=4), True),  # the 16x16 tile of four groups
+                    (plan_attention(shapes, ["bfloat16"] * 3 + [None] * 2, FUSED_ATTENTION.resolve({}), "sm_90a",
+                                    tuning=rows64_16), False)):
+        d = p.defines
+        group_stages = 2 * d["BLOCK_N"] * 2 * pitch * 2
+        partials = 4 * d["BLOCK_M"] * (128 + 2)
+        assert d["WARP_SPLIT"] > 1 and (partials <= group_stages) == fits
+        assert p.shared_mem == (d["BLOCK_M"] * pitch * 2 + d["WARP_SPLIT"] * group_stages
+                                + (0 if fits else d["WARP_SPLIT"] * partials))

@@ -210,12 +210,8 @@ extern "C" __global__ void KV_SPLIT_CLUSTER __launch_bounds__(kThreads, kMinBloc
   __syncthreads();      // every warp is done reading sQ/sV: sQ becomes the output staging buffer
   elem_t* out = O + static_cast<int64_t>(tile.batch) * o_stride_b + static_cast<int64_t>(head_q) * o_stride_h;
 #if KV_SPLIT > 1 || WARP_SPLIT > 1
-  // the partials go after every key group's K/V stages, not over them: racecheck (run 3) reported the first combine
-  // stores against the last tiles' ldmatrix.trans reads of V when the partials reused those buffers
-  float* partials =
-      reinterpret_cast<float*>(sQ + kQTileElems + kWarpSplit * (kStages * kKTileElems + kVStages * kVTileElems));
-  combine_split_kv(partials, o, row_max, row_sum, row_warp, group, lane, tile.split, out, o_stride_s, o_stride_h, m0,
-                   len_rows);
+  combine_split_kv(sQ + kQTileElems, o, row_max, row_sum, row_warp, group, lane, tile.split, out, o_stride_s,
+                   o_stride_h, m0, len_rows);
 #else
   stage_output(sQ, o, row_sum, warp, lane);
   __syncthreads();

@@ -10,6 +10,10 @@
 // barrier keeps every CTA's shared memory alive until the others have read it. Between the two barriers shared
 // memory is only read: each thread computes the weights of its own row in registers (run 4's racecheck paired the
 // weights' shared-memory stores of an earlier version with this phase's reads).
+// Where a key group's partials go: over that group's own K/V stages when they fit (only the group's own warps ever
+// read those buffers, and every warp is past the block barrier after the main loop), else after every group's stages.
+// Never over another group's buffers: run 3's racecheck reported partial stores over one group's V tiles against that
+// group's ldmatrix.trans reads.
 #pragma once
 #include "attention_softmax.cuh"
 #if KV_SPLIT > 1
@@ -18,9 +22,17 @@
 
 constexpr int kCombineRows = kBlockM / kKvSplit;  // rows each CTA of the cluster combines and stores
 constexpr int kParts = kKvSplit * kWarpSplit;     // partial results combined per row
-// floats of shared memory the combine uses (the plan sizes shared memory for it): per key group partial O, reference
-// and row sum
-constexpr int kCombineFloats = kWarpSplit * (kBlockM * kHeadDimVPad + 2 * kBlockM);
+// One key group's partials in floats: O [kBlockM][kHeadDimVPad], then per row its reference and its sum.
+constexpr int kGroupPartialFloats = kBlockM * kHeadDimVPad + 2 * kBlockM;
+constexpr int kGroupStageBytes = (kStages * kKTileElems + kVStages * kVTileElems) * static_cast<int>(sizeof(elem_t));
+constexpr bool kPartialsOverStages = kGroupPartialFloats * 4 <= kGroupStageBytes;  // (the plan mirrors this)
+
+// Key group g's partials, given where the key groups' K/V stages start.
+__device__ __forceinline__ float* group_partials(elem_t* stages, int g) {
+  unsigned char* base = reinterpret_cast<unsigned char*>(stages);
+  return kPartialsOverStages ? reinterpret_cast<float*>(base + g * kGroupStageBytes)
+                             : reinterpret_cast<float*>(base + kWarpSplit * kGroupStageBytes) + g * kGroupPartialFloats;
+}
 // The second phase: kCombineThreadsPerRow threads share a row (its 4-column chunks), kCombineRowsPerPass rows a pass.
 constexpr int kCombineChunks = (kHeadDimV + 3) / 4;  // 4-float chunks of a partial O row holding output columns
 constexpr int kCombineThreadsPerRow = kThreads > kCombineRows ? kThreads / kCombineRows : 1;
@@ -45,14 +57,16 @@ __device__ __forceinline__ float4 load_part4(const float* local, int rank) {
 #endif
 }
 
-__device__ __forceinline__ void combine_split_kv(float* smem, const float (&o)[kMAtoms][kDTiles][4],
+// `stages`: where the key groups' K/V stages start (every warp is done with them: the caller's block barrier).
+__device__ __forceinline__ void combine_split_kv(elem_t* stages, const float (&o)[kMAtoms][kDTiles][4],
                                                  const float (&row_max)[kMAtoms][2],
                                                  const float (&row_sum)[kMAtoms][2], int row_warp, int group, int lane,
                                                  int rank, elem_t* out, int64_t stride, int64_t head_stride, int m0,
                                                  int len_rows) {
-  float* s_o = smem;                                            // [kWarpSplit][kBlockM][kHeadDimVPad]
-  float* s_ref = s_o + kWarpSplit * kBlockM * kHeadDimVPad;     // [kWarpSplit][kBlockM] reference, exp2 units
-  float* s_sum = s_ref + kWarpSplit * kBlockM;                  // [kWarpSplit][kBlockM]
+  // part j's O row r, reference and sum (in this CTA; DSMEM maps them to CTA j / kWarpSplit's)
+  const auto part_o = [&](int j, int r) { return group_partials(stages, j % kWarpSplit) + r * kHeadDimVPad; };
+  const auto part_ref = [&](int j, int r) { return part_o(j, kBlockM) + r; };
+  const auto part_sum = [&](int j, int r) { return part_o(j, kBlockM) + kBlockM + r; };
 #pragma unroll
   for (int mt = 0; mt < kMAtoms; ++mt)
 #pragma unroll
@@ -61,10 +75,10 @@ __device__ __forceinline__ void combine_split_kv(float* smem, const float (&o)[k
       const float l = quad_sum(row_sum[mt][half]);
       if (lane % 4 == 0) {
         const float m = row_max[mt][half];
-        s_ref[group * kBlockM + row] = m == -INFINITY ? -INFINITY : m * kSoftmaxScale;
-        s_sum[group * kBlockM + row] = l;
+        *part_ref(group, row) = m == -INFINITY ? -INFINITY : m * kSoftmaxScale;
+        *part_sum(group, row) = l;
       }
-      float* dst = s_o + (group * kBlockM + row) * kHeadDimVPad + (lane % 4) * 2;
+      float* dst = part_o(group, row) + (lane % 4) * 2;
 #pragma unroll
       for (int dt = 0; dt < kDTiles; ++dt)
 #pragma unroll
@@ -84,14 +98,14 @@ __device__ __forceinline__ void combine_split_kv(float* smem, const float (&o)[k
       float weight[kParts], top = -INFINITY;
 #pragma unroll
       for (int j = 0; j < kParts; ++j) {
-        weight[j] = load_part(s_ref + (j % kWarpSplit) * kBlockM + r, j / kWarpSplit);
+        weight[j] = load_part(part_ref(j, r), j / kWarpSplit);
         top = fmaxf(top, weight[j]);
       }
       float total = 0.f;
 #pragma unroll
       for (int j = 0; j < kParts; ++j) {
         weight[j] = weight[j] == -INFINITY ? 0.f : exp2_approx(weight[j] - top);
-        total += weight[j] * load_part(s_sum + (j % kWarpSplit) * kBlockM + r, j / kWarpSplit);
+        total += weight[j] * load_part(part_sum(j, r), j / kWarpSplit);
       }
       const float inv_total = total > 0.f ? 1.f / total : 0.f;
 #pragma unroll
@@ -101,7 +115,7 @@ __device__ __forceinline__ void combine_split_kv(float* smem, const float (&o)[k
         float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
         for (int j = 0; j < kParts; ++j) {
-          const float4 p = load_part4(s_o + ((j % kWarpSplit) * kBlockM + r) * kHeadDimVPad + c * 4, j / kWarpSplit);
+          const float4 p = load_part4(part_o(j, r) + c * 4, j / kWarpSplit);
           acc.x += weight[j] * p.x;
           acc.y += weight[j] * p.y;
           acc.z += weight[j] * p.z;

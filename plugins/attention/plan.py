@@ -14,7 +14,7 @@ from trt_fusedattn.launcher.plan import LaunchPlan
 from trt_fusedattn.fp8 import is_e4m3
 from trt_fusedattn.plugins.attention.contract import (check_attributes, effective_p_scale, head_dim_problem,
                                                       mask_dtype_name, output_dtype_name)
-from trt_fusedattn.plugins.attention.plan_decode import plan_decode
+from trt_fusedattn.plugins.attention.plan_decode import combine_bytes, plan_decode
 
 SOURCE = Path(__file__).with_name("attention.cu")
 SOURCE_WARP_SPECIALIZED = Path(__file__).with_name("attention_sm90.cu")
@@ -264,11 +264,9 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
     if tune["WARP_SPECIALIZED"] and (tune["WGMMA_OVERLAP"] or (block_m, warps) != (128, 8)):
         raise ValueError("FusedAttention: the warp-specialized kernel has its own overlap (WGMMA_OVERLAP=0) and two MMA "
                          "warpgroups (BLOCK_M=128, NUM_WARPS=8)")
-    # attention_split_kv.cuh's kCombineFloats, after the K/V stages (cluster split or key groups)
-    split, v_pad = tune["KV_SPLIT"], -(-vdim // 16) * 16
-    combine = 4 * key_groups * (block_m * v_pad + 2 * block_m) if split > 1 or key_groups > 1 else 0
-    smem = shared_mem_bytes(dim, block_m, block_n, stages, bool(wgmma), bool(tune["WGMMA_OVERLAP"]), vdim, fp8,
-                            key_groups) + combine
+    smem = (shared_mem_bytes(dim, block_m, block_n, stages, bool(wgmma), bool(tune["WGMMA_OVERLAP"]), vdim, fp8,
+                             key_groups)
+            + combine_bytes(block_m, block_n, stages, dim, vdim, key_groups, tune["KV_SPLIT"]))
     while not wgmma and smem > shared_limit(arch) and not {"BLOCK_N", "KV_STAGES"} & set(tuning or {}):
         # GPUs with 99 KB per block (sm_86, sm_89, sm_120): halve the K/V tile until the stages fit (hd128: 128x32,
         # 68 KB instead of 128x64's 104,448 B), then keep one K/V stage (head dims 257-512)
@@ -279,7 +277,8 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
         else:
             break
         tune["BLOCK_N"], tune["KV_STAGES"] = block_n, stages
-        smem = shared_mem_bytes(dim, block_m, block_n, stages, head_dim_v=vdim, key_groups=key_groups) + combine
+        smem = (shared_mem_bytes(dim, block_m, block_n, stages, head_dim_v=vdim, key_groups=key_groups)
+                + combine_bytes(block_m, block_n, stages, dim, vdim, key_groups, tune["KV_SPLIT"]))
     if tune["WARP_SPECIALIZED"]:
         smem += pipeline_barrier_bytes(stages)
     if smem > shared_limit(arch):

@@ -15,15 +15,17 @@ from typing import NamedTuple
 from trt_fusedattn.launcher.arch import CLUSTER_ARCH, arch_number
 
 # Decode tiles on the mma.sync mainloop, by the packed rows they hold: (max rows, (BLOCK_M, BLOCK_N, NUM_WARPS,
-# Q_IN_REGISTERS, KV_STAGES), WARP_SPLIT). 16 rows per warp; the warps of a block form WARP_SPLIT key groups, each
-# streaming its own share of the keys through its own two K/V stages (small tiles keep 3 blocks of 4-8 warps on an
-# SM), combined in shared memory; within a group every warp reads the same K/V tile, so a K/V head is read once.
-DECODE_TILES = ((16, (16, 16, 4, 0, 2), 4), (32, (32, 32, 4, 0, 2), 2), (64, (64, 32, 8, 0, 2), 2),
-                (128, (128, 64, 8, 0, 2), 1))
+# Q_IN_REGISTERS, KV_STAGES), WARP_SPLIT, blocks an SM). 16 rows per warp; the warps of a block form WARP_SPLIT key
+# groups, each streaming its own share of the keys through its own two K/V stages, combined in shared memory; within
+# a group every warp reads the same K/V tile, so a K/V head is read once. 64 rows: four key groups of four warps
+# (16 warps, 128 registers, one block an SM; each group's partials over its own stages): twice the warps and the
+# bytes in flight of two groups of 64x32 (run 5: 54-56% of the read on small grids, NOTES.md).
+DECODE_TILES = ((16, (16, 16, 4, 0, 2), 4, 3), (32, (32, 32, 4, 0, 2), 2, 2), (64, (64, 32, 16, 0, 2), 4, 1),
+                (128, (128, 64, 8, 0, 2), 1, 1))
 # Grids that stay below SPLIT_TARGET_CTAS CTAs even split (batch 1 x 8 K/V heads): 16 rows take 32-key tiles in
-# their four groups (one 177 KB block an SM, more bytes in flight per block): 15-20% faster there in runs 2-3, while
+# their four groups (one 144 KB block an SM, more bytes in flight per block): 15-20% faster there in runs 2-3, while
 # on fuller grids 16-key tiles were as fast or up to 19% faster (NOTES.md).
-DECODE_TILES_SMALL_GRID = {16: (16, 32, 4, 0, 2)}
+DECODE_TILES_SMALL_GRID = {16: ((16, 32, 4, 0, 2), 1)}
 DECODE_MAX_QUERIES = 16       # longer query blocks fill tiles without packing (prefill, chunked prefill)
 DECODE_MAX_HEAD_DIM = 128     # padded Q/K and V head dims the 16-rows-per-warp tiles hold without spills
 # The cluster split: the smallest of SPLITS that gives the grid SPLIT_TARGET_CTAS CTAs (about one per SM of a 132-SM
@@ -32,6 +34,11 @@ DECODE_MAX_HEAD_DIM = 128     # padded Q/K and V head dims the 16-rows-per-warp 
 SPLITS = (1, 2, 4, 8)
 SPLIT_TARGET_CTAS = 128
 SPLIT_MIN_KEYS = 128
+# CTAs of a one-block-an-SM tile that a 132-SM H100/H200 runs at once in clusters of 4 or 8 CTAs (ncu, run 5: "Max
+# Active Clusters" 30 of 4, 15 of 8: a cluster needs that many free SMs in one GPC). A grid of 128 such CTAs ran its
+# last clusters in a second wave (16 queries x 32k keys x batch 4 took 1.8x its one-wave time), so such a grid takes
+# the next smaller split instead.
+ONE_PER_SM_CLUSTER_CTAS = 120
 
 
 class DecodeChoice(NamedTuple):
@@ -45,15 +52,27 @@ def _static(*dims) -> bool:
     return all(isinstance(d, int) for d in dims)
 
 
-def decode_split(ctas: int, len_kv: int, warp_split: int, arch: str) -> int:
+def decode_split(ctas: int, len_kv: int, warp_split: int, arch: str, blocks_per_sm: int = 2) -> int:
     """KV_SPLIT for a grid of ``ctas`` CTAs (without the split) whose rows attend ``len_kv`` keys, each CTA's keys
-    already split over ``warp_split`` key groups."""
+    already split over ``warp_split`` key groups, ``blocks_per_sm`` of them fitting on an SM."""
     if arch_number(arch) < CLUSTER_ARCH:
         return 1
-    for split in SPLITS:
-        if ctas * split >= SPLIT_TARGET_CTAS or len_kv < SPLIT_MIN_KEYS * warp_split * split * 2:
-            return split
-    return SPLITS[-1]
+    split = next((s for s in SPLITS if ctas * s >= SPLIT_TARGET_CTAS or len_kv < SPLIT_MIN_KEYS * warp_split * s * 2),
+                 SPLITS[-1])
+    if blocks_per_sm == 1 and split >= 4 and ctas * split > ONE_PER_SM_CLUSTER_CTAS:
+        split //= 2
+    return split
+
+
+def combine_bytes(block_m: int, block_n: int, stages: int, dim: int, dim_v: int, key_groups: int, split: int) -> int:
+    """Shared memory the split/key-group combine adds after the K/V stages (attention_split_kv.cuh): none without a
+    split or key groups, and none where a key group's partials (fp32 O of ``block_m`` rows of the padded D_v, and a
+    reference and a sum per row) fit over its own K/V stages; else every group's partials."""
+    if split == 1 and key_groups == 1:
+        return 0
+    pitch_qk, pitch_v = (-(-d // 16) * 16 + 8 for d in (dim, dim_v))
+    partials = 4 * block_m * (-(-dim_v // 16) * 16 + 2)
+    return 0 if partials <= 2 * stages * block_n * (pitch_qk + pitch_v) else key_groups * partials
 
 
 def plan_decode(batch, len_q, len_kv, heads_q, heads_kv, dim: int, dim_v: int, arch: str) -> DecodeChoice | None:
@@ -64,15 +83,17 @@ def plan_decode(batch, len_q, len_kv, heads_q, heads_kv, dim: int, dim_v: int, a
         return None
     pack = heads_q // heads_kv
     rows = len_q * pack
-    tile, warp_split = next(((t, w) for max_rows, t, w in DECODE_TILES if rows <= max_rows), (None, 1))
+    tile, warp_split, per_sm = next(((t, w, b) for max_rows, t, w, b in DECODE_TILES if rows <= max_rows),
+                                    (None, 1, 1))
     if tile is None:
         return None
     split = 1
     if _static(batch, len_kv):
         ctas = -(-rows // tile[0]) * heads_kv * batch
-        split = decode_split(ctas, len_kv, warp_split, arch)
-        if ctas * split < SPLIT_TARGET_CTAS:
-            tile = DECODE_TILES_SMALL_GRID.get(tile[0], tile)
+        split = decode_split(ctas, len_kv, warp_split, arch, per_sm)
+        if ctas * split < SPLIT_TARGET_CTAS and tile[0] in DECODE_TILES_SMALL_GRID:
+            tile, per_sm = DECODE_TILES_SMALL_GRID[tile[0]]
+            split = decode_split(ctas, len_kv, warp_split, arch, per_sm)
     if pack == 1 and split == 1:
         return None  # nothing decode-specific: the general tiles serve it
     return DecodeChoice(tile, pack, split, warp_split)

@@ -560,7 +560,12 @@ def test_warp_specialized_default_by_reduction_and_static_output_size():
         d = case.plan(arch).defines
         return bool(d.get("WARP_SPECIALIZED")), d["BLOCK_M"], d["BLOCK_N"], d.get("CLUSTER_K", 1)
     assert choice(64, 64, 3, hw=56) == (False, 128, 64, 1)        # 576-deep reduction: the unspecialized loop
-    assert choice(256, 128, 1, hw=28)[0] is False and choice(512, 128, 1, hw=28) == (True, 128, 128, 1)  # 1x1 >= 512
+    assert choice(256, 128, 1, hw=28)[0] is False and choice(512, 128, 1, hw=28)[0]  # 1x1 reductions >= 512
+    # enough CTAs: the fewest waves times the tile's cost (conv-2 sweep, batch 32)
+    assert choice(512, 128, 1, hw=28) == (True, 256, 128, 1)      # 128x128: 196 CTAs, two waves; 256x128: 98
+    assert choice(128, 128, 3, hw=28) == (True, 256, 128, 1)
+    assert choice(512, 256, 1, hw=28) == (True, 128, 128, 1)      # 392 CTAs: three waves of 128x128 beat two of 256x128
+    assert choice(512, 2048, 1, hw=7) == (True, 128, 256, 1)      # 104 CTAs of 128x256 (a tie with 256x128: kept)
     assert choice(256, 256, 3) == (True, 128, 128, 1)             # 6272 pixels: 98 CTAs
     assert choice(128, 128, 3, n=8, hw=28) == (True, 128, 64, 1)  # 49 CTAs -> 98 narrow
     assert choice(256, 256, 3, n=8) == (True, 128, 64, 2)         # 1568 pixels: 26 CTAs -> 52 narrow -> 104
@@ -585,17 +590,33 @@ def test_warp_specialized_default_by_reduction_and_static_output_size():
     assert "SHARE_W" not in d  # symbolic batch: no M-tile pairs either
 
 
-def test_warp_specialized_default_shares_w_where_the_reduction_is_not_split():
-    """With N*P*Q static and no cluster split of the reduction, the default pairs M tiles over one W tile (grid.x
-    rounded up to whole pairs); a split reduction, a given cluster or two blocks per SM keep it off."""
+def test_share_w_is_an_override_off_by_default(monkeypatch):
+    """W sharing by M-tile pairs timed slower (conv-2): off in the default, on by share_w=True (grid.x rounded up to
+    whole pairs); with the switch on, the default shares where N*P*Q is static and the reduction is not split."""
+    from trt_fusedattn.plugins.conv import plan as conv_plan
+
     def plan(c, k, kernel, n=32, hw=14, **overrides):
         return ConvCase("t", n, c, hw, hw, k, kernel, kernel, pad=kernel // 2).plan("sm_90a", **overrides)
-    shared = plan(256, 256, 3)
+    assert "SHARE_W" not in plan(256, 256, 3).defines
+    shared = plan(256, 256, 3, share_w=True)
     assert shared.defines.get("SHARE_W") == 1 and shared.grid[0] == 50  # 49 M tiles -> 25 pairs
+    monkeypatch.setattr(conv_plan, "SHARE_W_BY_DEFAULT", True)
+    assert plan(256, 256, 3).defines.get("SHARE_W") == 1
     assert "SHARE_W" not in plan(256, 256, 3, n=8).defines               # 2-CTA reduction split
     assert "SHARE_W" not in plan(256, 256, 3, cluster=2).defines
     assert "SHARE_W" not in plan(256, 256, 3, share_w=False).defines
     assert "SHARE_W" not in plan(64, 64, 3, hw=56).defines               # not the warp-specialized kernel
+
+
+def test_fp8_e4m3_x_takes_the_warp_specialized_kernel_on_small_grids_only():
+    """FP8 with e4m3 X: the WS kernel where the output is too small for the channel tile (narrowed, reduction
+    clusters: faster at batch 1 and 8 in conv-2), the unspecialized FP8 loop on big grids and symbolic batches."""
+    def plan(n, hw, c=256):
+        case = ConvCase("t", n, c, hw, hw, c, 3, 3, pad=1, scale=True, input_scale=FP8_INPUT_SCALE)
+        return plan_conv(case.shapes(), ["float8_e4m3fn", *case.dtypes()[1:]], case.attrs(), "sm_90a")
+    small, big = plan(8, 14), plan(32, 14)
+    assert small.defines.get("WARP_SPECIALIZED") == 1 and small.defines.get("CLUSTER_K") == 2
+    assert "WARP_SPECIALIZED" not in big.defines and big.defines["WGMMA"] == 1 and big.defines["BLOCK_K"] == 128
 
 
 def test_depthwise_chunks_cover_the_channels_without_an_idle_quarter():

@@ -116,11 +116,13 @@ WS_LOAD_THREADS = 128
 WS_RING_OFFSET = 1024  # the ring's mbarriers, before the 1024-byte-aligned stages
 WS_MAX_STAGES = 6
 # The warp-specialized kernel is sm_90a's float16/bfloat16 default where default_ws_tile picks it (NOTES.md), and FP8's
-# with e4m3 X (prediction before its first run: NOTES.md).
+# with e4m3 X where the output is too small for the channel tile (narrowed or split over a cluster: faster at batch 1
+# and 8 in conv-2; at batch 32 only its W-sharing form was timed, slower than the unspecialized FP8 loop).
 FP16_WARP_SPECIALIZED_BY_DEFAULT = True
 FP8_WARP_SPECIALIZED_BY_DEFAULT = True
-# W tiles shared by M-tile pairs in the warp-specialized default (default_share_w).
-SHARE_W_BY_DEFAULT = True
+# W tiles shared by M-tile pairs in the warp-specialized default (default_share_w): off, since conv-2 (H100) timed them
+# 20-50% slower than the unshared kernel on every layer and tile (NOTES.md).
+SHARE_W_BY_DEFAULT = False
 # Half the SMs of an H100 / H200 SXM: a static output with fewer CTAs than this gets narrower tiles and then a
 # cluster split of the reduction.
 WS_MIN_CTAS = 66
@@ -129,6 +131,11 @@ WS_MIN_CTAS = 66
 # time of 8, 52 3-CTA clusters twice that of 32), and the least reduction tiles each CTA keeps.
 CLUSTER_CTA_CAP = {2: 132, 3: 120, 4: 96}
 WS_MIN_RANK_TILES = 8
+# SMs of an H100 / H200 SXM, and the time of one CTA's tile relative to 128x128's on the WS kernel (conv-2 sweep at
+# batch 32: 256x128 in one wave 21.6 µs where 128x128 took two, 23.8; 128x64 in two waves 31.7 where 128x128 took one,
+# 20.7): the tile rule's waves-times-cost for grids of >= WS_MIN_CTAS CTAs.
+SM_COUNT = 132
+WS_TILE_COST = {"128x128w8": 1.0, "256x128w8": 1.8, "128x256w8": 1.8, "128x64w8": 0.75}
 # The wgmma main loop is the default on sm_90a since its GPU tests passed and it timed faster (NOTES.md); for FP8 it is
 # the only way to Hopper's FP8 rate (ptxas lowers mma.sync e4m3 to fp16 HMMA there).
 FP8_WGMMA_BY_DEFAULT = True
@@ -171,22 +178,31 @@ def default_wgmma_tile(cg: int, kg: int, taps: int) -> tuple[str, int] | None:
     return "128x128w8", 1
 
 
-def default_ws_tile(cg: int, kg: int, taps: int, pixels: int | None, block_k: int = 64) -> tuple[str, int] | None:
+def default_ws_tile(cg: int, kg: int, taps: int, pixels: int | None, block_k: int = 64,
+                    small_grids_only: bool = False) -> tuple[str, int] | None:
     """(tile, cluster) of the warp-specialized kernel, or None where the unspecialized loops are as fast, from the WS
     sweeps on H100 (NOTES.md): reductions of >= 1024 (16 tiles of 64), and 1x1 reductions of >= 512, pay for the ring;
     128x64 for K/G <= 64, 128x256 for wide 1x1 outputs, else 128x128. With the output size static (``pixels`` = N*P*Q
     an int) a tile that leaves most SMs idle narrows (128x256 -> 128x128 -> 128x64) and, still short, splits the
     reduction over the largest cluster whose CTAs all fit on the SMs at once (CLUSTER_CTA_CAP) with >= 8 reduction
     tiles each; the deepest reductions (>= 64 tiles: 3x3 over 512 channels) split before they narrow, since 128x64
-    tiles re-read twice the operand bytes per MAC from L2. ``block_k``: reduction elements per tile (FP8 with e4m3 X:
-    128 over >= 256 channels, the same 128-byte rows as float16's 64)."""
+    tiles re-read twice the operand bytes per MAC from L2. A grid of enough CTAs takes the tile of the fewest waves
+    times its cost per CTA (WS_TILE_COST: 256x128 tiles win where 128x128 spill into a second wave). ``block_k``:
+    reduction elements per tile (FP8 with e4m3 X: 128 over >= 256 channels, the same 128-byte rows as float16's 64).
+    ``small_grids_only``: None unless the output is static and too small for the channel tile (FP8 with e4m3 X: the
+    WS kernel was timed faster there only)."""
     reduction = taps * cg
     if reduction < 1024 and not (taps == 1 and reduction >= 512):
         return None
     tile = "128x64w8" if kg <= 64 else "128x256w8" if taps == 1 and kg >= 512 else "128x128w8"
     if not isinstance(pixels, int):
-        return tile, 1
+        return None if small_grids_only else (tile, 1)
     ctas = lambda name: -(-pixels // GEMM_TILES[name][0]) * -(-kg // GEMM_TILES[name][1])  # noqa: E731
+    if ctas(tile) >= WS_MIN_CTAS:
+        if small_grids_only:
+            return None
+        waves = lambda name: -(-ctas(name) // SM_COUNT) * WS_TILE_COST[name]  # noqa: E731
+        return min([tile] + [t for t in WS_TILE_COST if t != tile and GEMM_TILES[t][1] <= kg], key=waves), 1
     k_tiles = -(-reduction // block_k)
     if not (k_tiles >= 64 and 2 * ctas(tile) >= WS_MIN_CTAS):
         for narrower in ("128x128w8", "128x64w8"):
@@ -199,9 +215,8 @@ def default_ws_tile(cg: int, kg: int, taps: int, pixels: int | None, block_k: in
 
 
 def default_share_w(cluster: int, pixels: int | None) -> bool:
-    """Whether the warp-specialized default shares W tiles between M-tile pairs: where the output size is static and
-    the reduction is not split over a cluster (the tile rule then found enough CTAs; the loop is bounded by operand
-    bytes from L2, which the pairs cut by a quarter on 128x128). Prediction before its first run (NOTES.md)."""
+    """Whether the warp-specialized default shares W tiles between M-tile pairs (SHARE_W_BY_DEFAULT: off) where the
+    output size is static and the reduction is not split over a cluster."""
     return SHARE_W_BY_DEFAULT and cluster == 1 and isinstance(pixels, int)
 
 
@@ -238,7 +253,8 @@ def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, b
     by_default_ws = (FP8_WARP_SPECIALIZED_BY_DEFAULT and x_e4m3) if fp8 else FP16_WARP_SPECIALIZED_BY_DEFAULT
     ws_choice = None
     if tile is None and (warp_specialized or (mma is None and by_default_ws and arch in WGMMA_ARCHES and cg % 8 == 0)):
-        ws_choice = (default_ws_tile(cg, kg, taps, pixels, fp8_block_k if fp8 else 64)
+        ws_choice = (default_ws_tile(cg, kg, taps, pixels, fp8_block_k if fp8 else 64,
+                                     small_grids_only=fp8 and not warp_specialized)
                      or (("128x128w8", 1) if warp_specialized else None))
         warp_specialized = ws_choice is not None
         mma = "wgmma_ws" if warp_specialized else mma

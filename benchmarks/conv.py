@@ -86,6 +86,10 @@ FP8_VARIANTS = [("default", dict()), ("x8 default", dict(x_e4m3=True))] + [
                       ("128x128w8 bk128", dict(block_k=128)), ("128x256w8 bk128", dict(block_k=128)),
                       ("128x128w8 bk128 c2", dict(block_k=128, cluster=2)), ("128x64w8 bk128", dict(block_k=128)),
                       ("64x128w4 bk128 c2", dict(block_k=128, cluster=2))]]
+# e4m3 X on the warp-specialized kernel (the plan's default there only on small grids), BLOCK_K by the plan's rule
+FP8_VARIANTS += [(f"x8 ws {label}", dict(mma="wgmma_ws", tile=label.split()[0], x_e4m3=True, **kw)) for label, kw in [
+    ("128x128w8", {}), ("256x128w8", {}), ("128x256w8", {}), ("128x64w8", {}), ("128x128w8 c2", dict(cluster=2)),
+    ("128x64w8 c2", dict(cluster=2)), ("128x64w8 c3", dict(cluster=3))]]
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,9 @@ def test_warp_specialized_geometry(dim):
     assert p.block == (128 + warps * 32, 1, 1) and p.grid == ((query_tiles + 1) // 2, 8, 2)
     masked = plan(dim, tuning={"WARP_SPECIALIZED": 1}, mask=(2, 1, 1000, 700))  # one query tile a block
     assert masked.source.name == "attention_sm90.cu" and masked.grid[0] == query_tiles
+    assert plan(dim, tuning={"WARP_SPECIALIZED": 1, "QUERY_TILES_PER_BLOCK": 1}).grid[0] == query_tiles
+    with pytest.raises(ValueError, match="QUERY_TILES_PER_BLOCK .* 1 with a mask"):
+        plan(dim, tuning={"WARP_SPECIALIZED": 1, "QUERY_TILES_PER_BLOCK": 2}, mask=(2, 1, 1000, 700))
     assert p.shared_mem == shared_mem_bytes(dim, block_m, block_n, stages, True) + pipeline_barrier_bytes(stages)
     assert p.shared_mem <= 227 * 1024
     default = plan_module.WGMMA_BY_DEFAULT and dim in plan_module.WARP_SPECIALIZED_DEFAULT_HEAD_DIMS

@@ -8,10 +8,15 @@
 #include "common/mbarrier.cuh"
 #include "attention_config.cuh"
 
-// Query tiles a block computes (attention_sm90.cu: query_tile_of_block): two, but one with a mask, whose loads need
-// the MMA warpgroups' 240 registers; the loader's 24 that leaves are too few for the chain over two tiles (8 B of
-// spills).
-constexpr int kQueryTilesPerBlock = MASK_KIND == MASK_NONE ? 2 : 1;
+// Query tiles a block computes (attention_sm90.cu: query_tile_of_block; the plan's QUERY_TILES_PER_BLOCK): two by
+// default, one with a mask, whose loads need the MMA warpgroups' 240 registers (the loader's 24 that leaves are too
+// few for the chain over two tiles: 8 B of spills).
+#ifndef QUERY_TILES_PER_BLOCK
+#error "the warp-specialized kernel needs QUERY_TILES_PER_BLOCK (plan_attention sets it)"
+#endif
+constexpr int kQueryTilesPerBlock = QUERY_TILES_PER_BLOCK;
+static_assert(kQueryTilesPerBlock == 1 || (kQueryTilesPerBlock == 2 && MASK_KIND == MASK_NONE),
+              "QUERY_TILES_PER_BLOCK: 1, or 2 without a mask");
 constexpr int kLoadThreads = 128;          // the load warpgroup (warps 0-3)
 constexpr int kMmaThreads = kThreads;      // the MMA warpgroups (NUM_WARPS warps from warp 4 on)
 constexpr int kPipelineBarriers = 2 + 4 * kStages;

@@ -68,8 +68,7 @@ def _cases():
         FP8Case("fp8-key-lengths-hd64", key_lengths=True, len_kv=300, small=True),
         FP8Case("fp8-key-lengths-causal-br-hd128", key_lengths=True, len_q=90, len_kv=300, causal=1,
                 alignment="bottom_right", dim=128),
-        # three query tiles: a block with two (the first and last) and one with the middle; batch 0 has no keys, so
-        # both of its blocks' query tiles have no K/V tile
+        # three query tiles; batch 0 has no keys, so none of its query tiles has a K/V tile
         FP8Case("fp8-key-lengths-causal-br-300x700-hd128", key_lengths=True, len_q=300, len_kv=700, causal=1,
                 alignment="bottom_right", dim=128, small=True),
         FP8Case("fp8-additive-full-hd64", mask="additive", small=True),

@@ -63,13 +63,7 @@ def test_warp_specialized_geometry(dim):
     p = plan(dim, tuning={"WARP_SPECIALIZED": 1})
     block_m, block_n, warps, _, stages = WARP_SPECIALIZED_TILES[dim]
     assert p.source.name == "attention_sm90.cu" and p.defines["WGMMA"] == 1 and p.defines["WGMMA_OVERLAP"] == 0
-    query_tiles = (1000 + block_m - 1) // block_m  # a block computes two of them (the middle one of an odd count)
-    assert p.block == (128 + warps * 32, 1, 1) and p.grid == ((query_tiles + 1) // 2, 8, 2)
-    masked = plan(dim, tuning={"WARP_SPECIALIZED": 1}, mask=(2, 1, 1000, 700))  # one query tile a block
-    assert masked.source.name == "attention_sm90.cu" and masked.grid[0] == query_tiles
-    assert plan(dim, tuning={"WARP_SPECIALIZED": 1, "QUERY_TILES_PER_BLOCK": 1}).grid[0] == query_tiles
-    with pytest.raises(ValueError, match="QUERY_TILES_PER_BLOCK .* 1 with a mask"):
-        plan(dim, tuning={"WARP_SPECIALIZED": 1, "QUERY_TILES_PER_BLOCK": 2}, mask=(2, 1, 1000, 700))
+    assert p.block == (128 + warps * 32, 1, 1) and p.grid == ((1000 + block_m - 1) // block_m, 8, 2)
     assert p.shared_mem == shared_mem_bytes(dim, block_m, block_n, stages, True) + pipeline_barrier_bytes(stages)
     assert p.shared_mem <= 227 * 1024
     default = plan_module.WGMMA_BY_DEFAULT and dim in plan_module.WARP_SPECIALIZED_DEFAULT_HEAD_DIMS
@@ -116,7 +110,7 @@ def test_fp8_takes_the_warp_specialized_kernel_with_its_scales():
     assert math.isclose(float(d["SCALE_LOG2"][:-1]), 0.5 * 0.25 / math.sqrt(128) * math.log2(math.e), rel_tol=1e-7)
     assert math.isclose(float(d["P_SCALE_LOG2"][:-1]), math.log2(448), rel_tol=1e-7)
     block_m, block_n, _, _, stages = FP8_TILES[128]
-    assert p.shared_mem == (block_m + (2 * stages + 2) * block_n) * 128 + 1008 + (2 + 4 * stages) * 8 <= 227 * 1024
+    assert p.shared_mem == (block_m + (2 * stages + 2) * block_n) * 128 + 1008 + (1 + 4 * stages) * 8 <= 227 * 1024
     bf16 = dict(attrs, output_dtype="bfloat16", output_scale=0.0)
     assert plan_attention([q, kv, kv, None, None], ["float8_e4m3fn"] * 3 + [None, None], bf16,
                           "sm_90a").defines["DTYPE_BF16"] == 1

@@ -44,8 +44,9 @@ struct MmaThreadState {
 // but Q K^T, and V's first stage is not awaited yet).
 template <bool kCheckBounds, bool kFirst>
 __device__ __forceinline__ void mma_tile_step(const KVPipeline& pipe, const QFromSmem& q, const qkv_t* sK,
-                                              const qkv_t* sV, int step, int t, const ScoreLimits& lim, int wg,
-                                              int lane, MmaThreadState& st) {
+                                              const qkv_t* sV, int step, int n_tiles, const ScoreLimits& lim,
+                                              int wg, int lane, MmaThreadState& st) {
+  const int t = n_tiles - 1 - step;
   const int v_step = step - 1;  // the pending product's V tile
   pipe.wait_k(step);
   if constexpr (!kFirst) pipe.wait_v(v_step);
@@ -86,15 +87,13 @@ __device__ __forceinline__ void mma_tile_step(const KVPipeline& pipe, const QFro
   pack_p(st.p, s);
 }
 
-// Runs the main loop of one query tile (`round`: its index in the block) for MMA warp `warp` (0..kWarps-1 counted
-// from the first MMA warp) over tiles n_tiles - 1 .. 0, the block's K/V steps step0 .. step0 + n_tiles - 1; returns
-// with O (unnormalized) and the row sums of this thread's rows, Q released to the loader. The tiles that cross the
-// key or causal limits come first (the highest t) and run the bounds-checking step; the rest run the step without
-// it. The first tile always checks bounds (correct for any tile) so that only three copies of the step exist.
+// Runs the main loop for MMA warp `warp` (0..kWarps-1 counted from the first MMA warp) over tiles n_tiles - 1 .. 0;
+// returns with O (unnormalized) and the row sums of this thread's rows. The tiles that cross the key or causal
+// limits come first (the highest t) and run the bounds-checking step; the rest run the step without it. The first
+// tile always checks bounds (correct for any tile) so that only three copies of the step exist.
 __device__ __forceinline__ void mma_warpgroup_mainloop(const KVPipeline& pipe, const qkv_t* sQ, const qkv_t* sK,
-                                                       const qkv_t* sV, int round, int step0, int n_tiles,
-                                                       const ScoreLimits& lim, int warp, int lane,
-                                                       float (&o)[1][kDTiles][4], float (&row_sum)[1][2]) {
+                                                       const qkv_t* sV, int n_tiles, const ScoreLimits& lim, int warp,
+                                                       int lane, float (&o)[1][kDTiles][4], float (&row_sum)[1][2]) {
   const int wg = warp / 4;
   MmaThreadState st{o, row_sum, {{-INFINITY, -INFINITY}}};
   row_sum[0][0] = row_sum[0][1] = 0.f;
@@ -105,24 +104,20 @@ __device__ __forceinline__ void mma_warpgroup_mainloop(const KVPipeline& pipe, c
   int n_checked = 0;  // leading steps whose tile crosses a limit
   while (n_checked < n_tiles && tile_crosses_limits(n_tiles - 1 - n_checked, lim)) ++n_checked;
 
-  pipe.wait_q(round);
+  mbarrier_wait(pipe.full_q(), 0);
   if (wg == 1 && n_tiles > 0) named_barrier_arrive<kTurnThreads>(kTurnBarrier);  // warpgroup 0 issues first
-  if (n_tiles > 0) mma_tile_step<true, true>(pipe, q, sK, sV, step0, n_tiles - 1, lim, wg, lane, st);
-  for (int i = 1; i < n_checked; ++i)
-    mma_tile_step<true, false>(pipe, q, sK, sV, step0 + i, n_tiles - 1 - i, lim, wg, lane, st);
-  for (int i = max(n_checked, 1); i < n_tiles; ++i)
-    mma_tile_step<false, false>(pipe, q, sK, sV, step0 + i, n_tiles - 1 - i, lim, wg, lane, st);
-  // the turn barriers: warpgroup 1's last arrival on warpgroup 0's barrier has no partner turn; absorb it (before Q
-  // is released, so warpgroup 1's first arrival for the next query tile cannot come first)
-  if (wg == 0 && n_tiles > 0) named_barrier_sync<kTurnThreads>(kTurnBarrier);
-  pipe.release_q();  // the last Q K^T has completed (or there was none)
+  if (n_tiles > 0) mma_tile_step<true, true>(pipe, q, sK, sV, 0, n_tiles, lim, wg, lane, st);
+  for (int step = 1; step < n_checked; ++step)
+    mma_tile_step<true, false>(pipe, q, sK, sV, step, n_tiles, lim, wg, lane, st);
+  for (int step = max(n_checked, 1); step < n_tiles; ++step)
+    mma_tile_step<false, false>(pipe, q, sK, sV, step, n_tiles, lim, wg, lane, st);
   if (n_tiles > 0) {
-    const int last = step0 + n_tiles - 1;
-    pipe.wait_v(last);
-    gemm_pv_issue(o, st.p, sV + KVPipeline::stage(last) * kVTileElems);
+    // the turn barriers: warpgroup 1's last arrival on warpgroup 0's barrier has no partner turn; absorb it
+    if (wg == 0) named_barrier_sync<kTurnThreads>(kTurnBarrier);
+    pipe.wait_v(n_tiles - 1);
+    gemm_pv_issue(o, st.p, sV + KVPipeline::stage(n_tiles - 1) * kVTileElems);
     wgmma_wait<0>();
     fence_operands(st.p);
     fence_operands(o[0]);
-    pipe.release_v(last);  // the block's next query tile loads into this stage
   }
 }

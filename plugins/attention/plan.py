@@ -68,8 +68,8 @@ LOAD_WARPGROUP_THREADS = 128
 # yet), for these head dims (D_qk == D_v), plus two staging tiles of V as copied (attention_load_sm90.cuh: the loader
 # transposes V, the FP8 wgmma's B being K-major only). P <= 1 when quantized, so the running max moves whenever it
 # grows (threshold 0). Head dim 256 takes 64-key tiles: the 128-key tile was 3-7% faster in v4's run although ptxas
-# serializes its wgmmas (C7512, insufficient registers), but with two query tiles a block it spills 80 B, over the
-# compile test's allowance. Timings: NOTES.md.
+# serializes its wgmmas (C7512, insufficient registers), but it spills 72 B, over the compile test's allowance.
+# Timings: NOTES.md.
 FP8_TILES = {64: (128, 128, 8, 0, 3), 128: (128, 128, 8, 0, 3), 256: (128, 64, 8, 0, 2)}
 # a mask's loads at head dim 256 spill 60-160 B with 128-key tiles: masked specializations keep 64-key tiles there
 FP8_TILES_MASKED = {**FP8_TILES, 256: (128, 64, 8, 0, 2)}
@@ -77,14 +77,11 @@ FP8_V_STAGING_TILES = 2
 FP8_RESCALE_THRESHOLD = "0.0f"
 # Every n-th n8 block of S exponentiated on the FP32 pipe instead of MUFU (attention_softmax.cuh; 0: none): untimed.
 FP8_EXP2_FMA_EVERY = 0
-# Query tiles a block of the warp-specialized kernel computes without a mask (attention_sm90.cu: query_tile_of_block;
-# QUERY_TILES_PER_BLOCK=1 is the one-tile kernel of v4); with a mask always one (its loads need the MMA registers).
-WARP_SPECIALIZED_QUERY_TILES = 2
 
 
 def pipeline_barrier_bytes(stages: int) -> int:
     """The warp-specialized kernel's mbarriers (attention_pipeline_sm90.cuh: kPipelineBarriers)."""
-    return (2 + 4 * stages) * 8
+    return (1 + 4 * stages) * 8
 
 
 # The online softmax moves a row's reference max only when a tile exceeds it by more than this (log2 units).
@@ -244,8 +241,6 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
             "PACK_GQA": decode.pack if decode else 1, "WARP_SPLIT": decode.warp_split if decode else 1}
     if fp8:
         tune["EXP2_FMA_EVERY"] = FP8_EXP2_FMA_EVERY
-    if ws:
-        tune["QUERY_TILES_PER_BLOCK"] = 1 if mask_kind is not None else WARP_SPECIALIZED_QUERY_TILES
     unknown = set(tuning or ()) - set(tune)
     if unknown:
         raise ValueError(f"FusedAttention: unknown tuning defines {sorted(unknown)}; known: {sorted(tune)}")
@@ -267,9 +262,6 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
         raise ValueError(f"FusedAttention: PACK_GQA (query heads of one K/V head in one tile) needs the mma.sync "
                          f"mainloop (WGMMA=0) and static head counts with PACK_GQA = query heads / K/V heads; got "
                          f"WGMMA={tune['WGMMA']}, heads {heads_q}/{heads_kv}, PACK_GQA={pack}")
-    if tune.get("QUERY_TILES_PER_BLOCK", 1) not in (1, 2) or (tune.get("QUERY_TILES_PER_BLOCK") == 2 and mask_kind):
-        raise ValueError(f"FusedAttention: QUERY_TILES_PER_BLOCK (warp-specialized kernel) is 1 or 2, and 1 with a mask; "
-                         f"got {tune.get('QUERY_TILES_PER_BLOCK')} with mask {mask_kind}")
     if tune["WARP_SPECIALIZED"] and (tune["WGMMA_OVERLAP"] or (block_m, warps) != (128, 8)):
         raise ValueError("FusedAttention: the warp-specialized kernel has its own overlap (WGMMA_OVERLAP=0) and two MMA "
                          "warpgroups (BLOCK_M=128, NUM_WARPS=8)")
@@ -320,9 +312,7 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
     if mask_kind is not None:
         scalars += _mask_strides(mask_shape, batch, heads_q, len_q, len_kv)
     ws = tune["WARP_SPECIALIZED"]
-    query_tiles = (len_q * pack + block_m - 1) // block_m
-    per_block = tune.get("QUERY_TILES_PER_BLOCK", 1)  # the warp-specialized kernel's query tiles a block
     return LaunchPlan(source=SOURCE_WARP_SPECIALIZED if ws else SOURCE, kernel=KERNEL, defines=defines,
-                      grid=((query_tiles + per_block - 1) // per_block * tune["KV_SPLIT"],
+                      grid=((len_q * pack + block_m - 1) // block_m * tune["KV_SPLIT"],
                             heads_kv if pack > 1 else heads_q, batch),
                       block=(warps * 32 + (LOAD_WARPGROUP_THREADS if ws else 0), 1, 1), shared_mem=smem, scalars=scalars)

@@ -108,7 +108,11 @@ def test_static_batch_takes_the_nearest_measured_batch_and_dynamic_the_worst(mon
 
 
 def test_fp8_rules_follow_the_batch():
-    shape = dict(kernel=(3, 3), stride=(1, 1), channels=64, filters=64, groups=1, spatial=(56, 56), precision="fp8")
+    """Unmeasured FP8 shapes (a 40x40 image): the class rules; ResNet-50's measured FP8 rows decide their own."""
+    measured = ConvShape(kernel=(3, 3), stride=(1, 1), channels=64, filters=64, groups=1, spatial=(56, 56), batch=8,
+                         precision="fp8")
+    assert "µs at batch 8" in choose(measured, "sm_90a").evidence
+    shape = dict(kernel=(3, 3), stride=(1, 1), channels=64, filters=64, groups=1, spatial=(40, 40), precision="fp8")
     assert not choose(ConvShape(**shape, batch=32), "sm_90a").to_tensorrt
     assert choose(ConvShape(**shape, batch=8), "sm_90a").to_tensorrt
     assert choose(ConvShape(**shape, batch=None), "sm_90a").to_tensorrt

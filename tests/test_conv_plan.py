@@ -609,14 +609,18 @@ def test_share_w_is_an_override_off_by_default(monkeypatch):
 
 
 def test_fp8_e4m3_x_takes_the_warp_specialized_kernel_on_small_grids_only():
-    """FP8 with e4m3 X: the WS kernel where the output is too small for the channel tile (narrowed, reduction
-    clusters: faster at batch 1 and 8 in conv-2), the unspecialized FP8 loop on big grids and symbolic batches."""
+    """FP8 with e4m3 X: the WS kernel where the output is too small for the channel tile and the tile is split over
+    a cluster or the reduction is short (faster at batch 1 and 8 in conv-2/3), the unspecialized FP8 loop elsewhere."""
     def plan(n, hw, c=256):
         case = ConvCase("t", n, c, hw, hw, c, 3, 3, pad=1, scale=True, input_scale=FP8_INPUT_SCALE)
         return plan_conv(case.shapes(), ["float8_e4m3fn", *case.dtypes()[1:]], case.attrs(), "sm_90a")
     small, big = plan(8, 14), plan(32, 14)
     assert small.defines.get("WARP_SPECIALIZED") == 1 and small.defines.get("CLUSTER_K") == 2
     assert "WARP_SPECIALIZED" not in big.defines and big.defines["WGMMA"] == 1 and big.defines["BLOCK_K"] == 128
+    assert plan(8, 28, c=128).defines.get("WARP_SPECIALIZED") == 1          # narrowed to 128x64, 1152-deep
+    deep = plan(32, 7, c=512).defines                                       # narrowed, 4608-deep: the 2-CTA split
+    assert "WARP_SPECIALIZED" not in deep and deep.get("CLUSTER_K") == 2 and deep["BLOCK_N"] == 128
+    assert plan(8, 7, c=512).defines.get("CLUSTER_K") == 3                  # WS on 3-CTA clusters
 
 
 def test_depthwise_chunks_cover_the_channels_without_an_idle_quarter():

@@ -189,8 +189,8 @@ def default_ws_tile(cg: int, kg: int, taps: int, pixels: int | None, block_k: in
     tiles re-read twice the operand bytes per MAC from L2. A grid of enough CTAs takes the tile of the fewest waves
     times its cost per CTA (WS_TILE_COST: 256x128 tiles win where 128x128 spill into a second wave). ``block_k``:
     reduction elements per tile (FP8 with e4m3 X: 128 over >= 256 channels, the same 128-byte rows as float16's 64).
-    ``small_grids_only``: None unless the output is static and too small for the channel tile (FP8 with e4m3 X: the
-    WS kernel was timed faster there only)."""
+    ``small_grids_only``: None unless the output is static and too small for the channel tile, and the tile is split
+    over a cluster or the reduction is below 4096 (FP8 with e4m3 X: where the WS kernel was timed faster, conv-3)."""
     reduction = taps * cg
     if reduction < 1024 and not (taps == 1 and reduction >= 512):
         return None
@@ -208,10 +208,11 @@ def default_ws_tile(cg: int, kg: int, taps: int, pixels: int | None, block_k: in
         for narrower in ("128x128w8", "128x64w8"):
             if ctas(tile) < WS_MIN_CTAS and GEMM_TILES[narrower][1] < GEMM_TILES[tile][1]:
                 tile = narrower
-    if ctas(tile) >= WS_MIN_CTAS:
-        return tile, 1
     fits = [c for c, cap in CLUSTER_CTA_CAP.items() if ctas(tile) * c <= cap and k_tiles >= WS_MIN_RANK_TILES * c]
-    return tile, max(fits, default=1)
+    cluster = 1 if ctas(tile) >= WS_MIN_CTAS else max(fits, default=1)
+    if small_grids_only and cluster == 1 and reduction >= 64 * 64:
+        return None  # FP8 3x3 over 512 channels at batch 32: narrowed WS 22 µs, the unspecialized 2-CTA split 16.5
+    return tile, cluster
 
 
 def default_share_w(cluster: int, pixels: int | None) -> bool:

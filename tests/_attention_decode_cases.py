@@ -23,6 +23,7 @@ def _cases():
         AttentionCase("gqa32-8-2x3000-causal-br", batch=2, len_q=2, len_kv=3000, dtype="float16", **llama, **br),
         AttentionCase("gqa32-8-4x2049-causal-br", batch=1, len_q=4, len_kv=2049, **llama, **br),
         AttentionCase("gqa32-8-16x5000-causal-br", batch=1, len_q=16, len_kv=5000, **llama, **br),
+        AttentionCase("gqa32-8-16x300-causal-br-b32", batch=32, len_q=16, len_kv=300, **llama, **br),  # full grid
         AttentionCase("mqa8-1-1x2000-bool-b11k", len_q=1, len_kv=2000, heads_q=8, heads_kv=1, dim=128, mask="bool",
                       mask_shape=(2, 1, 1, 2000), small=True),
         AttentionCase("mqa8-1-16x1000-causal-br", len_q=16, len_kv=1000, heads_q=8, heads_kv=1, dim=128,

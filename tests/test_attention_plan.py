@@ -171,6 +171,19 @@ def test_decode_packs_a_kv_heads_query_heads_and_splits_small_grids(batch, lq, l
     assert p.grid == (-(-lq * hq // hkv // tile[0]) * split, hkv, batch)
 
 
+def test_decode_tile_follows_the_grid():
+    """64 packed rows: four key groups of four warps where the grid is small (64x32, 16 warps), one group of four
+    warps on 64-key tiles where it has two CTAs an SM without a split; 16 rows: 32-key tiles below 128 CTAs."""
+    from trt_fusedattn.plugins.attention.plan_decode import DECODE_TILES_FULL_GRID, DECODE_TILES_SMALL_GRID
+    full = _decode(batch=32, lq=16, lkv=1024, causal=1, causal_alignment="bottom_right").defines
+    assert (full["BLOCK_M"], full["BLOCK_N"], full["NUM_WARPS"]) == DECODE_TILES_FULL_GRID[64][0][:3]
+    assert full["WARP_SPLIT"] == 1 and full["KV_SPLIT"] == 1
+    fewer = _decode(batch=16, lq=16, lkv=32768, causal=1, causal_alignment="bottom_right").defines  # 128 CTAs
+    assert (fewer["NUM_WARPS"], fewer["WARP_SPLIT"], fewer["KV_SPLIT"]) == (16, 4, 1)
+    small = _decode(batch=1).defines
+    assert (small["BLOCK_M"], small["BLOCK_N"]) == DECODE_TILES_SMALL_GRID[16][0][:2] and small["KV_SPLIT"] == 8
+
+
 def test_decode_split_and_packing_need_what_the_build_knows():
     """Packing needs static query length and head counts; the split also static batch and key length, and clusters
     (sm_90); prefill-length queries and head dims over 128 keep the general plan."""

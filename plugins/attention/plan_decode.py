@@ -19,13 +19,18 @@ from trt_fusedattn.launcher.arch import CLUSTER_ARCH, arch_number
 # groups, each streaming its own share of the keys through its own two K/V stages, combined in shared memory; within
 # a group every warp reads the same K/V tile, so a K/V head is read once. 64 rows: four key groups of four warps
 # (16 warps, 128 registers, one block an SM; each group's partials over its own stages): twice the warps and the
-# bytes in flight of two groups of 64x32 (run 5: 54-56% of the read on small grids, NOTES.md).
+# bytes in flight of two groups of 64x32 (run 6: 59-77% of the read on 32k/128k keys x batch 1/4, was 54-56%).
 DECODE_TILES = ((16, (16, 16, 4, 0, 2), 4, 3), (32, (32, 32, 4, 0, 2), 2, 2), (64, (64, 32, 16, 0, 2), 4, 1),
                 (128, (128, 64, 8, 0, 2), 1, 1))
 # Grids that stay below SPLIT_TARGET_CTAS CTAs even split (batch 1 x 8 K/V heads): 16 rows take 32-key tiles in
 # their four groups (one 144 KB block an SM, more bytes in flight per block): 15-20% faster there in runs 2-3, while
 # on fuller grids 16-key tiles were as fast or up to 19% faster (NOTES.md).
-DECODE_TILES_SMALL_GRID = {16: ((16, 32, 4, 0, 2), 1)}
+DECODE_TILES_SMALL_GRID = {16: ((16, 32, 4, 0, 2), 4, 1)}
+# Grids of FULL_GRID_CTAS CTAs and more without a split (two blocks on each SM): 64 rows take one group of four warps
+# streaming 64-key tiles (87 KB, two blocks an SM): run 6's variant column, 2-10% faster than the 16-warp tile at
+# 16 queries x 1k-4k keys x batch 32-128 (no keys split over groups to combine), 15% slower at 128 CTAs.
+DECODE_TILES_FULL_GRID = {64: ((64, 64, 4, 0, 2), 1, 2)}
+FULL_GRID_CTAS = 256
 DECODE_MAX_QUERIES = 16       # longer query blocks fill tiles without packing (prefill, chunked prefill)
 DECODE_MAX_HEAD_DIM = 128     # padded Q/K and V head dims the 16-rows-per-warp tiles hold without spills
 # The cluster split: the smallest of SPLITS that gives the grid SPLIT_TARGET_CTAS CTAs (about one per SM of a 132-SM
@@ -91,8 +96,10 @@ def plan_decode(batch, len_q, len_kv, heads_q, heads_kv, dim: int, dim_v: int, a
     if _static(batch, len_kv):
         ctas = -(-rows // tile[0]) * heads_kv * batch
         split = decode_split(ctas, len_kv, warp_split, arch, per_sm)
-        if ctas * split < SPLIT_TARGET_CTAS and tile[0] in DECODE_TILES_SMALL_GRID:
-            tile, per_sm = DECODE_TILES_SMALL_GRID[tile[0]]
+        other = (DECODE_TILES_SMALL_GRID if ctas * split < SPLIT_TARGET_CTAS
+                 else DECODE_TILES_FULL_GRID if ctas >= FULL_GRID_CTAS else {}).get(tile[0])
+        if other:
+            tile, warp_split, per_sm = other
             split = decode_split(ctas, len_kv, warp_split, arch, per_sm)
     if pack == 1 and split == 1:
         return None  # nothing decode-specific: the general tiles serve it

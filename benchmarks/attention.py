@@ -246,12 +246,15 @@ DECODE_TUNING = ("WGMMA", "BLOCK_M", "BLOCK_N", "NUM_WARPS", "Q_IN_REGISTERS", "
 L2_BYTES = 50 * 2 ** 20  # H100's L2: K/V smaller than this stay in it across the graph's back-to-back calls
 # key groups of warps per block (WARP_SPLIT) timed beside the plan's choice, with the K/V tile each group streams
 KEY_GROUPS = ((1, 64), (2, 32), (4, 16), (4, 32), (8, 16))
-DECODE_VARIANTS = ["split 1", "split 2", "split 4", "split 8"] + [f"{w} key groups x{n}" for w, n in KEY_GROUPS]
+# 64 packed rows with 32 rows a warp (two warps a key group): half the shared-memory reads of K/V per K/V byte
+ROWS32_A_WARP = "4 key groups x32, 32 rows a warp"
+DECODE_VARIANTS = ["split 1", "split 2", "split 4", "split 8"] + [f"{w} key groups x{n}" for w, n in KEY_GROUPS] + [
+    ROWS32_A_WARP]
 
 
 def decode_variants(plan) -> dict:
-    """Tunings to time beside the plan's decode choice: each cluster split and each number of key groups of warps (at
-    most 16 warps a block: 128 registers a thread)."""
+    """Tunings to time beside the plan's decode choice: each cluster split, each number of key groups of warps (at most
+    16 warps a block: 128 registers a thread) and, for 64 packed rows, warps of 32 rows."""
     base = {k: plan.defines[k] for k in DECODE_TUNING}
     variants = {f"split {s}": {**base, "KV_SPLIT": s} for s in (1, 2, 4, 8) if s != base["KV_SPLIT"]}
     row_warps = base["NUM_WARPS"] // base["WARP_SPLIT"]
@@ -259,6 +262,8 @@ def decode_variants(plan) -> dict:
         tuning = {**base, "NUM_WARPS": row_warps * w, "WARP_SPLIT": w, "BLOCK_N": block_n}
         if tuning != base and row_warps * w <= 16:
             variants[f"{w} key groups x{block_n}"] = tuning
+    if base["BLOCK_M"] == 64:
+        variants[ROWS32_A_WARP] = {**base, "NUM_WARPS": 8, "WARP_SPLIT": 4, "BLOCK_N": 32}
     return variants
 
 

@@ -12,6 +12,7 @@ PACKED_64 = (("WGMMA", 0), ("BLOCK_M", 64), ("NUM_WARPS", 4), ("BLOCK_N", 64), (
 GROUPS4_16 = (("WGMMA", 0), ("BLOCK_M", 16), ("NUM_WARPS", 4), ("BLOCK_N", 16), ("WARP_SPLIT", 4))
 GROUPS2_64 = (("WGMMA", 0), ("BLOCK_M", 64), ("NUM_WARPS", 8), ("BLOCK_N", 32), ("WARP_SPLIT", 2))
 GROUPS2_32 = (("WGMMA", 0), ("BLOCK_M", 32), ("NUM_WARPS", 4), ("BLOCK_N", 32), ("WARP_SPLIT", 2))
+GROUPS4_64_WIDE = (("WGMMA", 0), ("BLOCK_M", 64), ("NUM_WARPS", 8), ("BLOCK_N", 32), ("WARP_SPLIT", 4))  # 32 rows a warp
 
 
 def _cases():
@@ -73,6 +74,9 @@ def _cases():
         # two 32-row tiles of two key groups for 64 packed rows (16 queries of 32/8 GQA), an uneven cluster split
         AttentionCase("groups2-32rows-split4-uneven-16x2999-causal-br", len_q=16, len_kv=2999, heads_q=8, heads_kv=2,
                       dim=128, tuning=GROUPS2_32 + (("PACK_GQA", 4), ("KV_SPLIT", 4)), small=True, **br),
+        AttentionCase("groups4-64rows-32-a-warp-split2-16x1900-causal-br-keylen", batch=3, len_q=16, len_kv=1900,
+                      heads_q=8, heads_kv=2, dim=128, key_lengths=True,
+                      tuning=GROUPS4_64_WIDE + (("PACK_GQA", 4), ("KV_SPLIT", 2)), small=True, **br),
         # key lengths 0 (batch 0) and 1 (the only key) over 8 CTAs x 4 key groups: 31 of the 32 parts see no key
         AttentionCase("groups4-split8-keylen-0-and-1", batch=2, len_q=2, len_kv=1, heads_q=8, heads_kv=2, dim=128,
                       key_lengths=True, tuning=GROUPS4_16 + (("PACK_GQA", 4), ("KV_SPLIT", 8)), small=True),

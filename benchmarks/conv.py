@@ -72,7 +72,8 @@ WS_SWEEP += [("wg default", dict(mma="wgmma")),  # the unspecialized loop: its c
              ("wg 128x128w8 c4", dict(mma="wgmma", tile="128x128w8", cluster=4)),
              ("wg 64x128w4", dict(mma="wgmma", tile="64x128w4")), ("wg 128x64w4", dict(mma="wgmma", tile="128x64w4")),
              # a 3-stage ring (96 KB): two CTAs per SM, one's epilogue under the other's loads (short reductions)
-             ("wg 128x128w8 3st", dict(mma="wgmma", tile="128x128w8", stages=3))]
+             ("wg 128x128w8 3st", dict(mma="wgmma", tile="128x128w8", stages=3)),
+             ("wg 128x128w8 4st", dict(mma="wgmma", tile="128x128w8", stages=4))]
 SWEEPS = {"mma.sync": MMA_SYNC_SWEEP, "wgmma": WGMMA_SWEEP, "wgmma_ws": WS_SWEEP}
 BATCHES = (1, 8, 32)
 QUICK_BATCHES = {"ResNet-50": (8, 32), "MobileNetV2": (32,)}  # --quick: the lead's one run in under 4 minutes

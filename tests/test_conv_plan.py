@@ -632,3 +632,16 @@ def test_depthwise_chunks_cover_the_channels_without_an_idle_quarter():
     for c in (32, 96, 144, 192, 384, 576, 960):
         t = depthwise_tile(c, c)
         assert (c // t["DW_VEC"]) % t["CHUNKS"] == 0
+
+
+@pytest.mark.parametrize("c, stages", [(256, 3), (512, None), (128, 3)])
+def test_a_256_deep_reduction_on_the_wgmma_loop_takes_three_stages_so_two_ctas_share_an_sm(c, stages):
+    """1x1 convs over 256 channels on the 128x128 wgmma tile: 3 stages (96 KB, two CTAs an SM), not the 4 (128 KB,
+    one) that held the whole reduction; 128 channels keep k tiles + 1 = 3, 512 take the warp-specialized kernel."""
+    plan = ConvCase("1x1", 8, c, 28, 28, 512, 1, 1).plan("sm_90a")
+    d = plan.defines
+    if stages is None:
+        assert d.get("WARP_SPECIALIZED") == 1
+        return
+    assert (d["BLOCK_M"], d["BLOCK_N"], d.get("WGMMA"), d["STAGES"]) == (128, 128, 1, stages)
+    assert 2 * plan.shared_mem <= SHARED_LIMIT["sm_90a"] or c != 256

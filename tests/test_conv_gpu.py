@@ -56,6 +56,15 @@ def has_fp8(arch: str) -> bool:
     return arch_number(arch) >= 89
 
 
+def fp8_gpu_arch() -> str:
+    """This GPU's arch; the test is skipped where FusedConv has no FP8 (sm_89+: e4m3 tensor cores)."""
+    from trt_fusedattn.launcher.launch import device_arch
+    arch = device_arch(0)
+    if not has_fp8(arch):
+        pytest.skip(f"FP8 FusedConv needs sm_89+ (e4m3 tensor cores); this GPU is {arch}")
+    return arch
+
+
 def channels_last(t):
     return t.contiguous(memory_format=torch.channels_last)
 
@@ -133,11 +142,8 @@ def test_matches_float64_reference(case):
 @pytest.mark.parametrize("case", FP8_CASES, ids=lambda c: c.name)
 def test_fp8_matches_float64_reference(case, mma, monkeypatch):
     """Both FP8 main loops (the API runs the plan's default: switched here) on every FP8 case."""
-    from trt_fusedattn.launcher.launch import device_arch
     from trt_fusedattn.plugins.conv import plan as conv_plan
-    arch = device_arch(0)
-    if not has_fp8(arch):
-        pytest.skip(f"FP8 FusedConv needs sm_89+ (e4m3 tensor cores); this GPU is {arch}")
+    arch = fp8_gpu_arch()
     if mma == "wgmma" and "WGMMA" not in case.plan(arch, mma="wgmma").defines:
         pytest.skip(f"no wgmma path for {case.name} on {arch} (sm_90a, 16-byte loads only)")
     monkeypatch.setattr(conv_plan, "FP8_WGMMA_BY_DEFAULT", mma == "wgmma")
@@ -150,9 +156,7 @@ def test_fp8_matches_float64_reference(case, mma, monkeypatch):
 @pytest.mark.parametrize("case", X_E4M3_CASES, ids=lambda c: c.name)
 def test_e4m3_activations_match_float64_reference(case):
     """X already e4m3 in memory (an FP8 producer's output): float16 Y from the plan's default on this GPU."""
-    from trt_fusedattn.launcher.launch import device_arch
-    if not has_fp8(device_arch(0)):
-        pytest.skip(f"FP8 FusedConv needs sm_89+ (e4m3 tensor cores); this GPU is {device_arch(0)}")
+    fp8_gpu_arch()
     seed = random.SystemRandom().randrange(2 ** 31)
     got, want, out = run_case(case, seed)
     assert out.dtype == torch.float16
@@ -311,11 +315,8 @@ def check_producer(producer: ProducerCase, got: np.ndarray, want: np.ndarray, un
 @pytest.mark.parametrize("producer", PRODUCER_CASES, ids=lambda p: p.name)
 def test_fp8_producer_writes_the_references_e4m3(producer, mma, monkeypatch):
     """Each producer case on both FP8 main loops (16-bit producers and depthwise: their one kernel)."""
-    from trt_fusedattn.launcher.launch import device_arch
     from trt_fusedattn.plugins.conv import plan as conv_plan
-    arch = device_arch(0)
-    if not has_fp8(arch):
-        pytest.skip(f"FP8 output needs sm_89+; this GPU is {arch}")
+    fp8_gpu_arch()
     if mma == "mma.sync" and not producer.case.fp8:
         pytest.skip("a 16-bit or depthwise producer has one kernel (run under wgmma)")
     monkeypatch.setattr(conv_plan, "FP8_WGMMA_BY_DEFAULT", mma == "wgmma")
@@ -328,9 +329,7 @@ def test_fp8_producer_writes_the_references_e4m3(producer, mma, monkeypatch):
 def test_fp8_chain_consumer_reads_what_its_producer_wrote():
     """A producer's e4m3 output straight into an FP8 consumer (X_E4M3, input_scale = output_scale): the consumer
     matches its reference on exactly those bytes (float16 bound), the producer its own."""
-    from trt_fusedattn.launcher.launch import device_arch
-    if not has_fp8(device_arch(0)):
-        pytest.skip(f"FP8 needs sm_89+; this GPU is {device_arch(0)}")
+    fp8_gpu_arch()
     producer = next(p for p in PRODUCER_CASES if p.name == "y8_fp8_1x1_c256_k64_residual")
     seed = random.SystemRandom().randrange(2 ** 31)
     got, want, y, y8 = run_producer(producer, seed)

@@ -329,18 +329,31 @@ def decode(dtype) -> tuple[list, list, list]:
     return header, rows, summary
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def grid_parser(description: str, quick: str, variants: str) -> argparse.ArgumentParser:
+    """The grid flags of both attention benchmarks (this one and attention_fp8.py): --out, --quick (help ``quick``),
+    --seqs, --dims, --variants (help ``variants``)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--out", help="markdown file for the table")
-    parser.add_argument("--quick", action="store_true", help="bf16 only, seq 2k and 8k")
+    parser.add_argument("--quick", action="store_true", help=quick)
     parser.add_argument("--seqs", default="", help="comma-separated sequence lengths instead of 512..16384")
     parser.add_argument("--dims", default="64,128,256", help="head dims of the grid")
-    parser.add_argument("--variants", default="", help="tuning variants to time, e.g. 128:WGMMA=1,64:WGMMA=0")
+    parser.add_argument("--variants", default="", help=variants)
+    return parser
+
+
+def grid_seqs(args) -> tuple[int, ...]:
+    """The grid's sequence lengths: --seqs, else 2k and 8k under --quick, else SEQS."""
+    return tuple(int(x) for x in args.seqs.split(",")) if args.seqs else (2048, 8192) if args.quick else SEQS
+
+
+def main():
+    parser = grid_parser(__doc__.splitlines()[0], "bf16 only, seq 2k and 8k",
+                         "tuning variants to time, e.g. 128:WGMMA=1,64:WGMMA=0")
     parser.add_argument("--deployment", action="store_true", help="issue 10's deployment shapes instead of the grid")
     parser.add_argument("--decode", action="store_true", help="issue 10's decode grid (GQA 32/8) instead of the grid")
     args = parser.parse_args()
     dtypes = (torch.bfloat16,) if args.quick else (torch.bfloat16, torch.float16)
-    seqs = tuple(int(x) for x in args.seqs.split(",")) if args.seqs else (2048, 8192) if args.quick else SEQS
+    seqs = grid_seqs(args)
     arch = device_arch(0)
     if args.decode:
         header, rows, summary = decode(torch.bfloat16)

@@ -14,12 +14,11 @@ inputs.
 """
 from __future__ import annotations
 
-import argparse
 import math
 
 import torch
 
-from attention import HIDDEN, SEQS, TOKENS, ours, parse_variants, time_ms, torch_backends, versions
+from attention import HIDDEN, TOKENS, grid_parser, grid_seqs, ours, parse_variants, time_ms, torch_backends, versions
 from trt_fusedattn.fp8 import E4M3_MAX
 from trt_fusedattn.launcher import device_arch, launch, precompile
 from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION
@@ -195,16 +194,12 @@ def grid(dims, seqs, causals, variants, arch, error_max_seq: int, outliers: bool
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", help="markdown file for the table")
-    parser.add_argument("--quick", action="store_true", help="seq 2k and 8k only")
-    parser.add_argument("--seqs", default="", help="comma-separated sequence lengths instead of 512..16384")
-    parser.add_argument("--dims", default="64,128,256", help="head dims of the grid")
-    parser.add_argument("--variants", default="", help="FP8 tuning variants to time, e.g. 128:KV_STAGES=2")
+    parser = grid_parser(__doc__.splitlines()[0], "seq 2k and 8k only",
+                         "FP8 tuning variants to time, e.g. 128:KV_STAGES=2")
     parser.add_argument("--error-max-seq", type=int, default=4096, help="measure errors up to this sequence length")
     parser.add_argument("--outliers", action="store_true", help="heavy-tailed inputs with outliers (FA3's test)")
     args = parser.parse_args()
-    seqs = tuple(int(x) for x in args.seqs.split(",")) if args.seqs else (2048, 8192) if args.quick else SEQS
+    seqs = grid_seqs(args)
     arch = device_arch(0)
     intro = (f"batch x seq = {TOKENS} tokens, hidden {HIDDEN}, BSHD; CUDA-graph replays, median; FLOPs 4*B*H*S^2*D "
              f"(/2 causal); inputs {'heavy-tailed with outliers' if args.outliers else 'N(0, 1)'}, per-tensor "

@@ -10,6 +10,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from trt_fusedattn.calibration import calibration_batches, channel_scales, record_amax, scale_of
+from trt_fusedattn.ort_session import element_types
 from trt_fusedattn.qdq import ConvScales, insert_conv_qdq, with_qdq_opset
 
 SAMPLES = Path(__file__).resolve().parents[1] / "models" / "samples"
@@ -59,9 +60,7 @@ def matmul_qdq_version(model: onnx.ModelProto, samples: int = 4) -> onnx.ModelPr
             name = node.input[-1] if node.op_type == "Where" else node.input[0]
         return False
     amax.update({name: 1.0 for name in amax if probabilities(name)})
-    inferred = onnx.shape_inference.infer_shapes(model).graph
-    elem_types = {v.name: v.type.tensor_type.elem_type for v in (*inferred.value_info, *inferred.input)}
-    elem_types.update({t.name: t.data_type for t in inferred.initializer})
+    elem_types = element_types(model)
     model = with_qdq_opset(model)
     graph = model.graph
     graph.initializer.append(numpy_helper.from_array(np.zeros((), ml_dtypes.float8_e4m3fn), "fp8_zero"))

@@ -665,11 +665,12 @@ def main():
                 json.dump(dict(environment=env, arch=arch, rows=rows), f, indent=1)
 
     rows, reasons, sums = table_rows(nets, batches_of, arch, args.budget_s, lines, checkpoint)
-    lines += stack_lines(sums) + reference_lines(rows)
+    tables = stack_lines(sums) + reference_lines(rows)
+    lines += tables
     if reasons:
         lines += ["\nGraphs that did not build or run (n/a):\n"] + [f"- {r}: {', '.join(where)}"
                                                                   for r, where in reasons.items()]
-    summary = "\n".join(stack_lines(sums) + reference_lines(rows) + [f"n/a ({len(where)}): {r}" for r, where in reasons.items()])
+    summary = "\n".join(tables + [f"n/a ({len(where)}): {r}" for r, where in reasons.items()])
     if args.fp8:
         lines += fp8_table(resnet_3x3, fp8_batches, arch)
     checkpoint(rows)

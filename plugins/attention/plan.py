@@ -68,14 +68,13 @@ LOAD_WARPGROUP_THREADS = 128
 # yet), for these head dims (D_qk == D_v), plus two staging tiles of V as copied (attention_load_sm90.cuh: the loader
 # transposes V, the FP8 wgmma's B being K-major only). P <= 1 when quantized, so the running max moves whenever it
 # grows (threshold 0). Head dim 256 takes 64-key tiles: the 128-key tile was 3-7% faster in v4's run although ptxas
-# serializes its wgmmas (C7512, insufficient registers), but it spills 72 B, over the compile test's allowance.
-# Timings: NOTES.md.
+# serializes its wgmmas (C7512, insufficient registers), but it spills 72 B, over the compile test's allowance (with
+# a mask's loads, 60-160 B). Masked and unmasked specializations take the same tiles. Timings: NOTES.md.
 FP8_TILES = {64: (128, 128, 8, 0, 3), 128: (128, 128, 8, 0, 3), 256: (128, 64, 8, 0, 2)}
-# a mask's loads at head dim 256 spill 60-160 B with 128-key tiles: masked specializations keep 64-key tiles there
-FP8_TILES_MASKED = {**FP8_TILES, 256: (128, 64, 8, 0, 2)}
 FP8_V_STAGING_TILES = 2
 FP8_RESCALE_THRESHOLD = "0.0f"
-# Every n-th n8 block of S exponentiated on the FP32 pipe instead of MUFU (attention_softmax.cuh; 0: none): untimed.
+# Every n-th n8 block of S exponentiated on the FP32 pipe instead of MUFU (attention_softmax.cuh; 0: none): every 4th
+# was 3-9% slower at every point on the H100 (FP8 run 3, NOTES.md).
 FP8_EXP2_FMA_EVERY = 0
 
 
@@ -229,8 +228,8 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
                          f"needs WGMMA=1 ({', '.join(WGMMA_ARCHES)}, head dims {sorted(WGMMA_TILES)})")
     if fp8 and not ws:
         raise ValueError("FusedAttention FP8 runs on the warp-specialized kernel only (WGMMA=1, WARP_SPECIALIZED=1)")
-    ws_table = ((FP8_TILES_MASKED if mask_kind is not None else FP8_TILES) if fp8
-                else WARP_SPECIALIZED_TILES_MASKED if mask_kind is not None else WARP_SPECIALIZED_TILES)
+    ws_table = (FP8_TILES if fp8 else WARP_SPECIALIZED_TILES_MASKED if mask_kind is not None
+                else WARP_SPECIALIZED_TILES)
     block_m, block_n, warps, q_in_registers, stages = (ws_table[dim] if ws else WGMMA_TILES[dim] if wgmma
                                                        else decode.tile if decode
                                                        else table[tile_key] if tile_key else TILE_LARGE)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from trt_fusedattn.launcher.arch import CLUSTER_ARCH, WGMMA_ARCHES, arch_number, shared_limit
+from trt_fusedattn.launcher.arch import CLUSTER_ARCH, SM_COUNT, WGMMA_ARCHES, arch_number, shared_limit
 from trt_fusedattn.launcher.plan import LaunchPlan
 from trt_fusedattn.tensorrt import CHANNELS_LAST_FORMATS
 
@@ -125,16 +125,15 @@ FP8_WARP_SPECIALIZED_BY_DEFAULT = True
 SHARE_W_BY_DEFAULT = False
 # Half the SMs of an H100 / H200 SXM: a static output with fewer CTAs than this gets narrower tiles and then a
 # cluster split of the reduction.
-WS_MIN_CTAS = 66
+WS_MIN_CTAS = SM_COUNT // 2
 # CTAs of a reduction split over N-CTA clusters that run at once on an H100 / H200 SXM (132 SMs in GPCs of 16-18; a
 # cluster takes SMs of one GPC): beyond this the grid runs in two waves (H100 sweep: 32 4-CTA clusters took twice the
 # time of 8, 52 3-CTA clusters twice that of 32), and the least reduction tiles each CTA keeps.
 CLUSTER_CTA_CAP = {2: 132, 3: 120, 4: 96}
 WS_MIN_RANK_TILES = 8
-# SMs of an H100 / H200 SXM, and the time of one CTA's tile relative to 128x128's on the WS kernel (conv-2 sweep at
+# The time of one CTA's tile relative to 128x128's on the WS kernel (conv-2 sweep at
 # batch 32: 256x128 in one wave 21.6 µs where 128x128 took two, 23.8; 128x64 in two waves 31.7 where 128x128 took one,
 # 20.7): the tile rule's waves-times-cost for grids of >= WS_MIN_CTAS CTAs.
-SM_COUNT = 132
 WS_TILE_COST = {"128x128w8": 1.0, "256x128w8": 1.8, "128x256w8": 1.8, "128x64w8": 0.75}
 # The wgmma main loop is the default on sm_90a since its GPU tests passed and it timed faster (NOTES.md); for FP8 it is
 # the only way to Hopper's FP8 rate (ptxas lowers mma.sync e4m3 to fp16 HMMA there).

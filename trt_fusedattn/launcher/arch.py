@@ -14,6 +14,10 @@ SHARED_LIMIT = {"sm_80": 166912, "sm_86": 101376, "sm_87": 166912, "sm_89": 1013
 WGMMA_ARCHES = ("sm_90a",)  # warpgroup MMA needs the arch-specific sm_90a target
 CLUSTER_ARCH = 90           # thread-block clusters: sm_90 and newer
 
+# SMs of an H100 / H200 SXM, the GPUs the plans' grid rules were measured on (an H100 PCIe has 114: its grids are the
+# same, only less evenly spread over waves).
+SM_COUNT = 132
+
 
 def arch_number(arch: str) -> int:
     """89 for ``sm_89``, 90 for ``sm_90a``; 0 when ``arch`` is not an ``sm_<digits>`` name."""

@@ -10,7 +10,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from trt_fusedattn.calibration import calibration_batches, channel_scales, record_amax, scale_of
-from trt_fusedattn.ort_session import element_types
+from trt_fusedattn.element_types import element_types
 from trt_fusedattn.qdq import ConvScales, insert_conv_qdq, with_qdq_opset
 
 SAMPLES = Path(__file__).resolve().parents[1] / "models" / "samples"

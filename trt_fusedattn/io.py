@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Iterator
 
 import onnx
-import numpy as np
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError, EncodeError
 from onnx import helper, numpy_helper

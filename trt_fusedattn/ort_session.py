@@ -38,8 +38,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from trt_fusedattn import io
 from trt_fusedattn.contract import DOMAIN, OpContract
+from trt_fusedattn.element_types import element_types
 from trt_fusedattn.errors import FuseError, first_line
-from trt_fusedattn.fp8 import numpy_dtype
 from trt_fusedattn.plugins import CONTRACTS
 
 MAX_IR_VERSION = 13
@@ -180,44 +180,6 @@ def _attributes_json(node: onnx.NodeProto, **extra) -> str:
             return [plain(v) for v in value]
         return value
     return json.dumps({**{a.name: plain(helper.get_attribute_value(a)) for a in node.attribute}, **extra})
-
-
-def element_types(model: onnx.ModelProto) -> dict[str, int]:
-    """ONNX element type of every tensor of the main graph that inference can type.
-
-    Custom nodes are opaque to ONNX inference: an untyped output of one is typed by its op record's
-    ``output_dtype`` (from the input types and the node's attributes), and inference runs again from there."""
-    while True:
-        try:
-            inferred = onnx.shape_inference.infer_shapes(io.skeleton(model)[0], strict_mode=False)
-        except (onnx.shape_inference.InferenceError, RuntimeError, ValueError) as err:
-            raise FuseError(f"ONNX shape inference fails on the model ({first_line(err)}): its declared shapes "
-                            f"or types conflict; export it again") from None
-        graph = inferred.graph
-        types = {v.name: v.type.tensor_type.elem_type
-                 for v in [*graph.input, *graph.value_info, *graph.output] if v.type.tensor_type.elem_type}
-        types.update({t.name: t.data_type for t in model.graph.initializer})
-        typed = [helper.make_tensor_value_info(out, _output_type(node, types), None)
-                 for node in model.graph.node if (node.domain, node.op_type) in _BY_OP and node.input[0] in types
-                 for out in node.output if out and out not in types]
-        if not typed:
-            return types
-        model.graph.value_info.extend(typed)
-
-
-def _output_type(node: onnx.NodeProto, types: dict[str, int]) -> int:
-    """The ONNX element type of a custom node's output: its op record's ``output_dtype`` (FP8 attention writes
-    ``output_dtype``, an FP8 conv float16 or e4m3); a node whose dtypes its contract refuses is a one-line error."""
-    from trt_fusedattn.plugins import OPS
-
-    op = next(o for o in OPS if (o.contract.domain, o.contract.name) == (node.domain, node.op_type))
-    dtypes = [helper.tensor_dtype_to_np_dtype(types[n]).name if n in types else None for n in node.input]
-    try:
-        dtypes += [None] * (len(op.contract.inputs) - len(dtypes))
-        out = op.output_dtype(dtypes, op.contract.node_attributes(node))
-    except ValueError as err:
-        raise FuseError(f"node '{node.name[:80]}' ({op.contract.qualified_name}): {first_line(err)}") from None
-    return helper.np_dtype_to_tensor_dtype(numpy_dtype(out))
 
 
 def _copied(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -44,7 +44,7 @@ class _Graph:
     """What the chain decisions read of the fused model: readers of each tensor, constants, element types."""
 
     def __init__(self, model: onnx.ModelProto):
-        from trt_fusedattn.tensorrt.prepare import element_types
+        from trt_fusedattn.element_types import element_types
 
         self.model = model
         self.readers: dict[str, list] = {}

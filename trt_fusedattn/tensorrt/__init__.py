@@ -14,6 +14,10 @@ import functools
 from trt_fusedattn.errors import TensorRTUnavailable, first_line
 
 PRECISIONS = ("fp16", "bf16", "fp8", "fp32")  # what build_engine's precision (fuse-onnx --fp16 ...) may name
+# Attributes prepare_model adds to our nodes: which contract inputs the node still lists (bit i = input i; the parser
+# passes an empty input as a null tensor, which addPluginV3 rejects), and the namespace the parser finds the creator in.
+PRESENT_INPUTS = "present_inputs"
+PLUGIN_NAMESPACE = "plugin_namespace"
 # TensorRT's channels-last format for a tensor of each dtype and the channel multiple it pads to (the I/O format
 # table of TensorRT's developer guide: HWC8 is bound to FP16/BF16, HWC16 to FP16/INT8/FP8).
 CHANNELS_LAST_FORMATS = {"float16": ("HWC8", 8), "bfloat16": ("HWC8", 8), "float8_e4m3fn": ("HWC16", 16)}

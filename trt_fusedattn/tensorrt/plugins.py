@@ -30,7 +30,7 @@ from numpy import typing as npt
 from trt_fusedattn.launcher.compile import compile_ptx
 from trt_fusedattn.plugins.op_record import OpRecord
 from trt_fusedattn.tensorrt import CHANNELS_LAST_FORMATS
-from trt_fusedattn.tensorrt.prepare import PRESENT_INPUTS
+from trt_fusedattn.tensorrt import PRESENT_INPUTS
 from trt_fusedattn.tensorrt.symbolic import plan_shape, trt_value
 
 _ATTR_KEY = "_trt_fusedattn_attrs"  # resolved attributes carried on the output TensorDesc to autotune and aot_impl

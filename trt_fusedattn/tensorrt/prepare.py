@@ -31,12 +31,11 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from trt_fusedattn.contract import DOMAIN
+from trt_fusedattn.element_types import element_types, record_of
 from trt_fusedattn.errors import FuseError
 from trt_fusedattn.qdq import QDQ_OPSET, declare_opset
-from trt_fusedattn.tensorrt import PRECISIONS
+from trt_fusedattn.tensorrt import PLUGIN_NAMESPACE, PRECISIONS, PRESENT_INPUTS
 
-PRESENT_INPUTS = "present_inputs"
-PLUGIN_NAMESPACE = "plugin_namespace"
 _ELEMENT = {TensorProto.FLOAT16: "float16", TensorProto.BFLOAT16: "bfloat16", TensorProto.FLOAT: "float32",
             TensorProto.FLOAT8E4M3FN: "float8_e4m3fn", TensorProto.INT32: "int32", TensorProto.BOOL: "bool",
             TensorProto.INT64: "int64"}
@@ -48,55 +47,6 @@ class ModelPrecisionError(FuseError):
     """The model's custom nodes are not in a dtype our kernels run, and no precision was asked to cast them."""
 
     exit_code = 1
-
-
-def record_of(node: onnx.NodeProto):
-    """The op record of one of our custom nodes, or None for any other node."""
-    from trt_fusedattn.plugins import OPS
-    if node.domain != DOMAIN:
-        return None
-    return next((op for op in OPS if op.contract.name == node.op_type), None)
-
-
-# Ops whose output type is not their first input's (the fallback of element_types must not guess for them).
-_TYPE_CHANGING = {"Cast", "CastLike", "Shape", "Size", "ArgMax", "ArgMin", "NonZero", "QuantizeLinear",
-                  "DequantizeLinear", "DynamicQuantizeLinear", "Equal", "Less", "LessOrEqual", "Greater",
-                  "GreaterOrEqual", "Not", "And", "Or", "Xor", "IsNaN", "IsInf", "ConstantOfShape", "EyeLike",
-                  "RandomNormalLike", "RandomUniformLike", "Multinomial", "Constant", "Range", "Loop", "If", "Scan"}
-
-
-def element_types(model: onnx.ModelProto) -> dict:
-    """Tensor name -> ONNX element type for every tensor whose type can be told: ONNX shape inference, then one
-    walk in graph order that types our custom nodes' outputs by their op records (inference cannot see through
-    them) and gives any other output inference left untyped its first input's type (what elementwise and
-    normalization ops do; type-changing ops are left alone)."""
-    from trt_fusedattn.io import skeleton
-    work = skeleton(model)[0]
-    try:
-        inferred = onnx.shape_inference.infer_shapes(work, strict_mode=False, data_prop=True)
-    except (onnx.shape_inference.InferenceError, RuntimeError, ValueError):
-        inferred = work
-    graph = inferred.graph
-    types = {v.name: v.type.tensor_type.elem_type for v in (*graph.input, *graph.value_info, *graph.output)
-             if v.type.tensor_type.elem_type}
-    types.update({t.name: t.data_type for t in graph.initializer})
-    for node in graph.node:
-        if not node.output or not node.output[0] or node.output[0] in types:
-            continue
-        op = record_of(node)
-        if op is not None and all(n in types for n in node.input if n):
-            present = next((a.i for a in node.attribute if a.name == PRESENT_INPUTS), None)
-            given = iter(node.input)  # a prepared node lists only its present inputs
-            inputs = list(node.input) if present is None else [
-                next(given) if present >> i & 1 else "" for i in range(len(op.contract.inputs))]
-            dtypes = [_ELEMENT.get(types[n]) if n else None for n in inputs]
-            attrs = op.contract.resolve({a.name: helper.get_attribute_value(a) for a in node.attribute
-                                         if a.name not in (PRESENT_INPUTS, PLUGIN_NAMESPACE)})
-            out = op.output_dtype(dtypes + [None] * (len(op.contract.inputs) - len(dtypes)), attrs)
-            types[node.output[0]] = next(k for k, v in _ELEMENT.items() if v == out)
-        elif op is None and node.op_type not in _TYPE_CHANGING and node.input and node.input[0] in types:
-            types[node.output[0]] = types[node.input[0]]
-    return types
 
 
 def _cast(source: str, to: int, owner: str) -> onnx.NodeProto:

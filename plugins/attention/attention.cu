@@ -8,7 +8,9 @@
 // AOT plugin ABI: input pointers (Q, K, V[, mask][, key_lengths]), int32 scalars, output pointer. Strides are in
 // elements; V and O have their own (their head dim D_v may differ from Q/K's). Everything else is a -D constant chosen by plan.py.
 #include "attention_tile_scheduler.cuh"
-#if WGMMA
+#if WGMMA && (PACK_GQA > 1 || WARP_SPLIT > 1)
+#include "attention_decode_sm90.cuh"
+#elif WGMMA
 #include "attention_mainloop_sm90.cuh"
 #else
 #include "attention_mainloop.cuh"
@@ -101,7 +103,7 @@ extern "C" __global__ void KV_SPLIT_CLUSTER __launch_bounds__(kThreads, kMinBloc
   cp_async_commit();
   if (kOverlapPV) cp_async_commit();  // an empty group: the loop top leaves the newest group in flight
   if (kWarpSplit > 1) {  // the key groups' barriers do not cover the Q tile, which every thread loaded a part of
-    cp_async_wait_all();
+    wait_tiles_landed();  // (and, for wgmma, fenced for the async proxy)
     __syncthreads();
   }
 

@@ -119,10 +119,10 @@ static_assert(kRescaleThreshold >= 0.f && kRescaleThreshold <= 14.f, "p <= 2^thr
 static_assert(kStages == 1 || kStages == 2 || (kStages == 3 && WARP_SPECIALIZED),
               "KV_STAGES must be 1 or 2 (3: the warp-specialized kernel's mbarrier pipeline)");
 static_assert(kKvSplit >= 1 && kKvSplit <= 8 && kBlockM % kKvSplit == 0, "KV_SPLIT: 1..8 CTAs, dividing BLOCK_M");
-static_assert(kWarpSplit >= 1 && kWarps % kWarpSplit == 0 && (kWarpSplit == 1 || (!WGMMA && !WARP_SPECIALIZED)),
-              "WARP_SPLIT (key groups of warps) divides NUM_WARPS, on the mma.sync mainloop");
-static_assert(kPackGqa >= 1 && (kPackGqa == 1 || (!WGMMA && !WARP_SPECIALIZED)),
-              "PACK_GQA (query heads per tile) is an option of the mma.sync mainloop");
+static_assert(kWarpSplit >= 1 && kWarps % kWarpSplit == 0 && (kWarpSplit == 1 || !WARP_SPECIALIZED),
+              "WARP_SPLIT (key groups of warps) divides NUM_WARPS, on the mma.sync or single-role wgmma mainloop");
+static_assert(kPackGqa >= 1 && (kPackGqa == 1 || !WARP_SPECIALIZED),
+              "PACK_GQA (query heads per tile) is an option of the mma.sync and single-role wgmma mainloops");
 
 // Element offset of tile row r (absolute, packed) in Q or O: query r / kPackGqa, head r % kPackGqa of the tile's
 // first head (with kPackGqa = 1 simply r * stride_s).

@@ -51,6 +51,7 @@ class DecodeChoice(NamedTuple):
     pack: int         # PACK_GQA: query heads per tile row group (1: no packing)
     split: int        # KV_SPLIT: CTAs of a cluster sharing the keys (1: no split)
     warp_split: int   # WARP_SPLIT: key groups of warps in a block
+    wgmma: int = 0    # WGMMA: the tile runs on the wgmma mainloop (sm_90a; a key group is one 64-row warpgroup)
 
 
 def _static(*dims) -> bool:
@@ -69,13 +70,15 @@ def decode_split(ctas: int, len_kv: int, warp_split: int, arch: str, blocks_per_
     return split
 
 
-def combine_bytes(block_m: int, block_n: int, stages: int, dim: int, dim_v: int, key_groups: int, split: int) -> int:
+def combine_bytes(block_m: int, block_n: int, stages: int, dim: int, dim_v: int, key_groups: int, split: int,
+                  wgmma: bool = False) -> int:
     """Shared memory the split/key-group combine adds after the K/V stages (attention_split_kv.cuh): none without a
     split or key groups, and none where a key group's partials (fp32 O of ``block_m`` rows of the padded D_v, and a
-    reference and a sum per row) fit over its own K/V stages; else every group's partials."""
+    reference and a sum per row) fit over its own K/V stages (rows padded for ldmatrix on mma.sync, unpadded swizzled
+    rows on wgmma); else every group's partials."""
     if split == 1 and key_groups == 1:
         return 0
-    pitch_qk, pitch_v = (-(-d // 16) * 16 + 8 for d in (dim, dim_v))
+    pitch_qk, pitch_v = (dim, dim_v) if wgmma else (-(-d // 16) * 16 + 8 for d in (dim, dim_v))
     partials = 4 * block_m * (-(-dim_v // 16) * 16 + 2)
     return 0 if partials <= 2 * stages * block_n * (pitch_qk + pitch_v) else key_groups * partials
 

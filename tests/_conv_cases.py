@@ -258,4 +258,12 @@ WS_CASES = [
                  x_e4m3=True), "128x64w8", share_w=True),
     _ws(ConvCase("x8_3x3_c128_k128_b1", 1, 128, 7, 7, 128, 3, 3, pad=1, scale=True, input_scale=FP8_INPUT_SCALE,
                  x_e4m3=True, activation="silu"), "128x64w8", cluster=3),
+    # 192-row tiles on three MMA warpgroups: a part-filled last M tile (429 rows) and N tile (160 channels), a 2-CTA
+    # reduction cluster (9 tiles as 4 + 5), FP8 with e4m3 X (BLOCK_K 128)
+    _ws(ConvCase("3x3_c128_k160_m192", 3, 128, 11, 13, 160, 3, 3, pad=1, residual=True, post_activation="relu"),
+        "192x128w12"),
+    _ws(ConvCase("3x3_c64_k96_m192_c2_bf16", 2, 64, 10, 9, 96, 3, 3, pad=1, scale=True, **_WGMMA_BF16), "192x128w12",
+        cluster=2),
+    _ws(ConvCase("x8_3x3_c256_k128_m192", 2, 256, 7, 9, 128, 3, 3, pad=1, scale=True, input_scale=FP8_INPUT_SCALE,
+                 x_e4m3=True), "192x128w12"),
 ]

@@ -477,13 +477,15 @@ def test_wgmma_cases_cover_what_they_claim():
 
 @pytest.mark.parametrize("tuned", WS_CASES, ids=lambda t: t.name)
 def test_warp_specialized_case_plans(tuned: TunedCase):
-    """mma="wgmma_ws": the sm90 source with a 128-thread load warpgroup beside the tile's 8 MMA warps, the ring's
-    1 KB of barriers before the stages, a ring as deep as fits (<= 6) and the reduction needs, the same grid."""
+    """mma="wgmma_ws": the sm90 source with a 128-thread load warpgroup beside the tile's 8 MMA warps (12 on 192-row
+    tiles: a warpgroup per 64 rows), the ring's 1 KB of barriers before the stages, a ring as deep as fits (<= 6) and
+    the reduction needs, the same grid."""
     plan = tuned.plan("sm_90a")
     d, case = plan.defines, tuned.case
     assert plan.source == IMPLICIT_GEMM_SM90 and plan.kernel == "fused_conv_implicit_gemm_sm90"
-    assert d["WARP_SPECIALIZED"] == 1 and d["WGMMA"] == 1 and d["SPLIT_K"] == 1 and d["WARPS_M"] * d["WARPS_N"] == 8
-    assert plan.block == (384, 1, 1)
+    warps = 12 if d["BLOCK_M"] == 192 else 8
+    assert d["WARP_SPECIALIZED"] == 1 and d["WGMMA"] == 1 and d["SPLIT_K"] == 1 and d["WARPS_M"] * d["WARPS_N"] == warps
+    assert plan.block == (128 + 32 * warps, 1, 1)
     ctas = d.get("WS_CTAS", 1)  # blocks per SM: each within its share of the SM's shared memory
     limit = 232448 // ctas - 1024 * (ctas - 1)
     assert ctas == tuned.overrides.get("ws_ctas", 1) and plan.shared_mem == gemm_shared_bytes(d) <= limit
@@ -500,10 +502,10 @@ def test_warp_specialized_case_plans(tuned: TunedCase):
 
 
 def test_warp_specialized_cases_cover_what_they_claim():
-    """Every 8-warp tile, BLOCK_K 32 and 64, both dtypes, odd M, K/G not a multiple of BLOCK_N, a cluster CTA with
-    no reduction tile, the shallowest ring."""
+    """Every 8-warp tile and the 12-warp 192x128, BLOCK_K 32 and 64, both dtypes, odd M, K/G not a multiple of
+    BLOCK_N, a cluster CTA with no reduction tile, the shallowest ring."""
     plans = [(t, t.plan("sm_90a").defines) for t in WS_CASES]
-    assert {t.overrides["tile"] for t in WS_CASES} == {"128x128w8", "128x256w8", "256x128w8", "128x64w8"}
+    assert {t.overrides["tile"] for t in WS_CASES} == {"128x128w8", "128x256w8", "256x128w8", "128x64w8", "192x128w12"}
     assert {d["BLOCK_K"] for _, d in plans} == {32, 64, 128} and {t.case.dtype for t in WS_CASES} == {"float16", "bfloat16"}
     assert {d.get("CLUSTER_K", 1) for _, d in plans} == {1, 2, 3, 4} and any(t.case.x_e4m3 for t in WS_CASES)
     m = lambda t: t.case.n * t.case.out_hw[0] * t.case.out_hw[1]  # noqa: E731
@@ -548,6 +550,9 @@ def test_warp_specialized_rejections(arch, dtypes, tile, message):
         fp16.plan("sm_90a", mma="wgmma_ws", tile="128x128w8", ws_ctas=2)
     with pytest.raises(ValueError, match="ws_ctas=2"):
         fp16.plan("sm_90a", mma="wgmma", tile="128x64w8", ws_ctas=2)
+    for mma in ("wgmma", "mma.sync"):  # 192-row tiles exist on the warp-specialized kernel only
+        with pytest.raises(ValueError, match="warp-specialized kernel only"):
+            fp16.plan("sm_90a", mma=mma, tile="192x128w12")
 
 
 def test_warp_specialized_default_by_reduction_and_static_output_size():
@@ -562,9 +567,11 @@ def test_warp_specialized_default_by_reduction_and_static_output_size():
     assert choice(64, 64, 3, hw=56) == (False, 128, 64, 1)        # 576-deep reduction: the unspecialized loop
     assert choice(256, 128, 1, hw=28)[0] is False and choice(512, 128, 1, hw=28)[0]  # 1x1 reductions >= 512
     # enough CTAs: the fewest waves times the tile's cost (conv-2 sweep, batch 32)
-    assert choice(512, 128, 1, hw=28) == (True, 256, 128, 1)      # 128x128: 196 CTAs, two waves; 256x128: 98
-    assert choice(128, 128, 3, hw=28) == (True, 256, 128, 1)
-    assert choice(512, 256, 1, hw=28) == (True, 128, 128, 1)      # 392 CTAs: three waves of 128x128 beat two of 256x128
+    # 25088 pixels: 128x128 makes 196 CTAs (two waves), 256x128 98 (one, 1.8), 192x128 131 (one, 1.4)
+    assert choice(512, 128, 1, hw=28) == (True, 192, 128, 1)
+    assert choice(128, 128, 3, hw=28) == (True, 192, 128, 1)
+    assert choice(512, 256, 1, hw=28) == (True, 192, 128, 1)      # 262 CTAs: two waves of 192x128 (2.8) beat three of
+                                                                  # 128x128 (392 CTAs, 3.0) and two of 256x128 (3.6)
     assert choice(512, 2048, 1, hw=7) == (True, 128, 256, 1)      # 104 CTAs of 128x256 (a tie with 256x128: kept)
     assert choice(256, 256, 3) == (True, 128, 128, 1)             # 6272 pixels: 98 CTAs
     assert choice(128, 128, 3, n=8, hw=28) == (True, 128, 64, 1)  # 49 CTAs -> 98 narrow
@@ -576,7 +583,8 @@ def test_warp_specialized_default_by_reduction_and_static_output_size():
     assert choice(1024, 256, 1, n=1) == (True, 128, 64, 2)        # 16 reduction tiles: 8 per CTA at most
     assert choice(512, 1024, 1, n=8, hw=28, stride=2) == (True, 128, 128, 1)  # 128x256 -> 128x128: 104 CTAs
     assert choice(512, 512, 3, hw=7) == (True, 128, 128, 2)       # 72 tiles, 52 CTAs -> 104 split, kept wide
-    assert choice(1024, 512, 1) == (True, 128, 256, 1)            # wide 1x1 output: 98 CTAs
+    assert choice(1024, 512, 1) == (True, 192, 128, 1)            # wide 1x1 output: 98 CTAs of 128x256 (1.8), 132
+                                                                  # of 192x128 (1.4)
     assert choice(1024, 512, 1, n=8) == (True, 128, 64, 1)        # 26 wide CTAs -> 104 narrow
     assert choice(1024, 2048, 1, n=8, stride=2) == (True, 128, 64, 1)
     assert choice(256, 256, 3, dtype="bfloat16") == (True, 128, 128, 1)
@@ -645,3 +653,17 @@ def test_a_256_deep_reduction_on_the_wgmma_loop_takes_three_stages_so_two_ctas_s
         return
     assert (d["BLOCK_M"], d["BLOCK_N"], d.get("WGMMA"), d["STAGES"]) == (128, 128, 1, stages)
     assert 2 * plan.shared_mem <= SHARED_LIMIT["sm_90a"] or c != 256
+
+
+def test_the_three_stage_ring_only_where_the_grid_outnumbers_the_sms():
+    """The 3-stage ring pays only when a second CTA comes to the SM: with N*P*Q static and at most SM_COUNT tiles
+    (batch 1; 1x1 256>1024 @14 at batch 8: 104 CTAs) the 256-deep reduction keeps 4 stages (lead's H100 run: 3 stages
+    ~5% slower there); a symbolic batch keeps the 3 (the batch-32 rule)."""
+    def stages(n, hw, k):
+        return ConvCase("1x1", n, 256, hw, hw, k, 1, 1).plan("sm_90a").defines["STAGES"]
+    assert stages(8, 56, 128) == 3 and stages(32, 14, 1024) == 3   # 196 / 392 CTAs
+    assert stages(1, 56, 128) == 4 and stages(8, 14, 1024) == 4    # 25 / 104 CTAs
+    sym = ConvCase("1x1", 8, 256, 14, 14, 1024, 1, 1)
+    shapes = sym.shapes()
+    shapes[0] = (Sym.var("n"), *shapes[0][1:])
+    assert plan_conv(shapes, sym.dtypes(), sym.attrs(), "sm_90a").defines["STAGES"] == 3

@@ -1,4 +1,4 @@
-// The shared-memory ring between the load warpgroup and the two MMA warpgroups of the warp-specialized Hopper
+// The shared-memory ring between the load warpgroup and the MMA warpgroups of the warp-specialized Hopper
 // implicit GEMM (implicit_gemm_sm90.cu): STAGES stages of one reduction tile each (A rows then W rows, the swizzled
 // layout of implicit_gemm_config.cuh), each with a "full" mbarrier (every loader thread's arrival, made by the
 // hardware once that thread's copies into the stage have landed) and an "empty" one (every MMA warp's arrival: its wgmmas no longer
@@ -22,7 +22,8 @@ constexpr int kMmaThreads = kGroupThreads;           // the MMA warpgroups (WARP
 constexpr int kMmaWarps = kMmaThreads / 32;
 constexpr int kBlockThreads = kLoadThreads + kMmaThreads;
 constexpr int kRingOffset = 1024;                    // barriers in the first 1 KB; stages on 1024-byte boundaries
-static_assert(kMmaThreads == 256 && SPLIT_K == 1, "two MMA warpgroups, one reduction group");
+static_assert((kMmaThreads == 256 || kMmaThreads == 384) && SPLIT_K == 1, "two or three MMA warpgroups, one "
+              "reduction group");
 static_assert(!SHARE_W || CLUSTER_K == 1, "SHARE_W's cluster pairs M tiles: no cluster split of the reduction");
 static_assert(2 * STAGES * 8 <= kRingOffset && kStageBytes % 1024 == 0, "ring layout");
 

@@ -1,20 +1,22 @@
 // FusedConv as a warp-specialized implicit GEMM for Hopper (sm_90a): the GEMM view, tile layout, loads, MMAs, cluster
 // split and epilogue of implicit_gemm.cu, with the loads taken off the MMA warps. One thread block computes one
-// BLOCK_M x BLOCK_N output tile with three warpgroups:
+// BLOCK_M x BLOCK_N output tile with three or four warpgroups:
 // - warpgroup 0 loads (implicit_gemm_load_sm90.cuh): im2col rows of X and rows of W by cp.async into a STAGES-deep
 //   ring of swizzled stages, handed over through mbarriers (implicit_gemm_pipeline_sm90.cuh); it gives most of its
 //   registers away (setmaxnreg);
-// - warpgroups 1 and 2 multiply (implicit_gemm_mainloop_sm90.cuh, mma_ring_tiles), BLOCK_M / 2 rows each, with
-//   wgmma straight from the stages, one tile's MMAs in flight while the next is waited for;
+// - warpgroups 1 and 2 (BLOCK_M 192: 1 to 3) multiply (implicit_gemm_mainloop_sm90.cuh, mma_ring_tiles), their
+//   share of the BLOCK_M rows each, with wgmma straight from the stages, one tile's MMAs in flight while the next is
+//   waited for;
 // SHARE_W = 1 pairs adjacent M tiles in a 2-CTA cluster that share the W tile: each CTA loads half of it and pushes
 // that half into the other's ring (DSMEM), so W moves from L2 once per pair (a 128x128 tile: 24 KB per reduction tile
 // instead of 32, where the loop is bounded by operand bytes from L2);
 // then CLUSTER_K > 1 sums the cluster's partial tiles through DSMEM (implicit_gemm_reduction.cuh) and the MMA
 // warpgroups run the shared output pass (implicit_gemm_store.cuh: scale, shift, activation, residual,
 // post-activation). Arguments, defines and the launch grid are implicit_gemm.cu's (WGMMA = 1, WARP_SPECIALIZED = 1,
-// 8 MMA warps as WARPS_M x WARPS_N, SPLIT_K 1, 16-byte loads, float16/bfloat16, or FP8 with X_E4M3: e4m3 X and W
-// land as bytes in the same swizzled rows, wgmma m64nNk32 e4m3, INPUT_SCALE in the epilogue); the block has 384
-// threads.
+// 8 or 12 MMA warps as WARPS_M x WARPS_N, SPLIT_K 1, 16-byte loads, float16/bfloat16, or FP8 with X_E4M3: e4m3 X and
+// W land as bytes in the same swizzled rows, wgmma m64nNk32 e4m3, INPUT_SCALE in the epilogue); the block has 384
+// or 512 threads. BLOCK_M 192 exists for grids that 128- and 256-row tiles leave part-filled (N*P*Q = 25088 rows:
+// 131 tiles of 192 on 132 SMs, where 128 rows make 196 and 256 rows 98).
 #include "epilogue.cuh"
 #include "implicit_gemm_config.cuh"
 #include "implicit_gemm_load_sm90.cuh"
@@ -29,10 +31,13 @@ static_assert(WARP_SPECIALIZED && WGMMA && IN_VEC == 8 && (!FP8 || X_E4M3), "the
 #ifndef WS_CTAS
 #define WS_CTAS 1  // thread blocks per SM: 2 overlaps one block's ring fill and epilogue with the other's MMAs
 #endif
-// One block per SM: 128 * 128 + 184 * 256 = 63488 of the SM's 65536 registers: the loader keeps each of its rows'
-// im2col origin and W offset in registers (16 A + 8 W rows at BLOCK_M 256: 120 spilled), the MMA warps 128
-// accumulators at most. Two: every role keeps the 80 registers per thread each block starts with (ptxas compiles
-// the whole kernel within that cap and cannot use a setmaxnreg.inc above it), so 32 accumulators at most.
+// One block per SM with two MMA warpgroups: 128 * 128 + 184 * 256 = 63488 of the SM's 65536 registers: the loader
+// keeps each of its rows' im2col origin and W offset in registers (16 A + 8 W rows at BLOCK_M 256: 120 spilled), the
+// MMA warps 128 accumulators at most. Three (BLOCK_M 192, 64 rows and 64 accumulators each): the 512 threads start
+// with 128 registers each, which both roles keep (12 A + 8 W rows for the loader). Two blocks per SM: every role
+// keeps the 80 registers per thread each block starts with (ptxas compiles the whole kernel within that cap and
+// cannot use a setmaxnreg.inc above it), so 32 accumulators at most.
+constexpr bool kMoveRegisters = WS_CTAS == 1 && kMmaThreads == 256;
 constexpr int kLoadRegisters = 128;
 constexpr int kMmaRegisters = 184;
 static_assert(WS_CTAS == 1 || (WS_CTAS == 2 && kMI * kNI * 4 <= 32), "two blocks per SM: 32 accumulators at most");
@@ -69,7 +74,7 @@ fused_conv_implicit_gemm_sm90(const x_t* __restrict__ x, const op_t* __restrict_
 
   // Each role is one branch (setmaxnreg: the load warpgroup never runs code that holds the accumulators).
   if (threadIdx.x < kLoadThreads) {
-    if constexpr (WS_CTAS == 1) warpgroup_registers_decrease<kLoadRegisters>();
+    if constexpr (kMoveRegisters) warpgroup_registers_decrease<kLoadRegisters>();
     const FastDivmod pq_div(P * Q), q_div(Q), cg_div(Cg);
     RingLoader loader(threadIdx.x, m0, n0, g, M, Kg, Kgemm, H, W, x_stride, Cg, pad_h, pad_w, pq_div, q_div, w_part);
     load_tiles(ring, stages, loader, k_tiles, [&](int i) { return tile_k0(t_begin + i, Cg); }, x, w, H, W, x_stride,
@@ -77,7 +82,7 @@ fused_conv_implicit_gemm_sm90(const x_t* __restrict__ x, const op_t* __restrict_
     join_cluster_sum();
     if constexpr (SHARE_W) cluster_sync();  // see the MMA warps' last barrier
   } else {
-    if constexpr (WS_CTAS == 1) warpgroup_registers_increase<kMmaRegisters>();
+    if constexpr (kMoveRegisters) warpgroup_registers_increase<kMmaRegisters>();
     const int mma_tid = threadIdx.x - kLoadThreads, lane = threadIdx.x & 31;
     float acc[kMI][kNI][4];
     clear_accumulators(acc);

@@ -108,13 +108,15 @@ GEMM_TILES = {
     "128x32w4": (128, 32, 4, 1, 1), "128x64w4s2": (128, 64, 2, 2, 2), "128x32w4s2": (128, 32, 4, 1, 2),
     "64x64w4s2": (64, 64, 2, 2, 2), "64x64w4s4": (64, 64, 2, 2, 4), "64x256w4": (64, 256, 1, 4, 1),
     "128x64w8": (128, 64, 4, 2, 1), "128x128w8s2": (128, 128, 2, 4, 2), "64x128w4s2": (64, 128, 2, 2, 2),
-    "256x128w8": (256, 128, 2, 4, 1),
+    "256x128w8": (256, 128, 2, 4, 1), "192x128w12": (192, 128, 3, 4, 1),
 }
 # The warp-specialized Hopper kernel (implicit_gemm_sm90.cu): a load warpgroup feeding two MMA warpgroups through a
-# ring of up to WS_MAX_STAGES stages; its tiles are the 8-warp wgmma tiles without split groups.
+# ring of up to WS_MAX_STAGES stages; its tiles are the 8-warp wgmma tiles without split groups, and 192x128 on three
+# MMA warpgroups (WS_ONLY_TILES: the unspecialized loop is not built for 12 warps).
 WS_LOAD_THREADS = 128
 WS_RING_OFFSET = 1024  # the ring's mbarriers, before the 1024-byte-aligned stages
 WS_MAX_STAGES = 6
+WS_ONLY_TILES = ("192x128w12",)
 # The warp-specialized kernel is sm_90a's float16/bfloat16 default where default_ws_tile picks it (NOTES.md), and FP8's
 # with e4m3 X where the output is too small for the channel tile (narrowed or split over a cluster: faster at batch 1
 # and 8 in conv-2; at batch 32 only its W-sharing form was timed, slower than the unspecialized FP8 loop).
@@ -133,8 +135,12 @@ CLUSTER_CTA_CAP = {2: 132, 3: 120, 4: 96}
 WS_MIN_RANK_TILES = 8
 # The time of one CTA's tile relative to 128x128's on the WS kernel (conv-2 sweep at
 # batch 32: 256x128 in one wave 21.6 µs where 128x128 took two, 23.8; 128x64 in two waves 31.7 where 128x128 took one,
-# 20.7): the tile rule's waves-times-cost for grids of >= WS_MIN_CTAS CTAs.
-WS_TILE_COST = {"128x128w8": 1.0, "256x128w8": 1.8, "128x256w8": 1.8, "128x64w8": 0.75}
+# 20.7): the tile rule's waves-times-cost for grids of >= WS_MIN_CTAS CTAs. 192x128: 1.4 is the prediction between
+# 128 and 256 rows (session 5, before its first GPU run; N*P*Q = 25088 makes 131 such tiles, one wave).
+WS_TILE_COST = {"128x128w8": 1.0, "256x128w8": 1.8, "128x256w8": 1.8, "128x64w8": 0.75, "192x128w12": 1.4}
+# The unspecialized wgmma loop's 3-stage ring for 256-deep reductions (gemm_tile) only on static grids of more CTAs
+# than SMs: with fewer no second CTA shares an SM, and 4 stages were ~5% faster (lead's H100 run, session 4).
+THREE_STAGE_MIN_CTAS = SM_COUNT + 1
 # The wgmma main loop is the default on sm_90a since its GPU tests passed and it timed faster (NOTES.md); for FP8 it is
 # the only way to Hopper's FP8 rate (ptxas lowers mma.sync e4m3 to fp16 HMMA there).
 FP8_WGMMA_BY_DEFAULT = True
@@ -280,8 +286,11 @@ def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, b
         raise ValueError(f"unknown implicit-GEMM tile {name!r}; pick one of {', '.join(GEMM_TILES)}")
     block_m, block_n, warps_m, warps_n, split = GEMM_TILES[name]
     wgmma = wants_wgmma and wgmma_fits(name)
-    if warp_specialized and not (wgmma and warps_m * warps_n == 8 and split == 1):
-        raise ValueError(f"mma='wgmma_ws' takes the 8-warp wgmma tiles without split groups; {name} is not one")
+    if warp_specialized and not (wgmma and (warps_m * warps_n == 8 or name in WS_ONLY_TILES) and split == 1):
+        raise ValueError(f"mma='wgmma_ws' takes the 8-warp wgmma tiles without split groups, or "
+                         f"{', '.join(WS_ONLY_TILES)}; {name} is not one")
+    if name in WS_ONLY_TILES and not warp_specialized:
+        raise ValueError(f"tile {name} runs on the warp-specialized kernel only: give mma='wgmma_ws' (sm_90a)")
     if ws_ctas not in (None, 1, 2) or (ws_ctas == 2 and not (warp_specialized and block_m * block_n <= 128 * 64)):
         raise ValueError(f"ws_ctas={ws_ctas}: 2 blocks per SM take the warp-specialized kernel on tiles of <= 128x64")
     if share_w and not (warp_specialized and (cluster or 1) == 1 and ws_ctas in (None, 1)):
@@ -305,9 +314,11 @@ def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, b
     depth = max(min_stages, min(stages or (4 if fp8 or block_k == 32 or wgmma else 3), k_tiles + wgmma))
     if warp_specialized:  # the deepest ring that fits (cut below), no deeper than the CTA's tiles need
         depth = max(min_stages, min(stages or WS_MAX_STAGES, k_tiles + 1))
-    elif wgmma and not fp8 and stages is None and (block_m, block_n, block_k) == (128, 128, 64) and k_tiles == 4:
+    elif wgmma and not fp8 and stages is None and (block_m, block_n, block_k) == (128, 128, 64) and k_tiles == 4 \
+            and (pixels is None or -(-pixels // block_m) * -(-kg // block_n) >= THREE_STAGE_MIN_CTAS):
         depth = 3  # a 256-deep reduction: 3 stages (96 KB) let two CTAs share an SM, one's epilogue under the other's
-                   # loads; 4 (128 KB) held the whole reduction for one (H100 sweep conv-3: 15-22% faster)
+                   # loads; 4 (128 KB) held the whole reduction for one (H100 sweep conv-3: 15-22% faster). Only where
+                   # the grid outnumbers the SMs (or is not static): else no second CTA comes (~5% slower, lead's run)
     config = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, WARPS_M=warps_m, WARPS_N=warps_n,
                   SPLIT_K=split, STAGES=depth, IN_VEC=in_vec, OUT_VEC=_largest_vector(kg))
     if fp8:

@@ -24,8 +24,10 @@ default and a set of wgmma tiles each. Sweeps (``--sweep-only``): every variant 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
+import re
 import statistics
 import subprocess
 import time
@@ -40,6 +42,7 @@ from trt_fusedattn.launcher.compile import nvcc_version
 from trt_fusedattn.launcher.launch import device_arch
 from trt_fusedattn.plugins.conv.contract import FUSED_CONV
 from trt_fusedattn.launcher.launch import launch, precompile
+from trt_fusedattn.plugins.conv import plan as conv_plan
 from trt_fusedattn.plugins.conv.plan import arch_number, plan_conv
 
 REPS, TRIALS, EPS = 20, 7, 1e-5
@@ -68,13 +71,18 @@ WS_SWEEP = [(f"ws {label}", dict(mma="wgmma_ws", tile=label.split()[0], **kw)) f
     # sw: M-tile pairs sharing the W tile (share_w)
     ("128x128w8 sw", dict(share_w=True)), ("128x256w8 sw", dict(share_w=True)), ("256x128w8 sw", dict(share_w=True)),
     ("128x64w8 sw", dict(share_w=True))]]
+WS_SWEEP += [(f"ws {label}", dict(mma="wgmma_ws", tile=label.split()[0], **kw)) for label, kw in [  # 3 MMA warpgroups
+    ("192x128w12", {}), ("192x128w12 c2", dict(cluster=2)), ("192x128w12 c4", dict(cluster=4))]]
 WS_SWEEP += [("wg default", dict(mma="wgmma")),  # the unspecialized loop: its channel rule, and a 4-CTA split
              ("wg 128x128w8 c4", dict(mma="wgmma", tile="128x128w8", cluster=4)),
              ("wg 64x128w4", dict(mma="wgmma", tile="64x128w4")), ("wg 128x64w4", dict(mma="wgmma", tile="128x64w4")),
              # a 3-stage ring (96 KB): two CTAs per SM, one's epilogue under the other's loads (short reductions)
              ("wg 128x128w8 3st", dict(mma="wgmma", tile="128x128w8", stages=3)),
              ("wg 128x128w8 4st", dict(mma="wgmma", tile="128x128w8", stages=4))]
-SWEEPS = {"mma.sync": MMA_SYNC_SWEEP, "wgmma": WGMMA_SWEEP, "wgmma_ws": WS_SWEEP}
+# The WS kernel's M-tile rows (128, 192, 256) with and without cluster splits: the short sweep behind WS_TILE_COST.
+WS_ROWS_SWEEP = [(label, kw) for label, kw in WS_SWEEP if label.split()[0] == "ws" and label.split()[1] in (
+    "128x128w8", "256x128w8", "128x256w8", "192x128w12") and kw.keys() <= {"mma", "tile", "cluster"}]
+SWEEPS = {"mma.sync": MMA_SYNC_SWEEP, "wgmma": WGMMA_SWEEP, "wgmma_ws": WS_SWEEP, "ws_rows": WS_ROWS_SWEEP}
 BATCHES = (1, 8, 32)
 QUICK_BATCHES = {"ResNet-50": (8, 32), "MobileNetV2": (32,)}  # --quick: the lead's one run in under 4 minutes
 # FP8 variants timed per layer: (label, plan_conv overrides); "default" is the plan's choice. "x8": X already e4m3 in
@@ -90,7 +98,8 @@ FP8_VARIANTS = [("default", dict()), ("x8 default", dict(x_e4m3=True))] + [
 # e4m3 X on the warp-specialized kernel (the plan's default there only on small grids), BLOCK_K by the plan's rule
 FP8_VARIANTS += [(f"x8 ws {label}", dict(mma="wgmma_ws", tile=label.split()[0], x_e4m3=True, **kw)) for label, kw in [
     ("128x128w8", {}), ("256x128w8", {}), ("128x256w8", {}), ("128x64w8", {}), ("128x128w8 c2", dict(cluster=2)),
-    ("128x64w8 c2", dict(cluster=2)), ("128x64w8 c3", dict(cluster=3))]]
+    ("128x64w8 c2", dict(cluster=2)), ("128x64w8 c3", dict(cluster=3)), ("192x128w12", {}),
+    ("192x128w12 c2", dict(cluster=2))]]
 
 
 @dataclass(frozen=True)
@@ -282,16 +291,18 @@ def cudnn_depthwise_act_us(case: Case) -> float:
     return time_us(run)
 
 
-def fp8_table(layers: list, batches: list, arch: str) -> list[str]:
-    """Our FP8 FusedConv (every FP8_VARIANTS entry) beside cuDNN FP16 + epilogue and our FP16 FusedConv on
-    ``layers``; err = |fp8 - base| / |base| normwise (mostly the e4m3 quantization of X and W)."""
+def fp8_table(layers: list, batches: list, arch: str, only: str | None = None) -> list[str]:
+    """Our FP8 FusedConv (every FP8_VARIANTS entry; ``only``: those whose label matches this regex) beside cuDNN FP16
+    + epilogue and our FP16 FusedConv on ``layers``; err = |fp8 - base| / |base| normwise (mostly the e4m3
+    quantization of X and W)."""
+    fp8_variants = [(label, kw) for label, kw in FP8_VARIANTS if only is None or re.search(only, label)]
     if arch_number(arch) < 89:
         return [f"\nFP8 FusedConv needs sm_89+ (e4m3 tensor cores); this GPU is {arch}: no FP8 table."]
     scale_x = FP8_SCALE_X
-    variants = {(lay, label): plan for lay in layers for label, kw in FP8_VARIANTS
+    variants = {(lay, label): plan for lay in layers for label, kw in fp8_variants
                 for plan in [_plan_or_none(lay, arch, scale_x, **kw)] if plan is not None}
     precompile(variants.values(), arch, workers=16)  # nvcc and the driver's JIT, in parallel, before timing
-    labels = [label for label, _ in FP8_VARIANTS]
+    labels = [label for label, _ in fp8_variants]
     lines = ["\n## FP8 (E4M3) FusedConv on the ResNet-50 3x3 layers\n",
              f"X quantized in the kernel from float16 (input_scale {scale_x:.4g}), or \"x8\": X already e4m3 in "
              "memory as an FP8 producer writes it; BN-folded W in e4m3 with per-channel scales, fp32 accumulation, "
@@ -307,7 +318,7 @@ def fp8_table(layers: list, batches: list, arch: str) -> list[str]:
             base, fp16 = time_us(case.baseline), time_us(case.fused)
             x8, ptrs = fp8_operands(case, scale_x)
             times, errs = {}, {}
-            for label, kw in FP8_VARIANTS:
+            for label, kw in fp8_variants:
                 if (lay, label) not in variants:
                     times[label], errs[label] = float("inf"), float("nan")
                     continue
@@ -500,21 +511,46 @@ def table_rows(nets: dict, batches_of: dict, arch: str, budget_s: float | None, 
     return rows, reasons, sums
 
 
+# The previous session's rule, as the plan constants that changed since (session 5: the 192-row WS tile joined the
+# waves-times-cost choice; the 3-stage ring of 256-deep reductions went grid-dependent): the "prev" column.
+PREVIOUS_RULE = dict(WS_TILE_COST={t: c for t, c in conv_plan.WS_TILE_COST.items() if t != "192x128w12"},
+                     THREE_STAGE_MIN_CTAS=0)
+
+
+@contextlib.contextmanager
+def previous_rule():
+    """plan_conv as the previous session's rule made it (PREVIOUS_RULE's constants), inside the ``with``."""
+    saved = {name: getattr(conv_plan, name) for name in PREVIOUS_RULE}
+    for name, value in PREVIOUS_RULE.items():
+        setattr(conv_plan, name, value)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(conv_plan, name, value)
+
+
+def previous_plan(lay: Layer, n: int, arch: str):
+    """The layer's plan under the previous rule, or None where it equals today's (same kernel and defines)."""
+    with previous_rule():
+        before = layer_plan(lay, n, arch)
+    now = layer_plan(lay, n, arch)
+    return None if (before.source, before.defines) == (now.source, now.defines) else before
+
+
 def previous_loop(case: Case, arch: str) -> dict:
     """Which main loop the plan runs ("ws": the warp-specialized Hopper kernel, "wgmma", "mma.sync", "dw"; "sw": M-tile
-    pairs sharing W) and the time of what the plan ran before it (prev_us): the same plan without W sharing where it
-    shares W, the unspecialized wgmma loop's default where it picked ws without sharing; None otherwise."""
+    pairs sharing W; "Nst": the ring's stages on the unspecialized wgmma loop) and the time of what the previous rule
+    ran (prev_us; None where that is the same kernel)."""
     lay = case.layer
-    plan = layer_plan(lay, case.n, arch)
-    d = plan.defines
+    d = layer_plan(lay, case.n, arch).defines
     loop = ("ws" if d.get("WARP_SPECIALIZED") else "wgmma" if d.get("WGMMA") else
             "dw" if "CH_MULT" in d else "mma.sync")
     loop += f" {d['BLOCK_M']}x{d['BLOCK_N']}" + (f" c{d['CLUSTER_K']}" if d.get("CLUSTER_K") else "") \
         + (" sw" if d.get("SHARE_W") else "") if "BLOCK_M" in d else ""
-    if not d.get("WARP_SPECIALIZED"):
-        return dict(main_loop=loop, prev_us=None)
-    before = dict(share_w=False) if d.get("SHARE_W") else dict(mma="wgmma")
-    return dict(main_loop=loop, prev_us=time_us(plan_call(case, layer_plan(lay, case.n, arch, **before), arch)))
+    loop += f" {d['STAGES']}st" if d.get("WGMMA") and not d.get("WARP_SPECIALIZED") else ""
+    before = previous_plan(lay, case.n, arch)
+    return dict(main_loop=loop, prev_us=None if before is None else time_us(plan_call(case, before, arch)))
 
 
 def time_layer(case: Case, stream: torch.cuda.Stream) -> dict:
@@ -602,6 +638,7 @@ def main():
     parser.add_argument("--fp8", action="store_true", help="add the FP8 table (ResNet-50 3x3 layers, sm_89+)")
     parser.add_argument("--fp8-only", action="store_true", help="only the FP8 table")
     parser.add_argument("--fp8-batches", default="8,32", help="batches of the FP8 table")
+    parser.add_argument("--fp8-variants", help="regex: only the FP8 variants whose label matches (e.g. '^x8')")
     parser.add_argument("--fp8-chain-only", action="store_true",
                         help="only the FP8 chain table (benchmarks/conv_fp8_chain.py), at the --fp8-batches")
     parser.add_argument("--nets", default="ResNet-50,MobileNetV2", help="networks of the tables and sweep")
@@ -630,7 +667,7 @@ def main():
         return
     if args.fp8_only:
         lines = ["# FP8 FusedConv vs cuDNN FP16 + separate epilogue ops\n", f"{environment()}\n"]
-        lines += fp8_table(resnet_3x3, fp8_batches, arch)
+        lines += fp8_table(resnet_3x3, fp8_batches, arch, args.fp8_variants)
         _write(args.out, lines)
         return
     if args.sweep_only:
@@ -640,8 +677,7 @@ def main():
         return
     plans = {(p.source, tuple(sorted(p.defines.items()))): p for net, layers in nets.items() for lay, _ in layers
              for n in batches_of[net] for p in [layer_plan(lay, n, arch)]
-             + ([layer_plan(lay, n, arch, mma="wgmma"), layer_plan(lay, n, arch, share_w=False)]
-                if lay.groups == 1 and lay.c % 8 == 0 else [])
+             + [q for q in [previous_plan(lay, n, arch)] if q is not None]
              + ([layer_plan(lay, n, arch, FP8_SCALE_X, x_e4m3=True)] if takes_fp8_x8(lay, arch) else [])}
     precompile(plans.values(), arch, workers=16)  # nvcc and the driver's JIT, in parallel, before timing
 
@@ -652,10 +688,10 @@ def main():
              "residual] -> activation, runtime fusion (heur_mode A, then FALLBACK), as TensorRT runs the layer; base = "
              "cuDNN conv2d + BatchNorm + activation [+ add + ReLU] as the unfused model runs them; fused = one FusedConv "
              "kernel (main loop: ws = the warp-specialized Hopper kernel, wgmma, mma.sync, dw = depthwise; BLOCK_MxN, "
-             "cN = the reduction split over an N-CTA cluster, sw = M-tile pairs sharing the W tile); prev = the "
-             "previous default: the same plan without W sharing where it shares W, the unspecialized wgmma loop's "
-             "default where the plan picked ws without sharing (\"=\": the same kernel). err = |fused - base| / |base|, graph err = |graph - base| / "
-             "|base| (normwise).\n"]
+             "cN = the reduction split over an N-CTA cluster, sw = M-tile pairs sharing the W tile, Nst = the ring's "
+             "stages of the unspecialized wgmma loop); prev = the previous session's rule (benchmarks/conv.py "
+             "PREVIOUS_RULE: no 192-row WS tile, 3 stages on any grid; \"=\": the same kernel). err = |fused - base| "
+             "/ |base|, graph err = |graph - base| / |base| (normwise).\n"]
     if args.quick:
         lines.append(f"Quick run: batches {QUICK_BATCHES}.\n")
     def checkpoint(rows):
@@ -672,7 +708,7 @@ def main():
                                                                   for r, where in reasons.items()]
     summary = "\n".join(tables + [f"n/a ({len(where)}): {r}" for r, where in reasons.items()])
     if args.fp8:
-        lines += fp8_table(resnet_3x3, fp8_batches, arch)
+        lines += fp8_table(resnet_3x3, fp8_batches, arch, args.fp8_variants)
     checkpoint(rows)
     print(summary, flush=True)
     if args.sweep:  # after the tables are safe on disk

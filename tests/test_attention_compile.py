@@ -5,7 +5,7 @@ GPU needed).
 One accepted exception: head dim 128 with 128x64 tiles spills a few registers (ptxas: 4-64 bytes, reloaded once
 per K/V tile) and still ran faster on the H100 than the spill-free 128x32 tiles (NOTES.md, run 3); the wgmma
 mainloop's 128x64 tile at two blocks per SM (128 registers) spills 8-32 bytes under the same allowance, and so does the
-warp-specialized head dim 256 with an additive mask (36 bytes at 240 registers; not a default path), and head dim
+warp-specialized head dim 256 with an additive mask (64 bytes at 240 registers since the persistent loop, 36 before; not a default path), and head dim
 128's 128x32 tile that the 99 KB GPUs (sm_86/sm_89) get (8 bytes at 255 registers, causal bf16). Head dim 512
 (the portable path's "correct, not fast" case) holds O in D_v / 2 = 256 registers a thread alone, so it spills."""
 from __future__ import annotations

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from _attention_cases import SPLIT_KV_CASES, WARP_SPECIALIZED_CASES, WGMMA_CASES
+from trt_fusedattn.launcher.arch import SM_COUNT
 from test_attention_gpu import TOLERANCE, assert_planted_row_zero, host, make_inputs, reference, relative_error
 
 torch = pytest.importorskip("torch")
@@ -49,7 +50,11 @@ def error_pattern(got: np.ndarray, ref: np.ndarray, layout: str) -> str:
 def test_wgmma_matches_float64_reference(case):
     from trt_fusedattn.launcher import launch
     plan = case.plan("sm_90a")
-    assert dict(case.tuning).items() <= plan.defines.items()  # the variant asked for is the one launched
+    tuning = dict(case.tuning)
+    if "PERSISTENT" in tuning:  # a choice of the grid, not a define: one CTA a query tile, or at most one an SM
+        tiles = -(-case.len_q // 128) * case.heads_q * case.batch
+        assert plan.grid[0] == (min(tiles, SM_COUNT) if tuning.pop("PERSISTENT") else tiles)
+    assert tuning.items() <= plan.defines.items()  # the variant asked for is the one launched
     gen = torch.Generator(device="cuda").manual_seed(hash(case.name) % 2**31)
     inputs = make_inputs(case, gen)
     out = torch.full_like(inputs["q"], float("nan"))  # poisoned: every element must be written

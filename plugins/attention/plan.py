@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from trt_fusedattn.launcher.arch import CLUSTER_ARCH, WGMMA_ARCHES, arch_number, shared_limit
+from trt_fusedattn.launcher.arch import CLUSTER_ARCH, SM_COUNT, WGMMA_ARCHES, arch_number, shared_limit
 from trt_fusedattn.launcher.plan import LaunchPlan
 from trt_fusedattn.fp8 import is_e4m3
 from trt_fusedattn.plugins.attention.contract import (check_attributes, effective_p_scale, head_dim_problem,
@@ -78,9 +78,24 @@ FP8_RESCALE_THRESHOLD = "0.0f"
 FP8_EXP2_FMA_EVERY = 0
 
 
-def pipeline_barrier_bytes(stages: int) -> int:
+def pipeline_barrier_bytes(stages: int, q_stages: int = 1) -> int:
     """The warp-specialized kernel's mbarriers (attention_pipeline_sm90.cuh: kPipelineBarriers)."""
-    return (1 + 4 * stages) * 8
+    return (2 * q_stages + 4 * stages) * 8
+
+
+# The warp-specialized kernel is persistent: one CTA an SM (its tiles take 115-226 KB of shared memory and 384 threads
+# at up to 240 registers), each walking query tiles in a static order (attention_tile_scheduler.cuh), so the next
+# tile's Q and K/V load under the current tile's last products and store. PERSISTENT=0 (tuning): one CTA a query tile,
+# the grid of v4, for comparison in one run.
+WARP_SPECIALIZED_PERSISTENT = 1
+
+
+def warp_specialized_grid(query_tiles, persistent: int) -> tuple:
+    """1-D grid of the warp-specialized kernel: min(query tiles, SMs) when persistent (SM_COUNT when the tile count
+    is a TensorRT symbolic expression: the surplus CTAs find no tile and exit), else one CTA a query tile."""
+    if not persistent:
+        return (query_tiles, 1, 1)
+    return (min(query_tiles, SM_COUNT) if isinstance(query_tiles, int) else SM_COUNT, 1, 1)
 
 
 # The online softmax moves a row's reference max only when a tile exceeds it by more than this (log2 units).
@@ -89,14 +104,16 @@ RESCALE_THRESHOLD = "8.0f"
 
 def shared_mem_bytes(head_dim: int, block_m: int, block_n: int, stages: int, wgmma: bool = False,
                      overlap: bool = False, head_dim_v: int | None = None, fp8: bool = False,
-                     key_groups: int = 1) -> int:
-    """Q tile + ``stages`` K and V tiles (what attention.cu lays out): for mma.sync rows of the head dim padded to
-    16, plus 16 bytes (and at least the output staging, kBlockM rows of V's pitch, which reuses them); unpadded
-    (swizzled) for wgmma, plus the slack that aligns them to 1024 bytes, and a third V tile with WGMMA_OVERLAP."""
+                     key_groups: int = 1, q_stages: int = 1) -> int:
+    """Q tile(s) + ``stages`` K and V tiles (what attention.cu lays out): for mma.sync rows of the head dim padded
+    to 16, plus 16 bytes (and at least the output staging, kBlockM rows of V's pitch, which reuses them); unpadded
+    (swizzled) for wgmma, plus the slack that aligns them to 1024 bytes, and a third V tile with WGMMA_OVERLAP;
+    the warp-specialized kernel may hold ``q_stages`` Q tiles."""
     if fp8:  # one-byte tiles: Q, K and V^T stages, V staging tiles
-        return (block_m + (2 * stages + FP8_V_STAGING_TILES) * block_n) * head_dim + WGMMA_SMEM_ALIGN - 16
-    if wgmma:
-        return (block_m + (2 * stages + int(overlap)) * block_n) * head_dim * 2 + WGMMA_SMEM_ALIGN - 16
+        return (q_stages * block_m + (2 * stages + FP8_V_STAGING_TILES) * block_n) * head_dim + WGMMA_SMEM_ALIGN - 16
+    if wgmma:  # (decode: WARP_SPLIT key groups each have their own K/V stages)
+        return ((q_stages * block_m + key_groups * (2 * stages + int(overlap)) * block_n) * head_dim * 2
+                + WGMMA_SMEM_ALIGN - 16)
     pitch_qk, pitch_v = (-(-d // 16) * 16 + 8 for d in (head_dim, head_dim_v or head_dim))
     # (WARP_SPLIT key groups each have their own K/V stages)
     return max(block_m * pitch_qk + key_groups * stages * block_n * (pitch_qk + pitch_v), block_m * pitch_v) * 2
@@ -154,7 +171,8 @@ def _mask_strides(mask_shape, batch, heads_q, len_q, len_kv) -> tuple:
 def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning: dict | None = None) -> LaunchPlan:
     """Launch plan of FusedAttention for these inputs (Q, K, V, mask, key_lengths; None when absent).
     ``tuning`` overrides tuning defines (WGMMA, BLOCK_M, BLOCK_N, NUM_WARPS, Q_IN_REGISTERS, KV_STAGES,
-    RESCALE_THRESHOLD, MIN_BLOCKS_PER_SM, WGMMA_OVERLAP, WARP_SPECIALIZED, KV_SPLIT, PACK_GQA) of the per-head-dim choice: for tests and benchmarks.
+    RESCALE_THRESHOLD, MIN_BLOCKS_PER_SM, WGMMA_OVERLAP, WARP_SPECIALIZED, KV_SPLIT, PACK_GQA; the warp-specialized
+    kernel's PERSISTENT and Q_STAGES) of the per-head-dim choice: for tests and benchmarks.
     WGMMA=1 forces the Hopper wgmma mainloop (sm_90a, head dims 64/128), WGMMA=0 the mma.sync one; without it
     ``WGMMA_BY_DEFAULT`` decides. WARP_SPECIALIZED=1 (on top of the wgmma mainloop) takes the warp-specialized kernel
     (attention_sm90.cu); without it (and without WGMMA) ``WARP_SPECIALIZED_DEFAULT_HEAD_DIMS`` decides."""
@@ -214,15 +232,15 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
     tile_key = min((d for d in table if d >= padded), default=None)
     wgmma_ok = arch in WGMMA_ARCHES and dim in WGMMA_TILES and vdim == dim
     decode = None if tuning or fp8 else plan_decode(batch, len_q, len_kv, heads_q, heads_kv, dim, vdim, arch)
-    wgmma = int((tuning or {}).get("WGMMA", fp8 or WGMMA_BY_DEFAULT and wgmma_ok and not decode and
-                                   (dim in WGMMA_DEFAULT_HEAD_DIMS or bool((tuning or {}).get("WARP_SPECIALIZED")))))
+    wgmma = int((tuning or {}).get("WGMMA", fp8 or WGMMA_BY_DEFAULT and wgmma_ok and (
+        decode.wgmma if decode else dim in WGMMA_DEFAULT_HEAD_DIMS or bool((tuning or {}).get("WARP_SPECIALIZED")))))
     if wgmma and not wgmma_ok:
         raise ValueError(f"FusedAttention: the wgmma mainloop runs on {', '.join(WGMMA_ARCHES)} for head dims "
                          f"{sorted(WGMMA_TILES)} (Q/K and V alike), not {arch} head dims {dim}/{vdim}; use WGMMA=0")
     long_rows = (dim == 64 and all(isinstance(d, int) for d in (len_q, len_kv)) and
                  min(len_q, len_kv) >= (8192 if int(attrs.get("causal", 0)) else 4096))
     ws = int((tuning or {}).get("WARP_SPECIALIZED", fp8 or wgmma and "WGMMA" not in (tuning or {}) and mask_kind is None
-                                and (dim in WARP_SPECIALIZED_DEFAULT_HEAD_DIMS or long_rows)))
+                                and not decode and (dim in WARP_SPECIALIZED_DEFAULT_HEAD_DIMS or long_rows)))
     if ws and not wgmma:
         raise ValueError("FusedAttention: the warp-specialized kernel is built on the wgmma mainloop; WARP_SPECIALIZED=1 "
                          f"needs WGMMA=1 ({', '.join(WGMMA_ARCHES)}, head dims {sorted(WGMMA_TILES)})")
@@ -230,43 +248,54 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
         raise ValueError("FusedAttention FP8 runs on the warp-specialized kernel only (WGMMA=1, WARP_SPECIALIZED=1)")
     ws_table = (FP8_TILES if fp8 else WARP_SPECIALIZED_TILES_MASKED if mask_kind is not None
                 else WARP_SPECIALIZED_TILES)
-    block_m, block_n, warps, q_in_registers, stages = (ws_table[dim] if ws else WGMMA_TILES[dim] if wgmma
-                                                       else decode.tile if decode
+    block_m, block_n, warps, q_in_registers, stages = (ws_table[dim] if ws else decode.tile if decode
+                                                       else WGMMA_TILES[dim] if wgmma
                                                        else table[tile_key] if tile_key else TILE_LARGE)
     tune = {"WARP_SPECIALIZED": ws, "WGMMA": wgmma, "BLOCK_M": block_m, "BLOCK_N": block_n, "NUM_WARPS": warps, "Q_IN_REGISTERS": q_in_registers,
             "KV_STAGES": stages, "RESCALE_THRESHOLD": FP8_RESCALE_THRESHOLD if fp8 else RESCALE_THRESHOLD,
-            "MIN_BLOCKS_PER_SM": WGMMA_MIN_BLOCKS_PER_SM[dim] if wgmma and not ws and mask_kind is None else 1,
+            "MIN_BLOCKS_PER_SM": WGMMA_MIN_BLOCKS_PER_SM[dim] if wgmma and not ws and not decode and mask_kind is None
+            else 1,
             "WGMMA_OVERLAP": WGMMA_OVERLAP[dim] if wgmma and not ws else 0, "KV_SPLIT": decode.split if decode else 1,
             "PACK_GQA": decode.pack if decode else 1, "WARP_SPLIT": decode.warp_split if decode else 1}
     if fp8:
         tune["EXP2_FMA_EVERY"] = FP8_EXP2_FMA_EVERY
+    if ws:
+        tune.update(PERSISTENT=WARP_SPECIALIZED_PERSISTENT, Q_STAGES=1)
     unknown = set(tuning or ()) - set(tune)
     if unknown:
         raise ValueError(f"FusedAttention: unknown tuning defines {sorted(unknown)}; known: {sorted(tune)}")
     tune.update(tuning or {})
     block_m, block_n, warps, stages = tune["BLOCK_M"], tune["BLOCK_N"], tune["NUM_WARPS"], tune["KV_STAGES"]
+    if ws and "Q_STAGES" not in (tuning or {}):  # two Q buffers where they fit beside the K/V stages
+        q2 = (shared_mem_bytes(dim, block_m, block_n, stages, True, False, vdim, fp8, q_stages=2)
+              + pipeline_barrier_bytes(stages, 2))
+        tune["Q_STAGES"] = 2 if q2 <= shared_limit(arch) else 1
     if tune["WGMMA_OVERLAP"] and not tune["WGMMA"]:
         raise ValueError("FusedAttention: WGMMA_OVERLAP is an option of the wgmma mainloop; set WGMMA=1 too")
-    if tune["KV_SPLIT"] > 1 and (tune["WGMMA"] or arch_number(arch) < CLUSTER_ARCH or block_m % tune["KV_SPLIT"]):
-        raise ValueError(f"FusedAttention: KV_SPLIT (a thread-block cluster splitting the keys) needs the mma.sync "
-                         f"mainloop (WGMMA=0), sm_90 or newer and BLOCK_M divisible by it; got {arch}, "
-                         f"WGMMA={tune['WGMMA']}, BLOCK_M={block_m}, KV_SPLIT={tune['KV_SPLIT']}")
+    if tune["KV_SPLIT"] > 1 and (tune["WARP_SPECIALIZED"] or arch_number(arch) < CLUSTER_ARCH
+                                 or block_m % tune["KV_SPLIT"]):
+        raise ValueError(f"FusedAttention: KV_SPLIT (a thread-block cluster splitting the keys) needs a single-role "
+                         f"kernel (WARP_SPECIALIZED=0), sm_90 or newer and BLOCK_M divisible by it; got {arch}, "
+                         f"WARP_SPECIALIZED={tune['WARP_SPECIALIZED']}, BLOCK_M={block_m}, KV_SPLIT={tune['KV_SPLIT']}")
     pack, key_groups = tune["PACK_GQA"], tune["WARP_SPLIT"]
-    if key_groups > 1 and (tune["WGMMA"] or warps % key_groups or (block_m // (warps // key_groups)) % 16):
-        raise ValueError(f"FusedAttention: WARP_SPLIT (key groups of warps in a block) needs the mma.sync mainloop "
-                         f"(WGMMA=0) and NUM_WARPS / WARP_SPLIT warps of 16-row multiples; got WGMMA={tune['WGMMA']}, "
-                         f"BLOCK_M={block_m}, NUM_WARPS={warps}, WARP_SPLIT={key_groups}")
-    if pack > 1 and (tune["WGMMA"] or not (isinstance(heads_q, int) and isinstance(heads_kv, int))
+    if key_groups > 1 and (tune["WARP_SPECIALIZED"] or warps % key_groups or (block_m // (warps // key_groups)) % 16
+                           or tune["WGMMA"] and (block_m, warps // key_groups) != (64, 4)):
+        raise ValueError(f"FusedAttention: WARP_SPLIT (key groups of warps in a block) needs a single-role kernel "
+                         f"(WARP_SPECIALIZED=0) and NUM_WARPS / WARP_SPLIT warps of 16-row multiples (with WGMMA=1 one "
+                         f"warpgroup of 64 rows a group); got WARP_SPECIALIZED={tune['WARP_SPECIALIZED']}, "
+                         f"WGMMA={tune['WGMMA']}, BLOCK_M={block_m}, NUM_WARPS={warps}, WARP_SPLIT={key_groups}")
+    if pack > 1 and (tune["WARP_SPECIALIZED"] or not (isinstance(heads_q, int) and isinstance(heads_kv, int))
                      or pack * heads_kv != heads_q):
-        raise ValueError(f"FusedAttention: PACK_GQA (query heads of one K/V head in one tile) needs the mma.sync "
-                         f"mainloop (WGMMA=0) and static head counts with PACK_GQA = query heads / K/V heads; got "
-                         f"WGMMA={tune['WGMMA']}, heads {heads_q}/{heads_kv}, PACK_GQA={pack}")
+        raise ValueError(f"FusedAttention: PACK_GQA (query heads of one K/V head in one tile) needs a single-role "
+                         f"kernel (WARP_SPECIALIZED=0) and static head counts with PACK_GQA = query heads / K/V heads; "
+                         f"got WARP_SPECIALIZED={tune['WARP_SPECIALIZED']}, heads {heads_q}/{heads_kv}, PACK_GQA={pack}")
     if tune["WARP_SPECIALIZED"] and (tune["WGMMA_OVERLAP"] or (block_m, warps) != (128, 8)):
         raise ValueError("FusedAttention: the warp-specialized kernel has its own overlap (WGMMA_OVERLAP=0) and two MMA "
                          "warpgroups (BLOCK_M=128, NUM_WARPS=8)")
+    q_stages = tune.get("Q_STAGES", 1)
     smem = (shared_mem_bytes(dim, block_m, block_n, stages, bool(wgmma), bool(tune["WGMMA_OVERLAP"]), vdim, fp8,
-                             key_groups)
-            + combine_bytes(block_m, block_n, stages, dim, vdim, key_groups, tune["KV_SPLIT"]))
+                             key_groups, q_stages)
+            + combine_bytes(block_m, block_n, stages, dim, vdim, key_groups, tune["KV_SPLIT"], bool(wgmma)))
     while not wgmma and smem > shared_limit(arch) and not {"BLOCK_N", "KV_STAGES"} & set(tuning or {}):
         # GPUs with 99 KB per block (sm_86, sm_89, sm_120): halve the K/V tile until the stages fit (hd128: 128x32,
         # 68 KB instead of 128x64's 104,448 B), then keep one K/V stage (head dims 257-512)
@@ -280,7 +309,7 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
         smem = (shared_mem_bytes(dim, block_m, block_n, stages, head_dim_v=vdim, key_groups=key_groups)
                 + combine_bytes(block_m, block_n, stages, dim, vdim, key_groups, tune["KV_SPLIT"]))
     if tune["WARP_SPECIALIZED"]:
-        smem += pipeline_barrier_bytes(stages)
+        smem += pipeline_barrier_bytes(stages, q_stages)
     if smem > shared_limit(arch):
         raise ValueError(f"FusedAttention: tile {block_m}x{block_n} at head dim {dim} needs {smem} B of shared memory, "
                          f"more than {arch} has")
@@ -311,7 +340,9 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
     if mask_kind is not None:
         scalars += _mask_strides(mask_shape, batch, heads_q, len_q, len_kv)
     ws = tune["WARP_SPECIALIZED"]
-    return LaunchPlan(source=SOURCE_WARP_SPECIALIZED if ws else SOURCE, kernel=KERNEL, defines=defines,
-                      grid=((len_q * pack + block_m - 1) // block_m * tune["KV_SPLIT"],
-                            heads_kv if pack > 1 else heads_q, batch),
+    if ws:  # a choice of the grid, not of the PTX
+        grid = warp_specialized_grid((len_q + block_m - 1) // block_m * heads_q * batch, defines.pop("PERSISTENT"))
+    else:
+        grid = ((len_q * pack + block_m - 1) // block_m * tune["KV_SPLIT"], heads_kv if pack > 1 else heads_q, batch)
+    return LaunchPlan(source=SOURCE_WARP_SPECIALIZED if ws else SOURCE, kernel=KERNEL, defines=defines, grid=grid,
                       block=(warps * 32 + (LOAD_WARPGROUP_THREADS if ws else 0), 1, 1), shared_mem=smem, scalars=scalars)

@@ -13,6 +13,10 @@ GROUPS4_16 = (("WGMMA", 0), ("BLOCK_M", 16), ("NUM_WARPS", 4), ("BLOCK_N", 16), 
 GROUPS2_64 = (("WGMMA", 0), ("BLOCK_M", 64), ("NUM_WARPS", 8), ("BLOCK_N", 32), ("WARP_SPLIT", 2))
 GROUPS2_32 = (("WGMMA", 0), ("BLOCK_M", 32), ("NUM_WARPS", 4), ("BLOCK_N", 32), ("WARP_SPLIT", 2))
 GROUPS4_64_WIDE = (("WGMMA", 0), ("BLOCK_M", 64), ("NUM_WARPS", 8), ("BLOCK_N", 32), ("WARP_SPLIT", 4))  # 32 rows a warp
+# 64 packed rows on the wgmma mainloop (sm_90a): key groups of one warpgroup each
+WGMMA_GROUPS2_64 = (("WGMMA", 1), ("BLOCK_M", 64), ("NUM_WARPS", 8), ("BLOCK_N", 64), ("WARP_SPLIT", 2))
+WGMMA_GROUPS3_64 = (("WGMMA", 1), ("BLOCK_M", 64), ("NUM_WARPS", 12), ("BLOCK_N", 64), ("WARP_SPLIT", 3))
+WGMMA_GROUP1_128 = (("WGMMA", 1), ("BLOCK_M", 64), ("NUM_WARPS", 4), ("BLOCK_N", 128), ("WARP_SPLIT", 1))
 
 
 def _cases():
@@ -77,6 +81,22 @@ def _cases():
         AttentionCase("groups4-64rows-32-a-warp-split2-16x1900-causal-br-keylen", batch=3, len_q=16, len_kv=1900,
                       heads_q=8, heads_kv=2, dim=128, key_lengths=True,
                       tuning=GROUPS4_64_WIDE + (("PACK_GQA", 4), ("KV_SPLIT", 2)), small=True, **br),
+        # the wgmma mainloop's decode tiles: packed Q rows in the swizzled tile, key groups of one warpgroup, the
+        # cluster split; uneven splits, key lengths 0 and 1, a partial 64-row tile, masks, head dim 64
+        AttentionCase("wgmma-groups2-split4-uneven-16x2999-causal-br", len_q=16, len_kv=2999, heads_q=8, heads_kv=2,
+                      dim=128, tuning=WGMMA_GROUPS2_64 + (("PACK_GQA", 4), ("KV_SPLIT", 4)), small=True, **br),
+        AttentionCase("wgmma-groups3-nosplit-16x700-causal-br-keylen", batch=3, len_q=16, len_kv=700, heads_q=8,
+                      heads_kv=2, dim=128, key_lengths=True, tuning=WGMMA_GROUPS3_64 + (("PACK_GQA", 4), ("KV_SPLIT", 1)),
+                      small=True, **br),
+        AttentionCase("wgmma-group1-x128-split2-8x1000-bool", len_q=8, len_kv=1000, heads_q=16, heads_kv=2, dim=128,
+                      mask="bool", tuning=WGMMA_GROUP1_128 + (("PACK_GQA", 8), ("KV_SPLIT", 2)), small=True),
+        AttentionCase("wgmma-groups2-split8-keylen-0-and-1", batch=2, len_q=16, len_kv=1, heads_q=8, heads_kv=2,
+                      dim=128, key_lengths=True, tuning=WGMMA_GROUPS2_64 + (("PACK_GQA", 4), ("KV_SPLIT", 8)),
+                      small=True, **br),
+        AttentionCase("wgmma-groups2-split2-5x1200-causal-br-fp16", len_q=5, len_kv=1200, heads_q=8, heads_kv=2,
+                      dim=128, dtype="float16", tuning=WGMMA_GROUPS2_64 + (("PACK_GQA", 4), ("KV_SPLIT", 2)), **br),
+        AttentionCase("wgmma-groups2-hd64-16x1500-additive-per-head", len_q=16, len_kv=1500, heads_q=8, heads_kv=2,
+                      dim=64, mask="additive", tuning=WGMMA_GROUPS2_64 + (("PACK_GQA", 4), ("KV_SPLIT", 2))),
         # key lengths 0 (batch 0) and 1 (the only key) over 8 CTAs x 4 key groups: 31 of the 32 parts see no key
         AttentionCase("groups4-split8-keylen-0-and-1", batch=2, len_q=2, len_kv=1, heads_q=8, heads_kv=2, dim=128,
                       key_lengths=True, tuning=GROUPS4_16 + (("PACK_GQA", 4), ("KV_SPLIT", 8)), small=True),

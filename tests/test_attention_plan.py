@@ -205,12 +205,25 @@ def test_decode_split_and_packing_need_what_the_build_knows():
 
 def test_packing_rejected_where_the_kernel_cannot_pack():
     shapes, dtypes = [(1, 1, 32, 128), (1, 4096, 8, 128), (1, 4096, 8, 128), None, None], ["bfloat16"] * 3 + [None] * 2
-    for tuning in ({"WGMMA": 1, "PACK_GQA": 4}, {"WGMMA": 0, "PACK_GQA": 2}):
+    for tuning in ({"WGMMA": 1, "WARP_SPECIALIZED": 1, "PACK_GQA": 4}, {"WGMMA": 0, "PACK_GQA": 2}):
         with pytest.raises(ValueError, match="PACK_GQA"):
             plan_attention(shapes, dtypes, FUSED_ATTENTION.resolve({}), "sm_90a", tuning=tuning)
+    # a wgmma key group is one warpgroup of 64 rows (128 rows over two groups of 4 warps would be 32 rows a warp)
     for tuning in ({"WGMMA": 1, "WARP_SPLIT": 2}, {"WGMMA": 0, "BLOCK_M": 16, "NUM_WARPS": 4, "WARP_SPLIT": 2}):
         with pytest.raises(ValueError, match="WARP_SPLIT"):
             plan_attention(shapes, dtypes, FUSED_ATTENTION.resolve({}), "sm_90a", tuning=tuning)
+
+
+def test_wgmma_decode_tile_holds_q_and_each_key_groups_stages():
+    """64 packed rows on the wgmma mainloop: unpadded swizzled tiles, the Q tile and two K/V stages per key group
+    (plus the 1024-byte alignment slack); the groups' partials fit over their own stages (no combine space)."""
+    shapes, dtypes = [(1, 16, 32, 128), (1, 32768, 8, 128), (1, 32768, 8, 128), None, None], ["bfloat16"] * 3 + [None] * 2
+    for groups in (1, 2, 3):
+        tuning = {"WGMMA": 1, "BLOCK_M": 64, "BLOCK_N": 64, "NUM_WARPS": 4 * groups, "WARP_SPLIT": groups,
+                  "PACK_GQA": 4, "KV_SPLIT": 8}
+        plan = plan_attention(shapes, dtypes, FUSED_ATTENTION.resolve({}), "sm_90a", tuning=tuning)
+        assert plan.shared_mem == (64 + groups * 2 * 2 * 64) * 128 * 2 + 1024 - 16
+        assert plan.grid == (8, 8, 1) and plan.block == (128 * groups, 1, 1)
 
 
 def test_key_groups_get_their_own_stages_and_combine_space():

@@ -1,0 +1,138 @@
+"""FusedAttention decode (issue 10 item 2) beside torch SDPA's cuDNN and flash backends, one run, one GPU: 1-16
+queries x 1k-128k keys, GQA 32/8, head dim 128, bfloat16; ours' K/V read bandwidth against the device read measured
+in the same run, and the plan's decode tuning variants (cluster splits, key groups of warps, 32 rows a warp, the
+wgmma mainloop) as columns beside the plan's choice. Several queries attend bottom-right causally (torch gets the same
+as a boolean mask). Timing as benchmarks/attention.py (CUDA-graph replays, median).
+
+    python benchmarks/attention_decode.py --out benchmarks/results/attention_h100_decode_v4.md
+"""
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from attention import ceilings, ours, read_bandwidth, rel_err, time_ms, torch_backends, versions
+from trt_fusedattn.launcher import device_arch, precompile
+from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION
+from trt_fusedattn.plugins.attention.plan import plan_attention
+
+# (queries, keys, batch)
+DECODE = tuple((lq, lkv, b) for lq in (1, 4, 16)
+               for lkv, batches in ((1024, (1, 32, 128)), (4096, (1, 8, 32)), (32768, (1, 4, 16)), (131072, (1, 4)))
+               for b in batches)
+DECODE_TUNING = ("WGMMA", "BLOCK_M", "BLOCK_N", "NUM_WARPS", "Q_IN_REGISTERS", "KV_STAGES", "PACK_GQA", "KV_SPLIT",
+                 "WARP_SPLIT")
+L2_BYTES = 50 * 2 ** 20  # H100's L2: K/V smaller than this stay in it across the graph's back-to-back calls
+# key groups of warps per block (WARP_SPLIT) timed beside the plan's choice, with the K/V tile each group streams
+KEY_GROUPS = ((1, 64), (2, 32), (4, 16), (4, 32), (8, 16))
+# 64 packed rows with 32 rows a warp (two warps a key group): half the shared-memory reads of K/V per K/V byte
+ROWS32_A_WARP = "4 key groups x32, 32 rows a warp"
+# 64 packed rows on the wgmma mainloop (attention_decode_sm90.cuh): key groups of one warpgroup, K/V tile of each
+WGMMA_GROUPS = ((1, 64), (1, 128), (2, 64), (3, 64))
+DECODE_VARIANTS = (["split 1", "split 2", "split 4", "split 8"] + [f"{w} key groups x{n}" for w, n in KEY_GROUPS]
+                   + [ROWS32_A_WARP] + [f"wgmma {w} key groups x{n}" for w, n in WGMMA_GROUPS])
+
+
+def decode_variants(plan) -> dict:
+    """Tunings to time beside the plan's decode choice: each cluster split, each number of key groups of warps (at most
+    16 warps a block: 128 registers a thread) and, for 64 packed rows, warps of 32 rows and wgmma key groups (each
+    at the plan's split)."""
+    base = {k: plan.defines[k] for k in DECODE_TUNING}
+    variants = {f"split {s}": {**base, "KV_SPLIT": s} for s in (1, 2, 4, 8) if s != base["KV_SPLIT"]}
+    row_warps = base["NUM_WARPS"] // base["WARP_SPLIT"]
+    for w, block_n in KEY_GROUPS:
+        tuning = {**base, "WGMMA": 0, "NUM_WARPS": row_warps * w, "WARP_SPLIT": w, "BLOCK_N": block_n}
+        if tuning != base and row_warps * w <= 16:
+            variants[f"{w} key groups x{block_n}"] = tuning
+    if base["BLOCK_M"] == 64:
+        variants[ROWS32_A_WARP] = {**base, "WGMMA": 0, "NUM_WARPS": 8, "WARP_SPLIT": 4, "BLOCK_N": 32}
+        for w, block_n in WGMMA_GROUPS:
+            tuning = {**base, "WGMMA": 1, "NUM_WARPS": 4 * w, "WARP_SPLIT": w, "BLOCK_N": block_n}
+            if tuning != base:
+                variants[f"wgmma {w} key groups x{block_n}"] = tuning
+    return variants
+
+
+def _decode_plans(dtype, lq: int, lkv: int, batch: int, arch: str) -> list:
+    """The plan's choice for one decode shape, then its variants' plans."""
+    causal = int(lq > 1)
+    attrs = FUSED_ATTENTION.resolve({"causal": causal, "causal_alignment": "bottom_right" if causal else "top_left"})
+    shapes = [(batch, lq, 32, 128), (batch, lkv, 8, 128), (batch, lkv, 8, 128), None, None]
+    dtypes = [str(dtype).removeprefix("torch.")] * 3 + [None, None]
+    plan = plan_attention(shapes, dtypes, attrs, arch)
+    variants = decode_variants(plan) if plan.defines["PACK_GQA"] > 1 else {}
+    return [plan] + [plan_attention(shapes, dtypes, attrs, arch, tuning=t) for t in variants.values()]
+
+
+def decode(dtype) -> tuple[list, list, list]:
+    """The decode grid: ours (the plan's choice) beside cuDNN and the best torch backend, with ours' K/V read bandwidth
+    against the measured device read bandwidth, and the variants."""
+    arch = device_arch(0)
+    read = read_bandwidth()
+    precompile([p for lq, lkv, b in DECODE for p in _decode_plans(dtype, lq, lkv, b, arch)], arch)  # in parallel
+    names = DECODE_VARIANTS
+    header = ["queries", "keys", "batch", "K/V MB", "plan (rows x keys tile, warps, key groups, pack, split, wgmma)",
+              "ours ms", "ours K/V TB/s", "% of read", "cuDNN ms", "flash (FA2) ms", "best torch", "ours/best",
+              "ours/cuDNN", "err vs torch"] + [f"{n} ms" for n in names]
+    rows, gen = [], torch.Generator(device="cuda").manual_seed(0)
+    for lq, lkv, b in DECODE:
+        q = torch.randn(b, lq, 32, 128, device="cuda", dtype=dtype, generator=gen)
+        k, v = (torch.randn(b, lkv, 8, 128, device="cuda", dtype=dtype, generator=gen) for _ in range(2))
+        causal = lq > 1
+        out = torch.full_like(q, float("nan"))
+        alignment = "bottom_right" if causal else "top_left"
+        plan = _decode_plans(dtype, lq, lkv, b, arch)[0]
+        t_ours = time_ms(ours(q, k, v, out, causal, alignment=alignment))
+        mask = torch.ones(lq, lkv, device="cuda", dtype=torch.bool).tril(lkv - lq) if causal else None
+        times, ref = torch_backends(q, k, v, False, mask)
+        best_name = min((n for n in times if times[n] == times[n]), key=times.get, default="cuDNN")
+        kv_bytes = 2 * b * 8 * lkv * 128 * q.element_size()
+        d = plan.defines
+        row = [lq, lkv, b, f"{kv_bytes / 2 ** 20:.0f}" + (" (L2)" if kv_bytes < L2_BYTES else ""),
+               f"{d['BLOCK_M']}x{d['BLOCK_N']}, {d['NUM_WARPS']}, {d['WARP_SPLIT']}, {d['PACK_GQA']}, {d['KV_SPLIT']}, "
+               f"{d['WGMMA']}", f"{t_ours:.4f}",
+               f"{kv_bytes / t_ours / 1e9:.2f}", f"{kv_bytes / t_ours / 1e9 / read:.0%}", f"{times['cuDNN']:.4f}",
+               f"{times['flash (FA2)']:.4f}", best_name, f"{times[best_name] / t_ours:.2f}",
+               f"{times['cuDNN'] / t_ours:.2f}", f"{rel_err(out, ref) if ref is not None else float('nan'):.1e}"]
+        variants = decode_variants(plan) if d["PACK_GQA"] > 1 else {}
+        for n in names:
+            row.append(f"{time_ms(ours(q, k, v, out, causal, variants[n], alignment=alignment)):.4f}"
+                       if n in variants else "")
+        rows.append(row)
+        print(" | ".join(map(str, row)), flush=True)
+        del q, k, v, out
+    big = [r for r in rows if "(L2)" not in r[3]]
+    share = [float(r[7].rstrip("%")) for r in big]
+    share4k = [float(r[7].rstrip("%")) for r in big if r[1] >= 4096]
+    wins = [float(r[11]) for r in rows]
+    cudnn = max(float(r[3].split()[0]) * 2 ** 20 / float(r[8]) / 1e9 for r in big)
+    summary = [f"device read bandwidth {read:.2f} TB/s (sum of 1 GiB float32, same run); cuDNN's fastest K/V read in "
+               f"this table {cudnn:.2f} TB/s",
+               f"K/V larger than L2: ours reads K/V at {min(share):.0f}-{max(share):.0f}% of it ({len(big)} shapes); "
+               f"from 4k keys up {sum(x >= 80 for x in share4k)} of {len(share4k)} shapes at >= 80%",
+               f"ours >= 1.00x the best torch backend on {sum(x >= 1.0 for x in wins)} of {len(wins)} shapes "
+               f"(ours/best {min(wins):.2f}-{max(wins):.2f}x)"]
+    return header, rows, summary
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", help="markdown file for the table")
+    args = parser.parse_args()
+    header, rows, summary = decode(torch.bfloat16)
+    intro = ("Decode, GQA 32 query / 8 K/V heads, head dim 128, bfloat16, BSHD; several queries attend bottom-right "
+             "causally (torch gets the same as a boolean mask); CUDA-graph replays, median; K/V TB/s = K and V bytes / "
+             "time; (L2): K/V fit in the 50 MB L2, so back-to-back calls read them from there.")
+    table = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    table += ["| " + " | ".join(map(str, r)) + " |" for r in rows]
+    text = (f"# FusedAttention decode\n\n{versions()}\n\n{ceilings()}\n\n{intro}\n\n" + "\n".join(table) + "\n\n"
+            + "\n".join(summary) + "\n")
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+
+
+if __name__ == "__main__":
+    main()

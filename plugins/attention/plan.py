@@ -88,6 +88,8 @@ def pipeline_barrier_bytes(stages: int, q_stages: int = 1) -> int:
 # tile's Q and K/V load under the current tile's last products and store. PERSISTENT=0 (tuning): one CTA a query tile,
 # the grid of v4, for comparison in one run.
 WARP_SPECIALIZED_PERSISTENT = 1
+# Its softmax takes a row's tile max as a tree of fmaxf instead of a chain (attention_softmax.cuh: ROW_MAX_TREE).
+WARP_SPECIALIZED_ROW_MAX_TREE = 1
 
 
 def warp_specialized_grid(query_tiles, persistent: int) -> tuple:
@@ -172,7 +174,7 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
     """Launch plan of FusedAttention for these inputs (Q, K, V, mask, key_lengths; None when absent).
     ``tuning`` overrides tuning defines (WGMMA, BLOCK_M, BLOCK_N, NUM_WARPS, Q_IN_REGISTERS, KV_STAGES,
     RESCALE_THRESHOLD, MIN_BLOCKS_PER_SM, WGMMA_OVERLAP, WARP_SPECIALIZED, KV_SPLIT, PACK_GQA; the warp-specialized
-    kernel's PERSISTENT and Q_STAGES) of the per-head-dim choice: for tests and benchmarks.
+    kernel's PERSISTENT, Q_STAGES and ROW_MAX_TREE) of the per-head-dim choice: for tests and benchmarks.
     WGMMA=1 forces the Hopper wgmma mainloop (sm_90a, head dims 64/128), WGMMA=0 the mma.sync one; without it
     ``WGMMA_BY_DEFAULT`` decides. WARP_SPECIALIZED=1 (on top of the wgmma mainloop) takes the warp-specialized kernel
     (attention_sm90.cu); without it (and without WGMMA) ``WARP_SPECIALIZED_DEFAULT_HEAD_DIMS`` decides."""
@@ -260,7 +262,7 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
     if fp8:
         tune["EXP2_FMA_EVERY"] = FP8_EXP2_FMA_EVERY
     if ws:
-        tune.update(PERSISTENT=WARP_SPECIALIZED_PERSISTENT, Q_STAGES=1)
+        tune.update(PERSISTENT=WARP_SPECIALIZED_PERSISTENT, Q_STAGES=1, ROW_MAX_TREE=WARP_SPECIALIZED_ROW_MAX_TREE)
     unknown = set(tuning or ()) - set(tune)
     if unknown:
         raise ValueError(f"FusedAttention: unknown tuning defines {sorted(unknown)}; known: {sorted(tune)}")

@@ -5,12 +5,11 @@ Grid (default): batch * seq = 16k tokens, hidden 2048 (head dim 64 -> 32 heads, 
 not, seq 512..16k, bf16 and fp16; "ours" is the plan's default path on this GPU, ``--variants`` columns are tuning
 overrides (e.g. 128:WGMMA=1 the single-role wgmma mainloop, 128:WGMMA=0 the mma.sync one). ``--deployment``: issue
 10's model shapes (BERT with padding, ViT-L, Llama-3 prefill/chunked prefill/decode with GQA, Stable Diffusion,
-Whisper) against each torch backend. ``--decode``: issue 10's decode grid (1-16 queries x 1k-128k keys, GQA 32/8)
-with K/V bandwidth against the measured device read bandwidth and the split/packing variants. Each kernel is
+Whisper) against each torch backend (the decode grid is benchmarks/attention_decode.py). Each kernel is
 captured 10x in a CUDA graph (no launch gaps), warmed up, and the median of event-timed replays is reported. FLOPs: 4 * B * H * Lq * Lkv * D, halved when causal and square.
 
     python benchmarks/attention.py --out benchmarks/results/attention_h100.md [--quick] [--seqs 2048,8192]
-        [--dims 64,128,256] [--variants 128:WGMMA=1,...] [--deployment] [--decode]
+        [--dims 64,128,256] [--variants 128:WGMMA=1,...] [--deployment]
 """
 from __future__ import annotations
 
@@ -237,98 +236,6 @@ def deployment(dtype, variants) -> tuple[list, list]:
                           f"(ours/best {min(wins):.2f}-{max(wins):.2f}x)"]
 
 
-# Issue 10's decode grid, GQA 32/8, head dim 128: (queries, keys, batch); several queries attend bottom-right causally
-DECODE = tuple((lq, lkv, b) for lq in (1, 4, 16)
-               for lkv, batches in ((1024, (1, 32, 128)), (4096, (1, 8, 32)), (32768, (1, 4, 16)), (131072, (1, 4)))
-               for b in batches)
-DECODE_TUNING = ("WGMMA", "BLOCK_M", "BLOCK_N", "NUM_WARPS", "Q_IN_REGISTERS", "KV_STAGES", "PACK_GQA", "KV_SPLIT",
-                 "WARP_SPLIT")
-L2_BYTES = 50 * 2 ** 20  # H100's L2: K/V smaller than this stay in it across the graph's back-to-back calls
-# key groups of warps per block (WARP_SPLIT) timed beside the plan's choice, with the K/V tile each group streams
-KEY_GROUPS = ((1, 64), (2, 32), (4, 16), (4, 32), (8, 16))
-# 64 packed rows with 32 rows a warp (two warps a key group): half the shared-memory reads of K/V per K/V byte
-ROWS32_A_WARP = "4 key groups x32, 32 rows a warp"
-DECODE_VARIANTS = ["split 1", "split 2", "split 4", "split 8"] + [f"{w} key groups x{n}" for w, n in KEY_GROUPS] + [
-    ROWS32_A_WARP]
-
-
-def decode_variants(plan) -> dict:
-    """Tunings to time beside the plan's decode choice: each cluster split, each number of key groups of warps (at most
-    16 warps a block: 128 registers a thread) and, for 64 packed rows, warps of 32 rows."""
-    base = {k: plan.defines[k] for k in DECODE_TUNING}
-    variants = {f"split {s}": {**base, "KV_SPLIT": s} for s in (1, 2, 4, 8) if s != base["KV_SPLIT"]}
-    row_warps = base["NUM_WARPS"] // base["WARP_SPLIT"]
-    for w, block_n in KEY_GROUPS:
-        tuning = {**base, "NUM_WARPS": row_warps * w, "WARP_SPLIT": w, "BLOCK_N": block_n}
-        if tuning != base and row_warps * w <= 16:
-            variants[f"{w} key groups x{block_n}"] = tuning
-    if base["BLOCK_M"] == 64:
-        variants[ROWS32_A_WARP] = {**base, "NUM_WARPS": 8, "WARP_SPLIT": 4, "BLOCK_N": 32}
-    return variants
-
-
-def _decode_plans(dtype, lq: int, lkv: int, batch: int, arch: str) -> list:
-    """The plan's choice for one decode shape, then its variants' plans."""
-    causal = int(lq > 1)
-    attrs = FUSED_ATTENTION.resolve({"causal": causal, "causal_alignment": "bottom_right" if causal else "top_left"})
-    shapes = [(batch, lq, 32, 128), (batch, lkv, 8, 128), (batch, lkv, 8, 128), None, None]
-    dtypes = [str(dtype).removeprefix("torch.")] * 3 + [None, None]
-    plan = plan_attention(shapes, dtypes, attrs, arch)
-    variants = decode_variants(plan) if plan.defines["PACK_GQA"] > 1 else {}
-    return [plan] + [plan_attention(shapes, dtypes, attrs, arch, tuning=t) for t in variants.values()]
-
-
-def decode(dtype) -> tuple[list, list, list]:
-    """Issue 10 item 2: decode (1-16 queries, 1k-128k keys, GQA 32/8, hd 128) beside cuDNN and the best torch backend,
-    with ours' K/V read bandwidth against the measured device read bandwidth, and the split/packing variants."""
-    arch = device_arch(0)
-    read = read_bandwidth()
-    precompile([p for lq, lkv, b in DECODE for p in _decode_plans(dtype, lq, lkv, b, arch)], arch)  # in parallel
-    names = DECODE_VARIANTS
-    header = ["queries", "keys", "batch", "K/V MB", "plan (rows x keys tile, warps, key groups, pack, split)", "ours ms",
-              "ours K/V TB/s", "% of read", "cuDNN ms", "flash (FA2) ms", "best torch", "ours/best", "ours/cuDNN",
-              "err vs torch"] + [f"{n} ms" for n in names]
-    rows, gen = [], torch.Generator(device="cuda").manual_seed(0)
-    for lq, lkv, b in DECODE:
-        q = torch.randn(b, lq, 32, 128, device="cuda", dtype=dtype, generator=gen)
-        k, v = (torch.randn(b, lkv, 8, 128, device="cuda", dtype=dtype, generator=gen) for _ in range(2))
-        causal = lq > 1
-        out = torch.full_like(q, float("nan"))
-        alignment = "bottom_right" if causal else "top_left"
-        plan = _decode_plans(dtype, lq, lkv, b, arch)[0]
-        t_ours = time_ms(ours(q, k, v, out, causal, alignment=alignment))
-        mask = torch.ones(lq, lkv, device="cuda", dtype=torch.bool).tril(lkv - lq) if causal else None
-        times, ref = torch_backends(q, k, v, False, mask)
-        best_name = min((n for n in times if times[n] == times[n]), key=times.get, default="cuDNN")
-        kv_bytes = 2 * b * 8 * lkv * 128 * q.element_size()
-        d = plan.defines
-        row = [lq, lkv, b, f"{kv_bytes / 2 ** 20:.0f}" + (" (L2)" if kv_bytes < L2_BYTES else ""),
-               f"{d['BLOCK_M']}x{d['BLOCK_N']}, {d['NUM_WARPS']}, {d['WARP_SPLIT']}, {d['PACK_GQA']}, {d['KV_SPLIT']}",
-               f"{t_ours:.4f}",
-               f"{kv_bytes / t_ours / 1e9:.2f}", f"{kv_bytes / t_ours / 1e9 / read:.0%}", f"{times['cuDNN']:.4f}",
-               f"{times['flash (FA2)']:.4f}", best_name, f"{times[best_name] / t_ours:.2f}",
-               f"{times['cuDNN'] / t_ours:.2f}", f"{rel_err(out, ref) if ref is not None else float('nan'):.1e}"]
-        variants = decode_variants(plan) if d["PACK_GQA"] > 1 else {}
-        for n in names:
-            row.append(f"{time_ms(ours(q, k, v, out, causal, variants[n], alignment=alignment)):.4f}"
-                       if n in variants else "")
-        rows.append(row)
-        print(" | ".join(map(str, row)), flush=True)
-        del q, k, v, out
-    big = [r for r in rows if "(L2)" not in r[3]]
-    share = [float(r[7].rstrip("%")) for r in big]
-    share4k = [float(r[7].rstrip("%")) for r in big if r[1] >= 4096]
-    wins = [float(r[11]) for r in rows]
-    cudnn = max(float(r[3].split()[0]) * 2 ** 20 / float(r[8]) / 1e9 for r in big)
-    summary = [f"device read bandwidth {read:.2f} TB/s (sum of 1 GiB float32, same run); cuDNN's fastest K/V read in "
-               f"this table {cudnn:.2f} TB/s",
-               f"K/V larger than L2: ours reads K/V at {min(share):.0f}-{max(share):.0f}% of it ({len(big)} shapes); "
-               f"from 4k keys up {sum(x >= 80 for x in share4k)} of {len(share4k)} shapes at >= 80%",
-               f"ours >= 1.00x the best torch backend on {sum(x >= 1.0 for x in wins)} of {len(wins)} shapes "
-               f"(ours/best {min(wins):.2f}-{max(wins):.2f}x)"]
-    return header, rows, summary
-
-
 def grid_parser(description: str, quick: str, variants: str) -> argparse.ArgumentParser:
     """The grid flags of both attention benchmarks (this one and attention_fp8.py): --out, --quick (help ``quick``),
     --seqs, --dims, --variants (help ``variants``)."""
@@ -350,17 +257,11 @@ def main():
     parser = grid_parser(__doc__.splitlines()[0], "bf16 only, seq 2k and 8k",
                          "tuning variants to time, e.g. 128:WGMMA=1,64:WGMMA=0")
     parser.add_argument("--deployment", action="store_true", help="issue 10's deployment shapes instead of the grid")
-    parser.add_argument("--decode", action="store_true", help="issue 10's decode grid (GQA 32/8) instead of the grid")
     args = parser.parse_args()
     dtypes = (torch.bfloat16,) if args.quick else (torch.bfloat16, torch.float16)
     seqs = grid_seqs(args)
     arch = device_arch(0)
-    if args.decode:
-        header, rows, summary = decode(torch.bfloat16)
-        intro = ("Decode, GQA 32 query / 8 K/V heads, head dim 128, bfloat16, BSHD; several queries attend bottom-right "
-                 "causally (torch gets the same as a boolean mask); CUDA-graph replays, median; K/V TB/s = K and V "
-                 "bytes / time; (L2): K/V fit in the 50 MB L2, so back-to-back calls read them from there.")
-    elif args.deployment:
+    if args.deployment:
         header, rows, summary = deployment(torch.bfloat16, parse_variants(args.variants))
         intro = "Deployment shapes (issue 10), bfloat16, BSHD; CUDA-graph replays, median; best torch = fastest SDPA backend that runs the shape."
     else:

@@ -512,9 +512,10 @@ def table_rows(nets: dict, batches_of: dict, arch: str, budget_s: float | None, 
 
 
 # The previous session's rule, as the plan constants that changed since (session 5: the 192-row WS tile joined the
-# waves-times-cost choice; the 3-stage ring of 256-deep reductions went grid-dependent): the "prev" column.
+# waves-times-cost choice, for FP8 with e4m3 X too; the 3-stage ring of 256-deep reductions went grid-dependent; the
+# stem took the tap-row gather): the "prev" column.
 PREVIOUS_RULE = dict(WS_TILE_COST={t: c for t, c in conv_plan.WS_TILE_COST.items() if t != "192x128w12"},
-                     THREE_STAGE_MIN_CTAS=0)
+                     THREE_STAGE_MIN_CTAS=0, TAP_ROWS_BY_DEFAULT=False)
 
 
 @contextlib.contextmanager
@@ -690,7 +691,8 @@ def main():
              "kernel (main loop: ws = the warp-specialized Hopper kernel, wgmma, mma.sync, dw = depthwise; BLOCK_MxN, "
              "cN = the reduction split over an N-CTA cluster, sw = M-tile pairs sharing the W tile, Nst = the ring's "
              "stages of the unspecialized wgmma loop); prev = the previous session's rule (benchmarks/conv.py "
-             "PREVIOUS_RULE: no 192-row WS tile, 3 stages on any grid; \"=\": the same kernel). err = |fused - base| "
+             "PREVIOUS_RULE: no 192-row WS tile, 3 stages on any grid, the stem on the element gather; \"=\": the same "
+             "kernel). err = |fused - base| "
              "/ |base|, graph err = |graph - base| / |base| (normwise).\n"]
     if args.quick:
         lines.append(f"Quick run: batches {QUICK_BATCHES}.\n")

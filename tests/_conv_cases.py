@@ -74,6 +74,10 @@ _BASE = [
     ConvCase("3x3_c48_k40", 3, 48, 11, 9, 40, 3, 3, pad=1, residual=True, post_activation="relu"),
     ConvCase("5x5_c24_k20", 2, 24, 13, 13, 20, 5, 5, pad=2, activation="silu"),
     ConvCase("7x7_s2_c3_k64_stem", 2, 3, 31, 29, 64, 7, 7, stride=2, pad=3),
+    # the tap-row gather (default where a filter row fills over half a 32-element tile): an even row (18 elements),
+    # a 25-element row at stride 2, both with edge and interior windows, odd and even first elements
+    ConvCase("3x3_c6_k40_tap_rows", 2, 6, 13, 11, 40, 3, 3, pad=1, residual=True, post_activation="relu"),
+    ConvCase("5x5_s2_c5_k24_tap_rows", 3, 5, 21, 19, 24, 5, 5, stride=2, pad=2, activation="silu"),
     ConvCase("3x3_c5_k7_odd", 2, 5, 9, 11, 7, 3, 3, pad=1, residual=True, post_activation="relu"),
     ConvCase("3x3_c200_k72_bias_free", 1, 200, 7, 7, 72, 3, 3, pad=1, shift=False, activation="none"),
     ConvCase("3x3_dil2_c16_k16", 2, 16, 12, 12, 16, 3, 3, pad=2, dil=2),

@@ -616,9 +616,10 @@ def test_share_w_is_an_override_off_by_default(monkeypatch):
     assert "SHARE_W" not in plan(64, 64, 3, hw=56).defines               # not the warp-specialized kernel
 
 
-def test_fp8_e4m3_x_takes_the_warp_specialized_kernel_on_small_grids_only():
+def test_fp8_e4m3_x_takes_the_warp_specialized_kernel_on_small_grids_and_192_row_tiles():
     """FP8 with e4m3 X: the WS kernel where the output is too small for the channel tile and the tile is split over
-    a cluster or the reduction is short (faster at batch 1 and 8 in conv-2/3), the unspecialized FP8 loop elsewhere."""
+    a cluster or the reduction is short (faster at batch 1 and 8 in conv-2/3), or where the waves rule picks 192-row
+    tiles (b32 3x3 128 @28: faster in session 5's conv-1); the unspecialized FP8 loop elsewhere."""
     def plan(n, hw, c=256):
         case = ConvCase("t", n, c, hw, hw, c, 3, 3, pad=1, scale=True, input_scale=FP8_INPUT_SCALE)
         return plan_conv(case.shapes(), ["float8_e4m3fn", *case.dtypes()[1:]], case.attrs(), "sm_90a")
@@ -629,6 +630,8 @@ def test_fp8_e4m3_x_takes_the_warp_specialized_kernel_on_small_grids_only():
     deep = plan(32, 7, c=512).defines                                       # narrowed, 4608-deep: the 2-CTA split
     assert "WARP_SPECIALIZED" not in deep and deep.get("CLUSTER_K") == 2 and deep["BLOCK_N"] == 128
     assert plan(8, 7, c=512).defines.get("CLUSTER_K") == 3                  # WS on 3-CTA clusters
+    rows192 = plan(32, 28, c=128).defines                                   # 25088 pixels: 131 tiles of 192x128
+    assert (rows192.get("WARP_SPECIALIZED"), rows192["BLOCK_M"], rows192["BLOCK_N"]) == (1, 192, 128)
 
 
 def test_depthwise_chunks_cover_the_channels_without_an_idle_quarter():
@@ -667,3 +670,23 @@ def test_the_three_stage_ring_only_where_the_grid_outnumbers_the_sms():
     shapes = sym.shapes()
     shapes[0] = (Sym.var("n"), *shapes[0][1:])
     assert plan_conv(shapes, sym.dtypes(), sym.attrs(), "sm_90a").defines["STAGES"] == 3
+
+
+def test_the_tap_row_gather_where_a_filter_row_fills_over_half_a_tile():
+    """The element gather takes the tap-row loader (TAP_ROWS, TAP_CG = C/G) where KW * C/G is in (16, 32]: the 7x7
+    stem over 3 channels (21), 3x3 over 6 (18), 5x5 over 5 (25); not MobileNetV2's 3x3 stem over 3 (9: the padding
+    would more than double its tensor-core work), nor 16-byte loads, groups, dilated rows or FP8. tap_rows=True forces
+    it where it fits and is refused in one line where it does not."""
+    def defines(c, k, kernel, **kw):
+        return ConvCase("t", 2, c, 23, 21, k, kernel, kernel, pad=kernel // 2, **kw).plan("sm_90a").defines
+    for c, kernel in ((3, 7), (6, 3), (5, 5)):
+        d = defines(c, 64, kernel)
+        assert (d["TAP_ROWS"], d["TAP_CG"], d["IN_VEC"], d["BLOCK_K"]) == (1, c, 1, 32)
+    for c, kernel, kw in ((3, 3, {}), (16, 3, {}), (6, 3, dict(groups=2)), (6, 3, dict(dil=2)),
+                          (6, 3, dict(scale=True, input_scale=FP8_INPUT_SCALE))):
+        assert "TAP_ROWS" not in defines(c, 64, kernel, **kw)
+    forced = ConvCase("t", 2, 3, 23, 21, 32, 3, 3, pad=1).plan("sm_90a", tap_rows=True).defines
+    assert forced["TAP_ROWS"] == 1 and "TAP_ROWS" not in ConvCase("t", 2, 3, 23, 21, 64, 7, 7, pad=3).plan(
+        "sm_90a", tap_rows=False).defines
+    with pytest.raises(ValueError, match="tap_rows needs the element gather"):
+        ConvCase("t", 2, 16, 9, 9, 64, 3, 3, pad=1).plan("sm_90a", tap_rows=True)

@@ -43,7 +43,15 @@
 #endif
 #include "implicit_gemm_quantize.cuh"
 
-extern "C" __global__ void __launch_bounds__(kThreads) CLUSTER_ATTRIBUTE
+// The tap-row gather keeps the three 128-thread blocks per SM (168 registers each) the element gather it replaced ran
+// with; the other specializations have no cap beyond the block size.
+#if TAP_ROWS
+#define IMPLICIT_GEMM_BOUNDS __launch_bounds__(kThreads, 3)
+#else
+#define IMPLICIT_GEMM_BOUNDS __launch_bounds__(kThreads)
+#endif
+
+extern "C" __global__ void IMPLICIT_GEMM_BOUNDS CLUSTER_ATTRIBUTE
 fused_conv_implicit_gemm(const x_t* __restrict__ x, const op_t* __restrict__ w SHIFT_PARAM SCALE_PARAM
                          RESIDUAL_PARAM, int N, int H, int W, int C, int K, int P, int Q, int pad_h, int pad_w,
                          int x_stride, out_t* __restrict__ y) {
@@ -73,7 +81,7 @@ fused_conv_implicit_gemm(const x_t* __restrict__ x, const op_t* __restrict__ w S
   clear_accumulators(acc);
 
   // This CTA's contiguous slice of the reduction tiles; group takes the slice's tiles group, group + SPLIT_K, ...
-  const int tiles = (Kgemm + BLOCK_K - 1) / BLOCK_K;
+  const int tiles = reduction_tiles(Kgemm);
   const int t_begin = rank * tiles / CLUSTER_K, t_end = (rank + 1) * tiles / CLUSTER_K;
   const int k_tiles = (t_end - t_begin - group + SPLIT_K - 1) / SPLIT_K;
   auto k0_of = [&](int i) { return tile_k0(t_begin + group + i * SPLIT_K, Cg); };

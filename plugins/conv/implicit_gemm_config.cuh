@@ -31,6 +31,9 @@
 #ifndef CLUSTER_K
 #define CLUSTER_K 1
 #endif
+#ifndef TAP_ROWS
+#define TAP_ROWS 0  // 1: reduction tile r = filter row r, KW * TAP_CG elements and zeros (implicit_gemm_load_tap_rows.cuh)
+#endif
 
 // The MMA operand type in shared memory: the element type, or e4m3 bytes.
 #if FP8
@@ -80,6 +83,9 @@ static_assert(kWarpM % 16 == 0 && kWarpN % 16 == 0, "warp tile must be a multipl
 static_assert(kAhead >= 1 + kQuantAhead, "pipeline stages: 2 (+1 when A is quantized ahead, +1 for wgmma)");
 static_assert(!X_E4M3 || (FP8 && IN_VEC == 8), "e4m3 X: FP8 with 16-byte loads (C/G % 16 == 0)");
 static_assert(!TAPS_INNER || KH * KW > 1, "TAPS_INNER reorders the filter taps of a KHxKW > 1 filter");
+
+// Reduction tiles of one output tile: BLOCK_K elements each, or (TAP_ROWS) one per filter row.
+__device__ __forceinline__ int reduction_tiles(int Kgemm) { return TAP_ROWS ? KH : (Kgemm + BLOCK_K - 1) / BLOCK_K; }
 
 // Byte offset of (row, byte) in a swizzled tile of CHUNKS 16-byte chunks per row: the 8 rows one ldmatrix phase
 // reads at one chunk column land in 8 different bank groups.

@@ -6,9 +6,10 @@
 //
 // IN_VEC = 8 (Cg % 8 == 0) moves 16-byte chunks of 8 channels with cp.async (zero-filled outside the image);
 // IN_VEC = 1 (any Cg, e.g. the 3-channel stem) gathers elements into registers one tile ahead and stores them after
-// the tile's MMAs. TAPS_INNER = 1 (C/G % BLOCK_K == 0): reduction tiles walk every filter tap of one BLOCK_K channel
-// chunk before the next chunk, and A is loaded through L1 (cp.async.ca): consecutive tiles read overlapping input
-// windows, so most of a 3x3 layer's A traffic hits L1 instead of L2.
+// the tile's MMAs; TAP_ROWS = 1 (a stem: KW * C/G <= 32) gathers one filter row per reduction tile instead
+// (implicit_gemm_load_tap_rows.cuh). TAPS_INNER = 1 (C/G % BLOCK_K == 0): reduction tiles walk every filter tap of
+// one BLOCK_K channel chunk before the next chunk, and A is loaded through L1 (cp.async.ca): consecutive tiles read
+// overlapping input windows, so most of a 3x3 layer's A traffic hits L1 instead of L2.
 #pragma once
 #include "common/cp_async.cuh"
 #include "common/smem.cuh"
@@ -142,6 +143,8 @@ struct AsyncTileLoader {
   }
 };
 typedef AsyncTileLoader<kGroupThreads> TileLoader;
+#elif TAP_ROWS
+#include "implicit_gemm_load_tap_rows.cuh"
 #else
 // Element gather for channel counts that are not multiples of 8: thread owns one A row (and one B row) and a run
 // of kA (kB) consecutive reduction indices, walked incrementally through (r, s, c).

@@ -62,7 +62,7 @@ fused_conv_implicit_gemm_sm90(const x_t* __restrict__ x, const op_t* __restrict_
   const int m0 = blockIdx.x * BLOCK_M, n0 = blockIdx.y * BLOCK_N;
   const int g = blockIdx.z / CLUSTER_K, rank = blockIdx.z % CLUSTER_K;  // conv group; CTA rank in the cluster
   // This CTA's contiguous slice of the reduction tiles.
-  const int tiles = (Kgemm + BLOCK_K - 1) / BLOCK_K;
+  const int tiles = reduction_tiles(Kgemm);
   const int t_begin = rank * tiles / CLUSTER_K, k_tiles = (rank + 1) * tiles / CLUSTER_K - t_begin;
 
   if (threadIdx.x == 0) ring.init();

@@ -119,7 +119,7 @@ WS_MAX_STAGES = 6
 WS_ONLY_TILES = ("192x128w12",)
 # The warp-specialized kernel is sm_90a's float16/bfloat16 default where default_ws_tile picks it (NOTES.md), and FP8's
 # with e4m3 X where the output is too small for the channel tile (narrowed or split over a cluster: faster at batch 1
-# and 8 in conv-2; at batch 32 only its W-sharing form was timed, slower than the unspecialized FP8 loop).
+# and 8 in conv-2) or takes 192-row tiles (b32 3x3 128 @28: 14.3 µs, the unspecialized FP8 loop 15.9; session 5).
 FP16_WARP_SPECIALIZED_BY_DEFAULT = True
 FP8_WARP_SPECIALIZED_BY_DEFAULT = True
 # W tiles shared by M-tile pairs in the warp-specialized default (default_share_w): off, since conv-2 (H100) timed them
@@ -145,6 +145,10 @@ THREE_STAGE_MIN_CTAS = SM_COUNT + 1
 # the only way to Hopper's FP8 rate (ptxas lowers mma.sync e4m3 to fp16 HMMA there).
 FP8_WGMMA_BY_DEFAULT = True
 FP16_WGMMA_BY_DEFAULT = True
+# The tap-row gather (implicit_gemm_load_tap_rows.cuh) by default where a filter row of the element gather fills more
+# than half of a 32-element reduction tile (the 7x7 stem over 3 channels: 21; MobileNetV2's 3x3 stem, 9, would more
+# than double its tensor-core work for it).
+TAP_ROWS_BY_DEFAULT = True
 
 
 def default_gemm_tile(cg: int, kg: int, taps: int) -> tuple[str, int | None]:
@@ -195,7 +199,8 @@ def default_ws_tile(cg: int, kg: int, taps: int, pixels: int | None, block_k: in
     times its cost per CTA (WS_TILE_COST: 256x128 tiles win where 128x128 spill into a second wave). ``block_k``:
     reduction elements per tile (FP8 with e4m3 X: 128 over >= 256 channels, the same 128-byte rows as float16's 64).
     ``small_grids_only``: None unless the output is static and too small for the channel tile, and the tile is split
-    over a cluster or the reduction is below 4096 (FP8 with e4m3 X: where the WS kernel was timed faster, conv-3)."""
+    over a cluster or the reduction is below 4096, or the waves rule picks 192x128 (FP8 with e4m3 X: where the WS
+    kernel was timed faster, conv-3 and session 5's conv-1)."""
     reduction = taps * cg
     if reduction < 1024 and not (taps == 1 and reduction >= 512):
         return None
@@ -204,10 +209,11 @@ def default_ws_tile(cg: int, kg: int, taps: int, pixels: int | None, block_k: in
         return None if small_grids_only else (tile, 1)
     ctas = lambda name: -(-pixels // GEMM_TILES[name][0]) * -(-kg // GEMM_TILES[name][1])  # noqa: E731
     if ctas(tile) >= WS_MIN_CTAS:
-        if small_grids_only:
-            return None
         waves = lambda name: -(-ctas(name) // SM_COUNT) * WS_TILE_COST[name]  # noqa: E731
-        return min([tile] + [t for t in WS_TILE_COST if t != tile and GEMM_TILES[t][1] <= kg], key=waves), 1
+        best = min([tile] + [t for t in WS_TILE_COST if t != tile and GEMM_TILES[t][1] <= kg], key=waves)
+        if small_grids_only and best not in WS_ONLY_TILES:
+            return None  # FP8 e4m3 X: of the large-grid WS tiles only 192x128 beat the unspecialized loop (conv-1)
+        return best, 1
     k_tiles = -(-reduction // block_k)
     if not (k_tiles >= 64 and 2 * ctas(tile) >= WS_MIN_CTAS):
         for narrower in ("128x128w8", "128x64w8"):
@@ -218,6 +224,15 @@ def default_ws_tile(cg: int, kg: int, taps: int, pixels: int | None, block_k: in
     if small_grids_only and cluster == 1 and reduction >= 64 * 64:
         return None  # FP8 3x3 over 512 channels at batch 32: narrowed WS 22 µs, the unspecialized 2-CTA split 16.5
     return tile, cluster
+
+
+def tap_rows_fit(config: dict, geo: dict, fp8: bool) -> bool:
+    """Whether the element gather's tile can take the tap-row loader: float16/bfloat16, one group, undilated filter rows
+    of KW * C/G <= 32 elements over a taller filter, BLOCK_K 32 without split groups, a thread per A row."""
+    warps = config["WARPS_M"] * config["WARPS_N"]
+    return (config["IN_VEC"] == 1 and not fp8 and geo["G"] == 1 and geo["dilations"][1] == 1 and geo["KH"] > 1
+            and geo["KW"] * geo["Cg"] <= 32 == config["BLOCK_K"] and config["SPLIT_K"] == 1
+            and "CLUSTER_K" not in config and warps * 32 == config["BLOCK_M"] and config["BLOCK_N"] % warps == 0)
 
 
 def default_share_w(cluster: int, pixels: int | None) -> bool:
@@ -445,14 +460,15 @@ def check_output_scale(output_scale: float, arch: str) -> None:
 def plan_conv(input_shapes, input_dtypes, attrs, arch: str, *, formats=None, tile: str | None = None,
               block_k: int | None = None, stages: int | None = None, mma: str | None = None,
               cluster: int | None = None, taps_inner: bool | None = None, ws_ctas: int | None = None,
-              share_w: bool | None = None) -> LaunchPlan:
+              share_w: bool | None = None, tap_rows: bool | None = None) -> LaunchPlan:
     """The FusedConv launch (kernel arguments: ``X, W, shift?, scale?, residual?``, then int32
     ``N, H, W, C, K, P, Q, pad_h, pad_w, x_stride``, then ``Y``; ``x_stride`` is X's pixel stride: C, or C padded
     to 8 / 16 in TensorRT's HWC8 / HWC16). ``formats``: TensorRT's tensor formats (contract inputs, then Y; None
     from the direct launcher, whose arrays are checked dense channels-last by the API).
     ``tile``/``block_k``/``stages``/``mma``/``cluster``/``taps_inner``/``ws_ctas``/``share_w``: implicit-GEMM
     overrides (a ``GEMM_TILES`` name, BLOCK_K, pipeline depth, main loop, cluster split of the reduction, reduction
-    order, warp-specialized blocks per SM, W tiles shared by M-tile pairs), for tuning only: see ``gemm_tile``."""
+    order, warp-specialized blocks per SM, W tiles shared by M-tile pairs), for tuning only: see ``gemm_tile``;
+    ``tap_rows``: the tap-row gather on or off (default: where ``tap_rows_fit`` and the row fills over half a tile)."""
     x_shape, w_shape, shift_shape, scale_shape, residual_shape = (list(input_shapes) + [None] * 5)[:5]
     x_dtype, w_dtype = input_dtypes[0], input_dtypes[1]
     input_scale = float(attrs["input_scale"])
@@ -509,6 +525,13 @@ def plan_conv(input_shapes, input_dtypes, attrs, arch: str, *, formats=None, til
                           block=(256, 1, 1), shared_mem=0, scalars=scalars)
     config = gemm_tile(geo["Cg"], geo["Kg"], geo["KH"] * geo["KW"], arch, tile, block_k, stages, fp8, mma, cluster,
                        taps_inner, x_e4m3, pixels if isinstance(pixels, int) else None, ws_ctas, share_w)
+    fits = tap_rows_fit(config, geo, fp8)
+    if tap_rows and not fits:
+        raise ValueError("tap_rows needs the element gather (C/G % 8 != 0) in float16/bfloat16, one group, undilated "
+                         "filter rows of KW * C/G <= 32 over a filter taller than 1, and a tile with BLOCK_K 32 and a "
+                         "thread per A row (e.g. 128x64w4)")
+    if tap_rows or (tap_rows is None and fits and TAP_ROWS_BY_DEFAULT and 2 * geo["KW"] * geo["Cg"] > 32):
+        config.update(TAP_ROWS=1, TAP_CG=geo["Cg"])
     ws = bool(config.get("WARP_SPECIALIZED"))
     m_tiles = (pixels + config["BLOCK_M"] - 1) // config["BLOCK_M"]
     return LaunchPlan(source=IMPLICIT_GEMM_SM90 if ws else IMPLICIT_GEMM,

@@ -36,8 +36,8 @@ DECODE_VARIANTS = (["split 1", "split 2", "split 4", "split 8"] + [f"{w} key gro
 
 def decode_variants(plan) -> dict:
     """Tunings to time beside the plan's decode choice: each cluster split, each number of key groups of warps (at most
-    16 warps a block: 128 registers a thread) and, for 64 packed rows, warps of 32 rows and wgmma key groups (each
-    at the plan's split)."""
+    16 warps a block: 128 registers a thread) on mma.sync, for 64 packed rows warps of 32 rows, and wgmma key groups
+    of one 64-row warpgroup (each at the plan's split)."""
     base = {k: plan.defines[k] for k in DECODE_TUNING}
     variants = {f"split {s}": {**base, "KV_SPLIT": s} for s in (1, 2, 4, 8) if s != base["KV_SPLIT"]}
     row_warps = base["NUM_WARPS"] // base["WARP_SPLIT"]
@@ -47,10 +47,10 @@ def decode_variants(plan) -> dict:
             variants[f"{w} key groups x{block_n}"] = tuning
     if base["BLOCK_M"] == 64:
         variants[ROWS32_A_WARP] = {**base, "WGMMA": 0, "NUM_WARPS": 8, "WARP_SPLIT": 4, "BLOCK_N": 32}
-        for w, block_n in WGMMA_GROUPS:
-            tuning = {**base, "WGMMA": 1, "NUM_WARPS": 4 * w, "WARP_SPLIT": w, "BLOCK_N": block_n}
-            if tuning != base:
-                variants[f"wgmma {w} key groups x{block_n}"] = tuning
+    for w, block_n in WGMMA_GROUPS:  # (1-4 queries: a 64-row warpgroup with 4-16 packed rows)
+        tuning = {**base, "WGMMA": 1, "BLOCK_M": 64, "NUM_WARPS": 4 * w, "WARP_SPLIT": w, "BLOCK_N": block_n}
+        if tuning != base:
+            variants[f"wgmma {w} key groups x{block_n}"] = tuning
     return variants
 
 

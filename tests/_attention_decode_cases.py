@@ -17,6 +17,7 @@ GROUPS4_64_WIDE = (("WGMMA", 0), ("BLOCK_M", 64), ("NUM_WARPS", 8), ("BLOCK_N", 
 WGMMA_GROUPS2_64 = (("WGMMA", 1), ("BLOCK_M", 64), ("NUM_WARPS", 8), ("BLOCK_N", 64), ("WARP_SPLIT", 2))
 WGMMA_GROUPS3_64 = (("WGMMA", 1), ("BLOCK_M", 64), ("NUM_WARPS", 12), ("BLOCK_N", 64), ("WARP_SPLIT", 3))
 WGMMA_GROUP1_128 = (("WGMMA", 1), ("BLOCK_M", 64), ("NUM_WARPS", 4), ("BLOCK_N", 128), ("WARP_SPLIT", 1))
+GROUPS3_64 = (("WGMMA", 0), ("BLOCK_M", 64), ("NUM_WARPS", 12), ("BLOCK_N", 32), ("WARP_SPLIT", 3))
 
 
 def _cases():
@@ -87,6 +88,14 @@ def _cases():
                       dim=128, tuning=WGMMA_GROUPS2_64 + (("PACK_GQA", 4), ("KV_SPLIT", 4)), small=True, **br),
         AttentionCase("wgmma-groups3-nosplit-16x700-causal-br-keylen", batch=3, len_q=16, len_kv=700, heads_q=8,
                       heads_kv=2, dim=128, key_lengths=True, tuning=WGMMA_GROUPS3_64 + (("PACK_GQA", 4), ("KV_SPLIT", 1)),
+                      small=True, **br),
+        # the block's own combine (no cluster) after wgmma key groups: two groups, and three (racecheck reported the
+        # three-group case's combine in session 4's run 1; the mma.sync three-group case tells the mainloops apart)
+        AttentionCase("wgmma-groups2-nosplit-16x900-causal-br-keylen", batch=3, len_q=16, len_kv=900, heads_q=8,
+                      heads_kv=2, dim=128, key_lengths=True, tuning=WGMMA_GROUPS2_64 + (("PACK_GQA", 4), ("KV_SPLIT", 1)),
+                      small=True, **br),
+        AttentionCase("groups3-64rows-nosplit-16x700-causal-br-keylen", batch=3, len_q=16, len_kv=700, heads_q=8,
+                      heads_kv=2, dim=128, key_lengths=True, tuning=GROUPS3_64 + (("PACK_GQA", 4), ("KV_SPLIT", 1)),
                       small=True, **br),
         AttentionCase("wgmma-group1-x128-split2-8x1000-bool", len_q=8, len_kv=1000, heads_q=16, heads_kv=2, dim=128,
                       mask="bool", tuning=WGMMA_GROUP1_128 + (("PACK_GQA", 8), ("KV_SPLIT", 2)), small=True),

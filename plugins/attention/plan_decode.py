@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from trt_fusedattn.launcher.arch import CLUSTER_ARCH, arch_number
+from trt_fusedattn.launcher.arch import CLUSTER_ARCH, WGMMA_ARCHES, arch_number
 
 # Decode tiles on the mma.sync mainloop, by the packed rows they hold: (max rows, (BLOCK_M, BLOCK_N, NUM_WARPS,
 # Q_IN_REGISTERS, KV_STAGES), WARP_SPLIT, blocks an SM). 16 rows per warp; the warps of a block form WARP_SPLIT key
@@ -31,6 +31,16 @@ DECODE_TILES_SMALL_GRID = {16: ((16, 32, 4, 0, 2), 4, 1)}
 # 16 queries x 1k-4k keys x batch 32-128 (no keys split over groups to combine), 15% slower at 128 CTAs.
 DECODE_TILES_FULL_GRID = {64: ((64, 64, 4, 0, 2), 1, 2)}
 FULL_GRID_CTAS = 256
+# 64 packed rows on sm_90a at these head dims (Q/K and V alike): the wgmma mainloop (attention_decode_sm90.cuh), each
+# key group one warpgroup whose wgmmas read every K/V tile once for its 64 rows (~1.5 bytes of shared-memory reads per
+# K/V byte against ~5 for the 16-row mma.sync warps, whose shared memory bound the small grids). Session 4's run 1
+# (H100, NOTES.md): two groups of 64-key tiles (145 KB, one block an SM) read K/V at 81-96% of the device read on the
+# grids where the mma.sync tiles read 58-77%; three groups were 2-4% faster on 16k+ keys a CTA and 4% slower below;
+# on full grids without a split one group (80 KB, two blocks an SM) was 5-9% faster than v3.4's mma.sync tile.
+# Head dim 64 takes the same tiles only as a tuning (untimed).
+DECODE_TILES_WGMMA = {64: ((64, 64, 8, 0, 2), 2, 1)}
+DECODE_TILES_WGMMA_FULL_GRID = {64: ((64, 64, 4, 0, 2), 1, 2)}
+WGMMA_DECODE_HEAD_DIMS = (128,)
 DECODE_MAX_QUERIES = 16       # longer query blocks fill tiles without packing (prefill, chunked prefill)
 DECODE_MAX_HEAD_DIM = 128     # padded Q/K and V head dims the 16-rows-per-warp tiles hold without spills
 # The cluster split: the smallest of SPLITS that gives the grid SPLIT_TARGET_CTAS CTAs (about one per SM of a 132-SM
@@ -95,15 +105,19 @@ def plan_decode(batch, len_q, len_kv, heads_q, heads_kv, dim: int, dim_v: int, a
                                     (None, 1, 1))
     if tile is None:
         return None
+    wgmma = int(arch in WGMMA_ARCHES and dim == dim_v and dim in WGMMA_DECODE_HEAD_DIMS and tile[0] in DECODE_TILES_WGMMA)
+    if wgmma:
+        tile, warp_split, per_sm = DECODE_TILES_WGMMA[tile[0]]
     split = 1
     if _static(batch, len_kv):
         ctas = -(-rows // tile[0]) * heads_kv * batch
         split = decode_split(ctas, len_kv, warp_split, arch, per_sm)
+        full_grid = DECODE_TILES_WGMMA_FULL_GRID if wgmma else DECODE_TILES_FULL_GRID
         other = (DECODE_TILES_SMALL_GRID if ctas * split < SPLIT_TARGET_CTAS
-                 else DECODE_TILES_FULL_GRID if ctas >= FULL_GRID_CTAS else {}).get(tile[0])
+                 else full_grid if ctas >= FULL_GRID_CTAS else {}).get(tile[0])
         if other:
             tile, warp_split, per_sm = other
             split = decode_split(ctas, len_kv, warp_split, arch, per_sm)
-    if pack == 1 and split == 1:
+    if pack == 1 and split == 1 and not wgmma:
         return None  # nothing decode-specific: the general tiles serve it
-    return DecodeChoice(tile, pack, split, warp_split)
+    return DecodeChoice(tile, pack, split, warp_split, wgmma)

@@ -91,7 +91,9 @@ def _cases():
     ]
     cases += [  # the persistent grid: more query tiles than CTAs, Q in two buffers (the default) or one
         FP8Case("fp8-rounds-causal-keylen-gqa-hd128", batch=3, heads_q=16, heads_kv=4, len_q=1100, len_kv=1100,
-                dim=128, causal=1, key_lengths=True),
+                dim=128, causal=1, key_lengths=True, tuning=(("PERSISTENT", 1),)),
+        FP8Case("fp8-rounds-keylen-hd64", batch=3, heads_q=24, heads_kv=24, len_q=700, len_kv=900, dim=64,
+                key_lengths=True),
         FP8Case("fp8-rounds-q1-hd256", heads_q=40, heads_kv=40, len_q=200, len_kv=300, dim=256,
                 tuning=(("Q_STAGES", 1),), small=True),
     ]

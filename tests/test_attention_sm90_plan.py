@@ -74,25 +74,28 @@ def test_warp_specialized_geometry(dim):
     assert plan(dim, tuning={"WGMMA": 1}).source.name == "attention.cu"  # forcing WGMMA means the wgmma mainloop
 
 
-def test_warp_specialized_grid_is_persistent():
-    """min(query tiles, SMs) CTAs walk the tiles (attention_tile_scheduler.cuh); PERSISTENT=0 gives one CTA a tile;
-    a TensorRT symbolic tile count gets SM_COUNT CTAs (those without a tile exit); a second Q buffer only where it fits
-    beside the K/V stages."""
+def test_warp_specialized_grid_is_persistent_without_causal_masking():
+    """Non-causal: min(query tiles, SMs) CTAs walk the tiles (attention_tile_scheduler.cuh); causal: one CTA a query
+    tile (tiles of unequal length, dispatched by the hardware); PERSISTENT forces either; a TensorRT symbolic tile
+    count gets SM_COUNT CTAs (those without a tile exit); a second Q buffer only where it fits beside the K/V stages;
+    v4's tile order (TILE_ORDER_L2_MB 0) unless tuned."""
     from trt_fusedattn.launcher.arch import SM_COUNT
     from test_attention_plan import Symbolic
 
-    def ws(batch, length, dim=128, tuning=None):
+    def ws(batch, length, dim=128, causal=0, tuning=None):
         return plan_attention([(batch, length, 2048 // dim, dim)] * 3 + [None, None], ["bfloat16"] * 3 + [None, None],
-                              FUSED_ATTENTION.resolve({"causal": 1}), "sm_90a", tuning=tuning)
+                              FUSED_ATTENTION.resolve({"causal": causal}), "sm_90a", tuning=tuning)
     assert ws(8, 2048).grid == (SM_COUNT, 1, 1) and ws(1, 1000).grid == (8 * 16, 1, 1)
-    assert ws(8, 2048, tuning={"PERSISTENT": 0}).grid == (16 * 16 * 8, 1, 1)
+    assert ws(8, 2048, causal=1).grid == ws(8, 2048, tuning={"PERSISTENT": 0}).grid == (16 * 16 * 8, 1, 1)
+    assert ws(8, 2048, causal=1, tuning={"PERSISTENT": 1}).grid == (SM_COUNT, 1, 1)
     assert "PERSISTENT" not in ws(8, 2048).defines  # the same PTX serves both grids
-    grid = ws(Symbolic(8), Symbolic(2048)).grid
-    assert grid == (SM_COUNT, 1, 1)
+    assert ws(8, 2048).defines["TILE_ORDER_L2_MB"] == 0 and ws(8, 2048).defines["ROW_MAX_TREE"] == 1
+    assert ws(Symbolic(8), Symbolic(2048)).grid == (SM_COUNT, 1, 1)
     assert ws(8, 2048).defines["Q_STAGES"] == 1 and ws(8, 2048, 256).defines["Q_STAGES"] == 1  # 226 / 193 KB
     assert ws(8, 2048, tuning={"KV_STAGES": 2}).defines["Q_STAGES"] == 2
     assert ws(8, 2048, tuning={"KV_STAGES": 2, "Q_STAGES": 1}).defines["Q_STAGES"] == 1
-    assert ws(8, 2048, tuning={"KV_STAGES": 2}).shared_mem == ws(8, 2048, tuning={"KV_STAGES": 2, "Q_STAGES": 1}).shared_mem + 128 * 128 * 2 + 16
+    assert (ws(8, 2048, tuning={"KV_STAGES": 2}).shared_mem
+            == ws(8, 2048, tuning={"KV_STAGES": 2, "Q_STAGES": 1}).shared_mem + 128 * 128 * 2 + 16)
     with pytest.raises(ValueError, match="unknown tuning"):
         ws(8, 2048, tuning={"WGMMA": 1, "WARP_SPECIALIZED": 0, "PERSISTENT": 1})
 

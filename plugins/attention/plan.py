@@ -83,11 +83,21 @@ def pipeline_barrier_bytes(stages: int, q_stages: int = 1) -> int:
     return (2 * q_stages + 4 * stages) * 8
 
 
-# The warp-specialized kernel is persistent: one CTA an SM (its tiles take 115-226 KB of shared memory and 384 threads
-# at up to 240 registers), each walking query tiles in a static order (attention_tile_scheduler.cuh), so the next
-# tile's Q and K/V load under the current tile's last products and store. PERSISTENT=0 (tuning): one CTA a query tile,
-# the grid of v4, for comparison in one run.
-WARP_SPECIALIZED_PERSISTENT = 1
+# The warp-specialized kernel's grid: persistent without causal masking (min(query tiles, SMs) CTAs, one an SM: its
+# tiles take 115-226 KB of shared memory and 384 threads at up to 240 registers), each CTA walking query tiles in a
+# static order (attention_tile_scheduler.cuh), so the next tile's Q and K/V load under the current tile's last
+# products and store: H100 run attn-ws-1, non-causal bf16 hd128 +11% at 2k, +4% at 4k, FP8 +4-17%. Causal query tiles
+# differ in length and static striding left CTAs 7-25% unbalanced there, so causal takes one CTA a query tile, which
+# the hardware dispatches as SMs free up. Tuning PERSISTENT (0/1) forces either grid for comparison in one run.
+def warp_specialized_persistent(causal: int) -> int:
+    """1 for the persistent grid of the warp-specialized kernel (non-causal), 0 for one CTA a query tile."""
+    return int(not causal)
+
+
+# Sections of (batch, head) pairs whose K/V fit in this many MB of L2 (attention_tile_scheduler.cuh); 0: one pair a
+# section, v4's order. attn-ws-1 ran both of its grids in 32 MB sections (rounds over 4-32 heads at once), 7-20% below
+# v4's earlier runs at bf16 hd128; until the two orders are timed side by side the default is v4's.
+WARP_SPECIALIZED_TILE_ORDER_L2_MB = 0
 # Its softmax takes a row's tile max as a tree of fmaxf instead of a chain (attention_softmax.cuh: ROW_MAX_TREE).
 WARP_SPECIALIZED_ROW_MAX_TREE = 1
 
@@ -174,7 +184,7 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
     """Launch plan of FusedAttention for these inputs (Q, K, V, mask, key_lengths; None when absent).
     ``tuning`` overrides tuning defines (WGMMA, BLOCK_M, BLOCK_N, NUM_WARPS, Q_IN_REGISTERS, KV_STAGES,
     RESCALE_THRESHOLD, MIN_BLOCKS_PER_SM, WGMMA_OVERLAP, WARP_SPECIALIZED, KV_SPLIT, PACK_GQA; the warp-specialized
-    kernel's PERSISTENT, Q_STAGES and ROW_MAX_TREE) of the per-head-dim choice: for tests and benchmarks.
+    kernel's PERSISTENT, Q_STAGES, ROW_MAX_TREE and TILE_ORDER_L2_MB) of the per-head-dim choice: for tests and benchmarks.
     WGMMA=1 forces the Hopper wgmma mainloop (sm_90a, head dims 64/128), WGMMA=0 the mma.sync one; without it
     ``WGMMA_BY_DEFAULT`` decides. WARP_SPECIALIZED=1 (on top of the wgmma mainloop) takes the warp-specialized kernel
     (attention_sm90.cu); without it (and without WGMMA) ``WARP_SPECIALIZED_DEFAULT_HEAD_DIMS`` decides."""
@@ -262,7 +272,8 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
     if fp8:
         tune["EXP2_FMA_EVERY"] = FP8_EXP2_FMA_EVERY
     if ws:
-        tune.update(PERSISTENT=WARP_SPECIALIZED_PERSISTENT, Q_STAGES=1, ROW_MAX_TREE=WARP_SPECIALIZED_ROW_MAX_TREE)
+        tune.update(PERSISTENT=warp_specialized_persistent(int(attrs.get("causal", 0))), Q_STAGES=1,
+                    ROW_MAX_TREE=WARP_SPECIALIZED_ROW_MAX_TREE, TILE_ORDER_L2_MB=WARP_SPECIALIZED_TILE_ORDER_L2_MB)
     unknown = set(tuning or ()) - set(tune)
     if unknown:
         raise ValueError(f"FusedAttention: unknown tuning defines {sorted(unknown)}; known: {sorted(tune)}")

@@ -82,7 +82,14 @@ WS_SWEEP += [("wg default", dict(mma="wgmma")),  # the unspecialized loop: its c
 # The WS kernel's M-tile rows (128, 192, 256) with and without cluster splits: the short sweep behind WS_TILE_COST.
 WS_ROWS_SWEEP = [(label, kw) for label, kw in WS_SWEEP if label.split()[0] == "ws" and label.split()[1] in (
     "128x128w8", "256x128w8", "128x256w8", "192x128w12") and kw.keys() <= {"mma", "tile", "cluster"}]
-SWEEPS = {"mma.sync": MMA_SYNC_SWEEP, "wgmma": WGMMA_SWEEP, "wgmma_ws": WS_SWEEP, "ws_rows": WS_ROWS_SWEEP}
+# The stem's loaders: the tap-row gather with its registers capped for 4 or 3 blocks per SM (and 3 stages), and the
+# element gather it replaced.
+STEM_SWEEP = [("tap rows 4 blocks", dict(constants=dict(TAP_ROWS_BLOCKS_PER_SM=4))),
+              ("tap rows 3 blocks", dict(constants=dict(TAP_ROWS_BLOCKS_PER_SM=3))),
+              ("tap rows 4 blocks 3st", dict(constants=dict(TAP_ROWS_BLOCKS_PER_SM=4), stages=3)),
+              ("element gather", dict(tap_rows=False))]
+SWEEPS = {"mma.sync": MMA_SYNC_SWEEP, "wgmma": WGMMA_SWEEP, "wgmma_ws": WS_SWEEP, "ws_rows": WS_ROWS_SWEEP,
+          "stem": STEM_SWEEP}
 BATCHES = (1, 8, 32)
 QUICK_BATCHES = {"ResNet-50": (8, 32), "MobileNetV2": (32,)}  # --quick: the lead's one run in under 4 minutes
 # FP8 variants timed per layer: (label, plan_conv overrides); "default" is the plan's choice. "x8": X already e4m3 in
@@ -234,10 +241,11 @@ class Case:
 
 
 def layer_plan(lay: Layer, n: int, arch: str, input_scale: float = 0.0, x_e4m3: bool = False,
-               output_scale: float = 0.0, **tile):
+               output_scale: float = 0.0, constants: dict | None = None, **tile):
     """The FusedConv plan of one layer (what ``Case.fused`` launches; ``tile``: plan_conv's tuning override;
     ``input_scale`` != 0: the FP8 plan, e4m3 W with a per-channel scale; ``x_e4m3``: X already e4m3;
-    ``output_scale`` != 0: Y written in e4m3, an FP8 chain's producer)."""
+    ``output_scale`` != 0: Y written in e4m3, an FP8 chain's producer; ``constants``: plan constants for this plan,
+    see plan_constants)."""
     o = lay.out_hw
     attrs = FUSED_CONV.resolve(dict(strides=(lay.stride,) * 2, pads=(lay.pad,) * 4, group=lay.groups,
                                     input_scale=input_scale, output_scale=output_scale, **_fused_activation(lay)))
@@ -246,7 +254,8 @@ def layer_plan(lay: Layer, n: int, arch: str, input_scale: float = 0.0, x_e4m3: 
     dtypes = ["float8_e4m3fn" if x_e4m3 else "float16", "float8_e4m3fn" if input_scale else "float16", "float32",
               "float32" if input_scale else None,
               "float16" if lay.residual else None]
-    return plan_conv(shapes, dtypes, attrs, arch, **tile)
+    with plan_constants(constants or {}):
+        return plan_conv(shapes, dtypes, attrs, arch, **tile)
 
 
 def fp8_operands(case: Case, scale_x: float) -> tuple:
@@ -519,10 +528,11 @@ PREVIOUS_RULE = dict(WS_TILE_COST={t: c for t, c in conv_plan.WS_TILE_COST.items
 
 
 @contextlib.contextmanager
-def previous_rule():
-    """plan_conv as the previous session's rule made it (PREVIOUS_RULE's constants), inside the ``with``."""
-    saved = {name: getattr(conv_plan, name) for name in PREVIOUS_RULE}
-    for name, value in PREVIOUS_RULE.items():
+def plan_constants(values: dict):
+    """plan_conv with these module constants of the conv plan (name -> value) inside the ``with``: the previous rule
+    (PREVIOUS_RULE), or a sweep variant of a constant that no plan_conv argument overrides."""
+    saved = {name: getattr(conv_plan, name) for name in values}
+    for name, value in values.items():
         setattr(conv_plan, name, value)
     try:
         yield
@@ -533,7 +543,7 @@ def previous_rule():
 
 def previous_plan(lay: Layer, n: int, arch: str):
     """The layer's plan under the previous rule, or None where it equals today's (same kernel and defines)."""
-    with previous_rule():
+    with plan_constants(PREVIOUS_RULE):
         before = layer_plan(lay, n, arch)
     now = layer_plan(lay, n, arch)
     return None if (before.source, before.defines) == (now.source, now.defines) else before

@@ -681,7 +681,8 @@ def test_the_tap_row_gather_where_a_filter_row_fills_over_half_a_tile():
         return ConvCase("t", 2, c, 23, 21, k, kernel, kernel, pad=kernel // 2, **kw).plan("sm_90a").defines
     for c, kernel in ((3, 7), (6, 3), (5, 5)):
         d = defines(c, 64, kernel)
-        assert (d["TAP_ROWS"], d["TAP_CG"], d["IN_VEC"], d["BLOCK_K"]) == (1, c, 1, 32)
+        assert (d["TAP_ROWS"], d["TAP_CG"], d["IN_VEC"], d["BLOCK_K"], d["TAP_ROWS_BLOCKS"]) == (1, c, 1, 32, 4)
+    assert ConvCase("t", 2, 3, 23, 21, 64, 7, 7, pad=3).plan("sm_80").defines["TAP_ROWS_BLOCKS"] == 3
     for c, kernel, kw in ((3, 3, {}), (16, 3, {}), (6, 3, dict(groups=2)), (6, 3, dict(dil=2)),
                           (6, 3, dict(scale=True, input_scale=FP8_INPUT_SCALE))):
         assert "TAP_ROWS" not in defines(c, 64, kernel, **kw)

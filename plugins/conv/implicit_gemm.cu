@@ -43,10 +43,10 @@
 #endif
 #include "implicit_gemm_quantize.cuh"
 
-// The tap-row gather keeps the three 128-thread blocks per SM (168 registers each) the element gather it replaced ran
-// with; the other specializations have no cap beyond the block size.
+// The tap-row gather caps its registers for TAP_ROWS_BLOCKS 128-thread blocks per SM (the plan's; 4: 127 registers), so
+// that more loads are in flight per SM; the other specializations have no cap beyond the block size.
 #if TAP_ROWS
-#define IMPLICIT_GEMM_BOUNDS __launch_bounds__(kThreads, 3)
+#define IMPLICIT_GEMM_BOUNDS __launch_bounds__(kThreads, TAP_ROWS_BLOCKS)
 #else
 #define IMPLICIT_GEMM_BOUNDS __launch_bounds__(kThreads)
 #endif

@@ -34,6 +34,9 @@
 #ifndef TAP_ROWS
 #define TAP_ROWS 0  // 1: reduction tile r = filter row r, KW * TAP_CG elements and zeros (implicit_gemm_load_tap_rows.cuh)
 #endif
+#if TAP_ROWS && !defined(TAP_ROWS_BLOCKS)
+#error "TAP_ROWS needs TAP_ROWS_BLOCKS: the blocks per SM its registers are capped for (the plan gives it)"
+#endif
 
 // The MMA operand type in shared memory: the element type, or e4m3 bytes.
 #if FP8

@@ -149,6 +149,10 @@ FP16_WGMMA_BY_DEFAULT = True
 # than half of a 32-element reduction tile (the 7x7 stem over 3 channels: 21; MobileNetV2's 3x3 stem, 9, would more
 # than double its tensor-core work for it).
 TAP_ROWS_BY_DEFAULT = True
+# Blocks per SM the tap-row kernel's registers are capped for (__launch_bounds__) on Hopper: 4 (127 registers, 0
+# spills; 16 warps per SM) since conv-2's ncu found it latency-bound at 3 (12 warps, 37% issue); 5 spill. Older arches
+# keep 3 (at 4 the 3x3 over 6 channels spills 4 bytes on sm_80; not timed there).
+TAP_ROWS_BLOCKS_PER_SM = 4
 
 
 def default_gemm_tile(cg: int, kg: int, taps: int) -> tuple[str, int | None]:
@@ -531,7 +535,8 @@ def plan_conv(input_shapes, input_dtypes, attrs, arch: str, *, formats=None, til
                          "filter rows of KW * C/G <= 32 over a filter taller than 1, and a tile with BLOCK_K 32 and a "
                          "thread per A row (e.g. 128x64w4)")
     if tap_rows or (tap_rows is None and fits and TAP_ROWS_BY_DEFAULT and 2 * geo["KW"] * geo["Cg"] > 32):
-        config.update(TAP_ROWS=1, TAP_CG=geo["Cg"])
+        config.update(TAP_ROWS=1, TAP_CG=geo["Cg"],
+                      TAP_ROWS_BLOCKS=TAP_ROWS_BLOCKS_PER_SM if arch in WGMMA_ARCHES else 3)
     ws = bool(config.get("WARP_SPECIALIZED"))
     m_tiles = (pixels + config["BLOCK_M"] - 1) // config["BLOCK_M"]
     return LaunchPlan(source=IMPLICIT_GEMM_SM90 if ws else IMPLICIT_GEMM,

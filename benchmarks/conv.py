@@ -551,8 +551,8 @@ def previous_plan(lay: Layer, n: int, arch: str):
 
 def previous_loop(case: Case, arch: str) -> dict:
     """Which main loop the plan runs ("ws": the warp-specialized Hopper kernel, "wgmma", "mma.sync", "dw"; "sw": M-tile
-    pairs sharing W; "Nst": the ring's stages on the unspecialized wgmma loop) and the time of what the previous rule
-    ran (prev_us; None where that is the same kernel)."""
+    pairs sharing W; "Nst": the ring's stages on the unspecialized wgmma loop; "trN": the tap-row gather for N blocks
+    per SM) and the time of what the previous rule ran (prev_us; None where that is the same kernel)."""
     lay = case.layer
     d = layer_plan(lay, case.n, arch).defines
     loop = ("ws" if d.get("WARP_SPECIALIZED") else "wgmma" if d.get("WGMMA") else
@@ -560,6 +560,7 @@ def previous_loop(case: Case, arch: str) -> dict:
     loop += f" {d['BLOCK_M']}x{d['BLOCK_N']}" + (f" c{d['CLUSTER_K']}" if d.get("CLUSTER_K") else "") \
         + (" sw" if d.get("SHARE_W") else "") if "BLOCK_M" in d else ""
     loop += f" {d['STAGES']}st" if d.get("WGMMA") and not d.get("WARP_SPECIALIZED") else ""
+    loop += f" tr{d['TAP_ROWS_BLOCKS']}" if d.get("TAP_ROWS") else ""
     before = previous_plan(lay, case.n, arch)
     return dict(main_loop=loop, prev_us=None if before is None else time_us(plan_call(case, before, arch)))
 
@@ -700,7 +701,7 @@ def main():
              "cuDNN conv2d + BatchNorm + activation [+ add + ReLU] as the unfused model runs them; fused = one FusedConv "
              "kernel (main loop: ws = the warp-specialized Hopper kernel, wgmma, mma.sync, dw = depthwise; BLOCK_MxN, "
              "cN = the reduction split over an N-CTA cluster, sw = M-tile pairs sharing the W tile, Nst = the ring's "
-             "stages of the unspecialized wgmma loop); prev = the previous session's rule (benchmarks/conv.py "
+             "stages of the unspecialized wgmma loop, trN = the stem's tap-row gather for N blocks per SM); prev = the previous session's rule (benchmarks/conv.py "
              "PREVIOUS_RULE: no 192-row WS tile, 3 stages on any grid, the stem on the element gather; \"=\": the same "
              "kernel). err = |fused - base| "
              "/ |base|, graph err = |graph - base| / |base| (normwise).\n"]

@@ -135,8 +135,9 @@ CLUSTER_CTA_CAP = {2: 132, 3: 120, 4: 96}
 WS_MIN_RANK_TILES = 8
 # The time of one CTA's tile relative to 128x128's on the WS kernel (conv-2 sweep at
 # batch 32: 256x128 in one wave 21.6 µs where 128x128 took two, 23.8; 128x64 in two waves 31.7 where 128x128 took one,
-# 20.7): the tile rule's waves-times-cost for grids of >= WS_MIN_CTAS CTAs. 192x128: 1.4 is the prediction between
-# 128 and 256 rows (session 5, before its first GPU run; N*P*Q = 25088 makes 131 such tiles, one wave).
+# 20.7): the tile rule's waves-times-cost for grids of >= WS_MIN_CTAS CTAs. 192x128 (N*P*Q = 25088 makes 131 such
+# tiles, one wave): measured 1.44-1.58 (session 5 conv-1); 1.4 orders every measured case right, where 1.5 would tie
+# 1x1 512>256 @28 and 1x1/2 512>1024 @28 with 128x128 and keep the slower 128x128.
 WS_TILE_COST = {"128x128w8": 1.0, "256x128w8": 1.8, "128x256w8": 1.8, "128x64w8": 0.75, "192x128w12": 1.4}
 # The unspecialized wgmma loop's 3-stage ring for 256-deep reductions (gemm_tile) only on static grids of more CTAs
 # than SMs: with fewer no second CTA shares an SM, and 4 stages were ~5% faster (lead's H100 run, session 4).
@@ -235,7 +236,7 @@ def tap_rows_fit(config: dict, geo: dict, fp8: bool) -> bool:
     of KW * C/G <= 32 elements over a taller filter, BLOCK_K 32 without split groups, a thread per A row."""
     warps = config["WARPS_M"] * config["WARPS_N"]
     return (config["IN_VEC"] == 1 and not fp8 and geo["G"] == 1 and geo["dilations"][1] == 1 and geo["KH"] > 1
-            and geo["KW"] * geo["Cg"] <= 32 == config["BLOCK_K"] and config["SPLIT_K"] == 1
+            and config["BLOCK_K"] == 32 and geo["KW"] * geo["Cg"] <= 32 and config["SPLIT_K"] == 1
             and "CLUSTER_K" not in config and warps * 32 == config["BLOCK_M"] and config["BLOCK_N"] % warps == 0)
 
 

@@ -6,6 +6,7 @@
 // A persistent CTA runs the main loop once per query tile: the turns go on across its tiles (warpgroup 1 arrives
 // first once at the kernel's start, warpgroup 0 absorbs the last arrival at its end: turn_barriers_open/close).
 #pragma once
+#include "common/compiler_fences.cuh"
 #include "common/named_barrier.cuh"
 #include "attention_pipeline_sm90.cuh"
 #include "attention_mainloop_sm90.cuh"
@@ -116,7 +117,10 @@ __device__ __forceinline__ void mma_warpgroup_mainloop(const KVPipeline& pipe, c
   row_sum[0][0] = row_sum[0][1] = 0.f;
 #pragma unroll
   for (int dt = 0; dt < kDTiles; ++dt) o[0][dt][0] = o[0][dt][1] = o[0][dt][2] = o[0][dt][3] = 0.f;
-  const QFromSmem q(sQ + (round % kQStages) * kQTileElems, warp, lane);
+  // opaque: ptxas then builds the k-steps' Q descriptors here, once per query tile, and keeps them in registers
+  // through the K/V loop; hoisted out of the CTA's tile loop they were rebuilt between the wgmmas of every step
+  // (v6 in H100 run attn-ws-2: bf16 hd128 10-15% below v4, which has no tile loop)
+  const QFromSmem q(opaque_u32(smem_addr(sQ + (round % kQStages) * kQTileElems) + wg * 64 * kSwizzleRowBytes));
   st.coords.row0 = lim.m0 + warp * kWarpRows + lane / 4;
   int n_checked = 0;  // leading steps whose tile crosses a limit
   while (n_checked < n_tiles && tile_crosses_limits(n_tiles - 1 - n_checked, lim)) ++n_checked;

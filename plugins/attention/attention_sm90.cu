@@ -15,7 +15,7 @@
 #include "attention_load_sm90.cuh"
 #include "attention_mma_warpgroups_sm90.cuh"
 #include "attention_epilogue.cuh"
-#include "common/special_registers.cuh"
+#include "common/compiler_fences.cuh"
 #include "common/warpgroup.cuh"
 
 static_assert(kWarps == 8 && kBlockM == 128, "the warp-specialized kernel has two MMA warpgroups of 64 rows");
@@ -90,10 +90,14 @@ extern "C" __global__ void __launch_bounds__(kBlockThreads, 1) fused_attention(A
 #endif
       float o[1][kDTiles][4], row_sum[1][2];
       mma_warpgroup_mainloop(pipe, sQ, sK, sV, w.n_tiles, round, step0, lim, warp, lane, o, row_sum);
-      store_output_from_registers(
-          O + static_cast<int64_t>(w.tile.batch) * o_stride_b + static_cast<int64_t>(w.tile.head) * o_stride_h, o,
-          row_sum, o_stride_s, w.m0 + warp * kWarpRows + lane / 4, len_q, lane);
       step0 += w.n_tiles;
+      // The store's (batch, head, rows) decoded again (grid_dim_x() is not CSE'd): kept live across the main loop
+      // they took the registers in which ptxas holds the Q descriptors of the k-steps (which it then rebuilt in
+      // every step, between the wgmmas; H100 run attn-ws-2: 10-15% slower than v4 at bf16 hd128)
+      const AttentionTile out = order.tile(blockIdx.x + round * grid_dim_x(), heads_q);
+      store_output_from_registers(
+          O + static_cast<int64_t>(out.batch) * o_stride_b + static_cast<int64_t>(out.head) * o_stride_h, o, row_sum,
+          o_stride_s, out.m_block * kBlockM + warp * kWarpRows + lane / 4, len_q, lane);
     }
     turn_barriers_close(warp / 4);
   }

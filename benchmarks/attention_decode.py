@@ -30,8 +30,10 @@ KEY_GROUPS = ((1, 64), (2, 32), (4, 16), (4, 32), (8, 16))
 ROWS32_A_WARP = "4 key groups x32, 32 rows a warp"
 # 64 packed rows on the wgmma mainloop (attention_decode_sm90.cuh): key groups of one warpgroup, K/V tile of each
 WGMMA_GROUPS = ((1, 64), (1, 128), (2, 64), (3, 64))
+# <= 16 packed rows (1-4 queries of GQA 32/8) on v4.1's 16-row mma.sync tile: four one-warp key groups of 16 keys
+ROWS16_MMA_SYNC = "16 rows, mma.sync 4 key groups x16"
 DECODE_VARIANTS = (["split 1", "split 2", "split 4", "split 8"] + [f"{w} key groups x{n}" for w, n in KEY_GROUPS]
-                   + [ROWS32_A_WARP] + [f"wgmma {w} key groups x{n}" for w, n in WGMMA_GROUPS])
+                   + [ROWS32_A_WARP] + [f"wgmma {w} key groups x{n}" for w, n in WGMMA_GROUPS] + [ROWS16_MMA_SYNC])
 
 
 def decode_variants(plan) -> dict:
@@ -51,6 +53,10 @@ def decode_variants(plan) -> dict:
         tuning = {**base, "WGMMA": 1, "BLOCK_M": 64, "NUM_WARPS": 4 * w, "WARP_SPLIT": w, "BLOCK_N": block_n}
         if tuning != base:
             variants[f"wgmma {w} key groups x{block_n}"] = tuning
+    rows = plan.scalars[3] * base["PACK_GQA"]  # (scalars: batch, heads_q, heads_kv, len_q, ...)
+    tuning = {**base, "WGMMA": 0, "BLOCK_M": 16, "NUM_WARPS": 4, "WARP_SPLIT": 4, "BLOCK_N": 16}
+    if rows <= 16 and tuning != base:
+        variants[ROWS16_MMA_SYNC] = tuning
     return variants
 
 

@@ -30,6 +30,10 @@ def _cases():
         AttentionCase("gqa32-8-4x2049-causal-br", batch=1, len_q=4, len_kv=2049, **llama, **br),
         AttentionCase("gqa32-8-16x5000-causal-br", batch=1, len_q=16, len_kv=5000, **llama, **br),
         AttentionCase("gqa32-8-16x300-causal-br-b32", batch=32, len_q=16, len_kv=300, **llama, **br),  # full grid
+        # grids that need no split take one wgmma group on sm_90a at any row count: 4 packed rows of a 64-row
+        # warpgroup on 64-key tiles (256 CTAs), 16 rows on 128-key tiles (128 CTAs)
+        AttentionCase("gqa32-8-1x700-keylen-b32", batch=32, len_q=1, len_kv=700, key_lengths=True, **llama),
+        AttentionCase("gqa32-8-4x2000-causal-br-b16", batch=16, len_q=4, len_kv=2000, **llama, **br),
         AttentionCase("mqa8-1-1x2000-bool-b11k", len_q=1, len_kv=2000, heads_q=8, heads_kv=1, dim=128, mask="bool",
                       mask_shape=(2, 1, 1, 2000), small=True),
         AttentionCase("mqa8-1-16x1000-causal-br", len_q=16, len_kv=1000, heads_q=8, heads_kv=1, dim=128,
@@ -93,6 +97,9 @@ def _cases():
         # three-group case's combine in session 4's run 1; the mma.sync three-group case tells the mainloops apart)
         AttentionCase("wgmma-groups2-nosplit-16x900-causal-br-keylen", batch=3, len_q=16, len_kv=900, heads_q=8,
                       heads_kv=2, dim=128, key_lengths=True, tuning=WGMMA_GROUPS2_64 + (("PACK_GQA", 4), ("KV_SPLIT", 1)),
+                      small=True, **br),
+        AttentionCase("wgmma-groups2-nosplit-16x900-causal-br-equal-groups", batch=3, len_q=16, len_kv=900,
+                      heads_q=8, heads_kv=2, dim=128, tuning=WGMMA_GROUPS2_64 + (("PACK_GQA", 4), ("KV_SPLIT", 1)),
                       small=True, **br),
         AttentionCase("groups3-64rows-nosplit-16x700-causal-br-keylen", batch=3, len_q=16, len_kv=700, heads_q=8,
                       heads_kv=2, dim=128, key_lengths=True, tuning=GROUPS3_64 + (("PACK_GQA", 4), ("KV_SPLIT", 1)),

@@ -149,48 +149,50 @@ def _decode(batch=1, lq=1, lkv=32768, hq=32, hkv=8, dim=128, arch="sm_90a", mask
                           arch)
 
 
-@pytest.mark.parametrize("batch, lq, lkv, hq, hkv, rows_tile, split", [
-    (4, 1, 32768, 32, 8, 16, 4),     # 32 CTAs without the split: 4 per cluster give 128
-    (32, 1, 4096, 32, 8, 16, 1),     # 256 CTAs fill the GPU: no split
-    (1, 16, 32768, 32, 8, 64, 8),    # 64 packed rows: one tile per K/V head
-    (4, 16, 32768, 32, 8, 64, 2),    # 32 one-an-SM CTAs: x4 in clusters of 4 would exceed the 120 that run at once
-    (1, 16, 1000, 8, 1, 128, 4),     # MQA: 128 rows in one tile; 1000 keys split in 4 (>= 128 a part)
-    (8, 3, 4096, 32, 8, 16, 2),      # 12 rows in one 16-row tile; 64 CTAs x 2 give 128
-    (2, 5, 8192, 16, 2, 64, 8),      # 40 rows in a 64-row tile of 2 key groups; 8 x 2 parts of 512 keys
+@pytest.mark.parametrize("batch, lq, lkv, hq, hkv, tile, groups, split, wgmma", [
+    (4, 1, 32768, 32, 8, (16, 16, 4), 4, 4, 0),    # 32 CTAs without the split: 4 per cluster give 128
+    (32, 1, 4096, 32, 8, (64, 64, 4), 1, 1, 1),    # 256 CTAs fill the GPU: no split, one wgmma group (4 of 64 rows)
+    (16, 4, 4096, 32, 8, (64, 128, 4), 1, 1, 1),   # 128 CTAs: no split, one wgmma group of 128-key tiles
+    (1, 16, 32768, 32, 8, (64, 64, 8), 2, 8, 1),   # 64 packed rows: one tile per K/V head, two wgmma groups
+    (4, 16, 32768, 32, 8, (64, 64, 8), 2, 2, 1),   # 32 one-an-SM CTAs: x4 in clusters of 4 would exceed 120 at once
+    (1, 16, 1000, 8, 1, (128, 64, 8), 1, 4, 0),    # MQA: 128 rows in one tile; 1000 keys split in 4 (>= 128 a part)
+    (8, 3, 4096, 32, 8, (16, 16, 4), 4, 2, 0),     # 12 rows in one 16-row tile; 64 CTAs x 2 give 128
+    (2, 5, 8192, 16, 2, (64, 64, 8), 2, 8, 1),     # 40 rows in a 64-row tile of 2 wgmma groups; 8 x 2 parts
 ])
-def test_decode_packs_a_kv_heads_query_heads_and_splits_small_grids(batch, lq, lkv, hq, hkv, rows_tile, split):
+def test_decode_packs_a_kv_heads_query_heads_and_splits_small_grids(batch, lq, lkv, hq, hkv, tile, groups, split,
+                                                                     wgmma):
     """Issue 10 item 2: the query heads of one K/V head share a tile (rows = query x head of the group), the grid runs
     over K/V heads, the block's warps form key groups, and the keys split over a cluster until the grid has a CTA per
-    SM (while each part keeps 128 keys). 64-row tiles run on the wgmma mainloop at head dim 128 on sm_90a."""
-    from trt_fusedattn.plugins.attention.plan_decode import DECODE_TILES, DECODE_TILES_WGMMA
+    SM (while each part keeps 128 keys). At head dim 128 on sm_90a, 64-row tiles and grids that need no split run on
+    the wgmma mainloop."""
     p = _decode(batch, lq, lkv, hq, hkv, causal=1, causal_alignment="bottom_right")
-    tile, groups = (DECODE_TILES_WGMMA[64][:2] if rows_tile == 64
-                    else next((t, w) for rows, t, w, _ in DECODE_TILES if rows == rows_tile))
-    assert p.source.name == "attention.cu" and p.defines["WGMMA"] == int(rows_tile == 64)
-    assert p.defines["PACK_GQA"] == hq // hkv
-    assert (p.defines["BLOCK_M"], p.defines["BLOCK_N"], p.defines["NUM_WARPS"]) == tile[:3]
+    assert p.source.name == "attention.cu" and p.defines["WGMMA"] == wgmma and p.defines["PACK_GQA"] == hq // hkv
+    assert (p.defines["BLOCK_M"], p.defines["BLOCK_N"], p.defines["NUM_WARPS"]) == tile
     assert p.defines["WARP_SPLIT"] == groups and p.defines["KV_SPLIT"] == split and p.block == (32 * tile[2], 1, 1)
     assert p.grid == (-(-lq * hq // hkv // tile[0]) * split, hkv, batch)
 
 
 def test_decode_tile_follows_the_grid():
-    """64 packed rows: on sm_90a at head dim 128 the wgmma mainloop, two key groups of one warpgroup where the grid is
-    small, one on 64-key tiles where it has two CTAs an SM without a split; elsewhere (sm_80, head dim 64) mma.sync,
-    four key groups of four warps (64x32, 16 warps) on small grids, one group of four warps on full ones; 16 rows:
+    """On sm_90a at head dim 128 (wgmma): one group on 64-key tiles where the grid has two CTAs an SM without a split,
+    on 128-key tiles at one, two groups for 64 rows on split grids; elsewhere (sm_80, head dim 64) mma.sync: 64 rows
+    take one group of four warps on full grids and four groups of four warps (64x32, 16 warps) below; 16 rows take
     32-key tiles below 128 CTAs."""
     from trt_fusedattn.plugins.attention.plan_decode import (DECODE_TILES_FULL_GRID, DECODE_TILES_SMALL_GRID,
-                                                             DECODE_TILES_WGMMA, DECODE_TILES_WGMMA_FULL_GRID)
+                                                             DECODE_TILES_WGMMA_NO_SPLIT)
     br = dict(causal=1, causal_alignment="bottom_right")
+    (_, wgmma_full, _, _), (_, wgmma_fewer, _, _) = DECODE_TILES_WGMMA_NO_SPLIT
     for arch, dim, wgmma in (("sm_90a", 128, 1), ("sm_90a", 64, 0), ("sm_80", 128, 0)):
-        full = _decode(batch=32, lq=16, lkv=1024, arch=arch, dim=dim, **br).defines
-        tiles = DECODE_TILES_WGMMA_FULL_GRID if wgmma else DECODE_TILES_FULL_GRID
-        assert (full["BLOCK_M"], full["BLOCK_N"], full["NUM_WARPS"], full["WGMMA"]) == tiles[64][0][:3] + (wgmma,)
-        assert full["WARP_SPLIT"] == 1 and full["KV_SPLIT"] == 1
+        for lq in (1, 16):
+            full = _decode(batch=32, lq=lq, lkv=1024, arch=arch, dim=dim, **br).defines
+            tile = wgmma_full if wgmma else DECODE_TILES_FULL_GRID[64][0] if lq == 16 else (16, 16, 4)
+            assert (full["BLOCK_M"], full["BLOCK_N"], full["NUM_WARPS"], full["WGMMA"]) == tile[:3] + (wgmma,)
+            assert full["KV_SPLIT"] == 1
         fewer = _decode(batch=16, lq=16, lkv=32768, arch=arch, dim=dim, **br).defines  # 128 CTAs
-        groups = DECODE_TILES_WGMMA[64][1] if wgmma else 4
-        assert (fewer["NUM_WARPS"], fewer["WARP_SPLIT"], fewer["KV_SPLIT"]) == (4 * groups, groups, 1)
+        expect = (wgmma_fewer[1], 4, 1, 1) if wgmma else (32, 16, 4, 1)
+        assert (fewer["BLOCK_N"], fewer["NUM_WARPS"], fewer["WARP_SPLIT"], fewer["KV_SPLIT"]) == expect
     small = _decode(batch=1).defines
     assert (small["BLOCK_M"], small["BLOCK_N"]) == DECODE_TILES_SMALL_GRID[16][0][:2] and small["KV_SPLIT"] == 8
+    assert small["WGMMA"] == 0
 
 
 def test_decode_split_and_packing_need_what_the_build_knows():

@@ -31,16 +31,6 @@ DECODE_TILES_SMALL_GRID = {16: ((16, 32, 4, 0, 2), 4, 1)}
 # 16 queries x 1k-4k keys x batch 32-128 (no keys split over groups to combine), 15% slower at 128 CTAs.
 DECODE_TILES_FULL_GRID = {64: ((64, 64, 4, 0, 2), 1, 2)}
 FULL_GRID_CTAS = 256
-# 64 packed rows on sm_90a at these head dims (Q/K and V alike): the wgmma mainloop (attention_decode_sm90.cuh), each
-# key group one warpgroup whose wgmmas read every K/V tile once for its 64 rows (~1.5 bytes of shared-memory reads per
-# K/V byte against ~5 for the 16-row mma.sync warps, whose shared memory bound the small grids). Session 4's run 1
-# (H100, NOTES.md): two groups of 64-key tiles (145 KB, one block an SM) read K/V at 81-96% of the device read on the
-# grids where the mma.sync tiles read 58-77%; three groups were 2-4% faster on 16k+ keys a CTA and 4% slower below;
-# on full grids without a split one group (80 KB, two blocks an SM) was 5-9% faster than v3.4's mma.sync tile.
-# Head dim 64 takes the same tiles only as a tuning (untimed).
-DECODE_TILES_WGMMA = {64: ((64, 64, 8, 0, 2), 2, 1)}
-DECODE_TILES_WGMMA_FULL_GRID = {64: ((64, 64, 4, 0, 2), 1, 2)}
-WGMMA_DECODE_HEAD_DIMS = (128,)
 DECODE_MAX_QUERIES = 16       # longer query blocks fill tiles without packing (prefill, chunked prefill)
 DECODE_MAX_HEAD_DIM = 128     # padded Q/K and V head dims the 16-rows-per-warp tiles hold without spills
 # The cluster split: the smallest of SPLITS that gives the grid SPLIT_TARGET_CTAS CTAs (about one per SM of a 132-SM
@@ -54,6 +44,20 @@ SPLIT_MIN_KEYS = 128
 # last clusters in a second wave (16 queries x 32k keys x batch 4 took 1.8x its one-wave time), so such a grid takes
 # the next smaller split instead.
 ONE_PER_SM_CLUSTER_CTAS = 120
+# On sm_90a at these head dims (Q/K and V alike), decode tiles of <= 64 packed rows run on the wgmma mainloop
+# (attention_decode_sm90.cuh): each key group is one 64-row warpgroup whose wgmmas read every K/V tile once for all its
+# rows (~1.5 bytes of shared-memory reads per K/V byte against ~5 for 16-row mma.sync warps, whose shared memory bound
+# the 16-query small grids). Session 4's runs 1-2 (H100, NOTES.md):
+# - 64 rows on grids that split: two groups of 64-key tiles (145 KB, one block an SM) read K/V at 78-96% of the device
+#   read where the mma.sync tiles read 57-77% (three groups: 2-4% faster on 16k+ keys a CTA, 4% slower below);
+# - grids that need no split (>= SPLIT_TARGET_CTAS CTAs), any <= 64 packed rows: one group, of 64-key tiles (80 KB, two blocks
+#   an SM) from FULL_GRID_CTAS CTAs, 5-9% faster than the mma.sync tiles (1-4 queries too: 1.02-1.03x cuDNN at one
+#   query), of 128-key tiles (145 KB) below that, 6% faster at 128 CTAs;
+# - <= 32 rows on grids that split stay on the mma.sync tiles (the wgmma ones were equal or slower there).
+# Head dim 64 takes the wgmma tiles only as a tuning (untimed).
+DECODE_TILES_WGMMA = {64: ((64, 64, 8, 0, 2), 2, 1)}
+DECODE_TILES_WGMMA_NO_SPLIT = ((FULL_GRID_CTAS, (64, 64, 4, 0, 2), 1, 2), (SPLIT_TARGET_CTAS, (64, 128, 4, 0, 2), 1, 1))
+WGMMA_DECODE_HEAD_DIMS = (128,)
 
 
 class DecodeChoice(NamedTuple):
@@ -105,19 +109,23 @@ def plan_decode(batch, len_q, len_kv, heads_q, heads_kv, dim: int, dim_v: int, a
                                     (None, 1, 1))
     if tile is None:
         return None
-    wgmma = int(arch in WGMMA_ARCHES and dim == dim_v and dim in WGMMA_DECODE_HEAD_DIMS and tile[0] in DECODE_TILES_WGMMA)
+    wgmma_ok = arch in WGMMA_ARCHES and dim == dim_v and dim in WGMMA_DECODE_HEAD_DIMS
+    wgmma = int(wgmma_ok and tile[0] in DECODE_TILES_WGMMA)
     if wgmma:
         tile, warp_split, per_sm = DECODE_TILES_WGMMA[tile[0]]
     split = 1
     if _static(batch, len_kv):
         ctas = -(-rows // tile[0]) * heads_kv * batch
-        split = decode_split(ctas, len_kv, warp_split, arch, per_sm)
-        full_grid = DECODE_TILES_WGMMA_FULL_GRID if wgmma else DECODE_TILES_FULL_GRID
-        other = (DECODE_TILES_SMALL_GRID if ctas * split < SPLIT_TARGET_CTAS
-                 else full_grid if ctas >= FULL_GRID_CTAS else {}).get(tile[0])
-        if other:
-            tile, warp_split, per_sm = other
+        no_split = next(((t, w, b) for least, t, w, b in DECODE_TILES_WGMMA_NO_SPLIT if ctas >= least), None)
+        if wgmma_ok and pack > 1 and tile[0] <= 64 and no_split:
+            (tile, warp_split, per_sm), wgmma = no_split, 1
+        else:
             split = decode_split(ctas, len_kv, warp_split, arch, per_sm)
+            other = (DECODE_TILES_SMALL_GRID if ctas * split < SPLIT_TARGET_CTAS
+                     else DECODE_TILES_FULL_GRID if ctas >= FULL_GRID_CTAS else {}).get(tile[0])
+            if other:
+                tile, warp_split, per_sm = other
+                split = decode_split(ctas, len_kv, warp_split, arch, per_sm)
     if pack == 1 and split == 1 and not wgmma:
         return None  # nothing decode-specific: the general tiles serve it
     return DecodeChoice(tile, pack, split, warp_split, wgmma)

@@ -90,7 +90,10 @@ def test_warp_specialized_grid_is_persistent_without_causal_masking():
     assert ws(8, 2048, causal=1, tuning={"PERSISTENT": 1}).grid == (SM_COUNT, 1, 1)
     assert "PERSISTENT" not in ws(8, 2048).defines  # the same PTX serves both grids
     assert ws(8, 2048).defines["TILE_ORDER_L2_MB"] == 0 and ws(8, 2048).defines["ROW_MAX_TREE"] == 1
-    assert ws(Symbolic(8), Symbolic(2048)).grid == (SM_COUNT, 1, 1)
+    for batch, length in ((8, 2048), (1, 300), (1, 128 * SM_COUNT), (3, 128 * SM_COUNT - 1), (2, 2 ** 20)):
+        # TensorRT's symbolic dims (+ - * // only) give the grid the direct launcher gets
+        grid = ws(Symbolic(batch), Symbolic(length)).grid
+        assert int(grid[0]) == ws(batch, length).grid[0] == min(-(-length // 128) * 16 * batch, SM_COUNT)
     assert ws(8, 2048).defines["Q_STAGES"] == 1 and ws(8, 2048, 256).defines["Q_STAGES"] == 1  # 226 / 193 KB
     assert ws(8, 2048, tuning={"KV_STAGES": 2}).defines["Q_STAGES"] == 2
     assert ws(8, 2048, tuning={"KV_STAGES": 2, "Q_STAGES": 1}).defines["Q_STAGES"] == 1

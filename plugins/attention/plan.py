@@ -102,12 +102,18 @@ WARP_SPECIALIZED_TILE_ORDER_L2_MB = 0
 WARP_SPECIALIZED_ROW_MAX_TREE = 1
 
 
+# Bounds the query-tile count's rounds of SM_COUNT tiles (int32 tile counts give at most 2^31 / 132 < 2^24 rounds).
+_ROUNDS_BOUND = 1 << 24
+
+
 def warp_specialized_grid(query_tiles, persistent: int) -> tuple:
-    """1-D grid of the warp-specialized kernel: min(query tiles, SMs) when persistent (SM_COUNT when the tile count
-    is a TensorRT symbolic expression: the surplus CTAs find no tile and exit), else one CTA a query tile."""
+    """1-D grid of the warp-specialized kernel: min(query tiles, SM_COUNT) when persistent, else one CTA a query tile.
+    The min is written with + - * // only, so a TensorRT symbolic tile count gets the same grid as the direct
+    launcher: (rounds + B) // (B + 1) is 0 for no whole round of SM_COUNT tiles and 1 for 1..B + 1 rounds."""
     if not persistent:
         return (query_tiles, 1, 1)
-    return (min(query_tiles, SM_COUNT) if isinstance(query_tiles, int) else SM_COUNT, 1, 1)
+    at_least_one_round = (query_tiles // SM_COUNT + _ROUNDS_BOUND) // (_ROUNDS_BOUND + 1)
+    return (query_tiles - (query_tiles - SM_COUNT) * at_least_one_round, 1, 1)
 
 
 # The online softmax moves a row's reference max only when a tile exceeds it by more than this (log2 units).

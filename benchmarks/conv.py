@@ -82,11 +82,13 @@ WS_SWEEP += [("wg default", dict(mma="wgmma")),  # the unspecialized loop: its c
 # The WS kernel's M-tile rows (128, 192, 256) with and without cluster splits: the short sweep behind WS_TILE_COST.
 WS_ROWS_SWEEP = [(label, kw) for label, kw in WS_SWEEP if label.split()[0] == "ws" and label.split()[1] in (
     "128x128w8", "256x128w8", "128x256w8", "192x128w12") and kw.keys() <= {"mma", "tile", "cluster"}]
-# The stem's loaders: the tap-row gather with its registers capped for 4 or 3 blocks per SM (and 3 stages), and the
-# element gather it replaced.
-STEM_SWEEP = [("tap rows 4 blocks", dict(constants=dict(TAP_ROWS_BLOCKS_PER_SM=4))),
-              ("tap rows 3 blocks", dict(constants=dict(TAP_ROWS_BLOCKS_PER_SM=3))),
-              ("tap rows 4 blocks 3st", dict(constants=dict(TAP_ROWS_BLOCKS_PER_SM=4), stages=3)),
+# The stem's loaders: the tap-row gather with its registers capped for 4 blocks per SM (3 stages, or 4) or 3 (4
+# stages), whatever the grid (plan constant TAP_ROWS_WAVE_COST set so that one count always wins), and the element
+# gather it replaced.
+_FOUR_BLOCKS, _THREE_BLOCKS = dict(TAP_ROWS_WAVE_COST={4: 1.0}), dict(TAP_ROWS_WAVE_COST={3: 1.0})
+STEM_SWEEP = [("tap rows 4 blocks", dict(constants=_FOUR_BLOCKS)),
+              ("tap rows 4 blocks 4st", dict(constants=_FOUR_BLOCKS, stages=4)),
+              ("tap rows 3 blocks", dict(constants=_THREE_BLOCKS)),
               ("element gather", dict(tap_rows=False))]
 SWEEPS = {"mma.sync": MMA_SYNC_SWEEP, "wgmma": WGMMA_SWEEP, "wgmma_ws": WS_SWEEP, "ws_rows": WS_ROWS_SWEEP,
           "stem": STEM_SWEEP}

@@ -38,6 +38,19 @@ def _specializations(arch: str) -> dict:
     return specs
 
 
+def test_the_four_block_tap_row_kernels_compile_without_spills(monkeypatch):
+    """The tap-row cases with registers capped for 4 blocks per SM and 3 stages (the b32 stem's plan on sm_90a; the
+    test cases' own grids take 3): 128 registers at most, no spills."""
+    from trt_fusedattn.plugins.conv import plan as conv_plan
+    monkeypatch.setattr(conv_plan, "TAP_ROWS_WAVE_COST", {4: 1.0})
+    for case in (c for c in CASES if "stem" in c.name or "tap_rows" in c.name):
+        plan = case.plan("sm_90a")
+        assert (plan.defines["TAP_ROWS_BLOCKS"], plan.defines["STAGES"]) == (4, 3), case.name
+        report = comp.compile_cubin(plan.source, "sm_90a", plan.defines)[1]
+        spills = [int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", report)]
+        assert spills and not any(spills), f"{case.name} spills at 4 blocks per SM: {report}"
+
+
 @pytest.mark.parametrize("arch", ["sm_80", "sm_89", "sm_90a"])
 def test_every_tested_specialization_compiles_without_spills(arch):
     specs = _specializations(arch)

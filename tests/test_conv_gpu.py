@@ -138,6 +138,22 @@ def test_matches_float64_reference(case):
     check(case, got, want, seed)
 
 
+@pytest.mark.parametrize("blocks", [3, 4])
+@pytest.mark.parametrize("case", [c for c in CASES if "stem" in c.name or "tap_rows" in c.name], ids=lambda c: c.name)
+def test_tap_row_gather_at_either_register_cap(case, blocks, monkeypatch):
+    """The tap-row cases with the kernel's registers capped for 3 and for 4 blocks per SM (4 with 3 stages: the
+    plan's b32 stem; small test grids get 3 by default, switched here)."""
+    from trt_fusedattn.plugins.conv import plan as conv_plan
+    from trt_fusedattn.launcher.launch import device_arch
+    monkeypatch.setattr(conv_plan, "TAP_ROWS_WAVE_COST", {blocks: 1.0})
+    d = case.plan(device_arch(0)).defines
+    if "TAP_ROWS" not in d or d["TAP_ROWS_BLOCKS"] != blocks:
+        pytest.skip(f"{case.name}: no {blocks}-block tap-row kernel on this GPU (sm_90a only for 4)")
+    seed = random.SystemRandom().randrange(2 ** 31)
+    got, want, _ = run_case(case, seed)
+    check(case, got, want, seed)
+
+
 @pytest.mark.parametrize("mma", ["mma.sync", "wgmma"])
 @pytest.mark.parametrize("case", FP8_CASES, ids=lambda c: c.name)
 def test_fp8_matches_float64_reference(case, mma, monkeypatch):

@@ -681,8 +681,7 @@ def test_the_tap_row_gather_where_a_filter_row_fills_over_half_a_tile():
         return ConvCase("t", 2, c, 23, 21, k, kernel, kernel, pad=kernel // 2, **kw).plan("sm_90a").defines
     for c, kernel in ((3, 7), (6, 3), (5, 5)):
         d = defines(c, 64, kernel)
-        assert (d["TAP_ROWS"], d["TAP_CG"], d["IN_VEC"], d["BLOCK_K"], d["TAP_ROWS_BLOCKS"]) == (1, c, 1, 32, 4)
-    assert ConvCase("t", 2, 3, 23, 21, 64, 7, 7, pad=3).plan("sm_80").defines["TAP_ROWS_BLOCKS"] == 3
+        assert (d["TAP_ROWS"], d["TAP_CG"], d["IN_VEC"], d["BLOCK_K"]) == (1, c, 1, 32)
     for c, kernel, kw in ((3, 3, {}), (16, 3, {}), (6, 3, dict(groups=2)), (6, 3, dict(dil=2)),
                           (6, 3, dict(scale=True, input_scale=FP8_INPUT_SCALE))):
         assert "TAP_ROWS" not in defines(c, 64, kernel, **kw)
@@ -691,3 +690,18 @@ def test_the_tap_row_gather_where_a_filter_row_fills_over_half_a_tile():
         "sm_90a", tap_rows=False).defines
     with pytest.raises(ValueError, match="tap_rows needs the element gather"):
         ConvCase("t", 2, 16, 9, 9, 64, 3, 3, pad=1).plan("sm_90a", tap_rows=True)
+
+
+def test_the_tap_row_stem_takes_four_blocks_per_sm_where_they_save_waves():
+    """The tap-row kernel's register cap: 4 blocks per SM (3 stages) where that saves enough waves on sm_90a (the
+    ResNet-50 stem at batch 32: 3136 CTAs, 6 waves of 4 at 1.2 against 8 of 3), else 3 (4 stages): batch 8 (784 CTAs,
+    two waves either way), batch 1, a symbolic batch, and older arches."""
+    def defines(n, arch="sm_90a", **kw):
+        return ConvCase("stem", n, 3, 224, 224, 64, 7, 7, stride=2, pad=3).plan(arch, **kw).defines
+    assert (defines(32)["TAP_ROWS_BLOCKS"], defines(32)["STAGES"]) == (4, 3)
+    assert all((defines(n)["TAP_ROWS_BLOCKS"], defines(n)["STAGES"]) == (3, 4) for n in (1, 8))
+    assert defines(32, "sm_80")["TAP_ROWS_BLOCKS"] == 3 and defines(32, stages=4)["STAGES"] == 4
+    sym = ConvCase("stem", 32, 3, 224, 224, 64, 7, 7, stride=2, pad=3)
+    shapes = sym.shapes()
+    shapes[0] = (Sym.var("n"), *shapes[0][1:])
+    assert plan_conv(shapes, sym.dtypes(), sym.attrs(), "sm_90a").defines["TAP_ROWS_BLOCKS"] == 3

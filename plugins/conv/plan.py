@@ -150,10 +150,12 @@ FP16_WGMMA_BY_DEFAULT = True
 # than half of a 32-element reduction tile (the 7x7 stem over 3 channels: 21; MobileNetV2's 3x3 stem, 9, would more
 # than double its tensor-core work for it).
 TAP_ROWS_BY_DEFAULT = True
-# Blocks per SM the tap-row kernel's registers are capped for (__launch_bounds__) on Hopper: 4 (127 registers, 0
-# spills; 16 warps per SM) since conv-2's ncu found it latency-bound at 3 (12 warps, 37% issue); 5 spill. Older arches
-# keep 3 (at 4 the 3x3 over 6 channels spills 4 bytes on sm_80; not timed there).
-TAP_ROWS_BLOCKS_PER_SM = 4
+# Blocks per SM the tap-row kernel's registers are capped for (__launch_bounds__: 3 -> 152 registers, 4 -> 127; 5
+# spill), and the time of a wave of them relative to 3's: tap_rows_blocks takes the fewest waves times this cost. From
+# conv-3's stem sweep (H100): at b32 (3136 CTAs) 4 blocks took 92.7 µs over 6 waves where 3 took 103.0 over 8; at b8
+# (784: two waves either way) and b1 (98) 3 were faster (25.6 vs 28.2, 10.7 vs 11.5). 4 blocks run 3 stages (never
+# slower in the same sweep: 90.2, 28.2, 11.1). Older arches keep 3 (at 4 the 3x3 over 6 channels spills on sm_80).
+TAP_ROWS_WAVE_COST = {3: 1.0, 4: 1.2}
 
 
 def default_gemm_tile(cg: int, kg: int, taps: int) -> tuple[str, int | None]:
@@ -238,6 +240,14 @@ def tap_rows_fit(config: dict, geo: dict, fp8: bool) -> bool:
     return (config["IN_VEC"] == 1 and not fp8 and geo["G"] == 1 and geo["dilations"][1] == 1 and geo["KH"] > 1
             and config["BLOCK_K"] == 32 and geo["KW"] * geo["Cg"] <= 32 and config["SPLIT_K"] == 1
             and "CLUSTER_K" not in config and warps * 32 == config["BLOCK_M"] and config["BLOCK_N"] % warps == 0)
+
+
+def tap_rows_blocks(ctas: int | None, arch: str) -> int:
+    """Blocks per SM for the tap-row kernel's register cap: on sm_90a with a static grid of ``ctas`` blocks, the count
+    of the fewest waves times TAP_ROWS_WAVE_COST (3 on a tie); 3 otherwise."""
+    if not isinstance(ctas, int) or arch not in WGMMA_ARCHES:
+        return 3
+    return min(TAP_ROWS_WAVE_COST, key=lambda b: -(-ctas // (b * SM_COUNT)) * TAP_ROWS_WAVE_COST[b])
 
 
 def default_share_w(cluster: int, pixels: int | None) -> bool:
@@ -536,8 +546,12 @@ def plan_conv(input_shapes, input_dtypes, attrs, arch: str, *, formats=None, til
                          "filter rows of KW * C/G <= 32 over a filter taller than 1, and a tile with BLOCK_K 32 and a "
                          "thread per A row (e.g. 128x64w4)")
     if tap_rows or (tap_rows is None and fits and TAP_ROWS_BY_DEFAULT and 2 * geo["KW"] * geo["Cg"] > 32):
-        config.update(TAP_ROWS=1, TAP_CG=geo["Cg"],
-                      TAP_ROWS_BLOCKS=TAP_ROWS_BLOCKS_PER_SM if arch in WGMMA_ARCHES else 3)
+        ctas = -(-pixels // config["BLOCK_M"]) * -(-geo["Kg"] // config["BLOCK_N"]) * geo["G"] \
+            if isinstance(pixels, int) else None
+        blocks = tap_rows_blocks(ctas, arch)
+        config.update(TAP_ROWS=1, TAP_CG=geo["Cg"], TAP_ROWS_BLOCKS=blocks)
+        if blocks == 4 and stages is None:
+            config["STAGES"] = 3
     ws = bool(config.get("WARP_SPECIALIZED"))
     m_tiles = (pixels + config["BLOCK_M"] - 1) // config["BLOCK_M"]
     return LaunchPlan(source=IMPLICIT_GEMM_SM90 if ws else IMPLICIT_GEMM,

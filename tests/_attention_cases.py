@@ -227,26 +227,6 @@ def _warp_specialized_cases():
                             dtype="float16", tuning=ws3),
               AttentionCase("ws3-hd64-gqa-br", heads_q=8, heads_kv=2, len_q=300, len_kv=1000, causal=1,
                             alignment="bottom_right", tuning=ws3)]
-    # the persistent grid (min(query tiles, 132) CTAs; the default without causal masking): more tiles than CTAs, so
-    # CTAs walk several tiles, also of different lengths (causal forced persistent, key lengths with a batch of none),
-    # Q in one buffer (bf16 hd128/256) or two (hd64), L2 sections of pairs (TILE_ORDER_L2_MB) narrower than the pairs
-    # (the last one narrower still), and one CTA a tile (PERSISTENT=0)
-    wsp = ws + (("PERSISTENT", 1),)
-    cases += [AttentionCase("wsp-rounds-causal-keylen-gqa-hd128", batch=3, heads_q=16, heads_kv=4, len_q=1100,
-                            len_kv=1100, dim=128, causal=1, key_lengths=True, tuning=wsp),
-              AttentionCase("wsp-rounds-sections-hd64-fp16", heads_q=12, heads_kv=12, len_q=700, len_kv=9000,
-                            dtype="float16", tuning=ws + (("TILE_ORDER_L2_MB", 32),)),
-              AttentionCase("wsp-rounds-keylen-hd128", heads_q=70, heads_kv=70, len_q=130, len_kv=200, dim=128,
-                            key_lengths=True, tuning=ws),
-              AttentionCase("wsp-rounds-q1-causal-br-hd64", heads_q=40, heads_kv=40, len_q=300, len_kv=500, causal=1,
-                            alignment="bottom_right", tuning=wsp + (("Q_STAGES", 1),)),
-              AttentionCase("wsp-rounds-hd256", heads_q=40, heads_kv=40, len_q=200, len_kv=300, dim=256, tuning=ws),
-              AttentionCase("wsp-one-cta-a-tile-hd128", batch=1, heads_q=4, heads_kv=4, len_q=1000, len_kv=1000,
-                            dim=128, tuning=ws + (("PERSISTENT", 0),)),
-              AttentionCase("wsp-one-cta-a-tile-sections-causal-hd256", heads_q=8, heads_kv=2, len_q=1000,
-                            len_kv=3000, dim=256, causal=1, alignment="bottom_right",
-                            tuning=ws + (("TILE_ORDER_L2_MB", 16),))]
-    small |= {"wsp-rounds-keylen-hd128", "wsp-rounds-q1-causal-br-hd64", "wsp-rounds-hd256"}
     return [replace(c, small=c.name in small) for c in cases]
 
 

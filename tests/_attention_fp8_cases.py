@@ -89,14 +89,6 @@ def _cases():
         FP8Case("fp8-long-q-16534x127-hd256", batch=1, heads_q=2, heads_kv=1, len_q=16534, len_kv=127, dim=256),
         FP8Case("fp8-causal-4100-hd256", batch=1, heads_q=2, heads_kv=2, len_q=4100, len_kv=4100, dim=256, causal=1),
     ]
-    cases += [  # the persistent grid: more query tiles than CTAs, Q in two buffers (the default) or one
-        FP8Case("fp8-rounds-causal-keylen-gqa-hd128", batch=3, heads_q=16, heads_kv=4, len_q=1100, len_kv=1100,
-                dim=128, causal=1, key_lengths=True, tuning=(("PERSISTENT", 1),)),
-        FP8Case("fp8-rounds-keylen-hd64", batch=3, heads_q=24, heads_kv=24, len_q=700, len_kv=900, dim=64,
-                key_lengths=True),
-        FP8Case("fp8-rounds-q1-hd256", heads_q=40, heads_kv=40, len_q=200, len_kv=300, dim=256,
-                tuning=(("Q_STAGES", 1),), small=True),
-    ]
     exp2_fma = (("EXP2_FMA_EVERY", 4),)  # a quarter of the exponentials on the FP32 pipe
     cases += [
         FP8Case("fp8-exp2fma-hd64-causal-br", len_q=300, len_kv=1000, causal=1, alignment="bottom_right",

@@ -15,7 +15,6 @@ import pytest
 
 from _attention_fp8_cases import E4M3, FP8_CASES, FP8Case
 from test_attention_gpu import assert_planted_row_zero, relative_error
-from test_attention_sm90_gpu import assert_plan_is_the_variant
 from trt_fusedattn.fp8 import E4M3_MAX, to_e4m3
 from trt_fusedattn.plugins.attention.contract import (allowed_keys, effective_p_scale, fused_attention_reference,
                                                       to_bhsd)
@@ -160,8 +159,7 @@ def dequantized(out: np.ndarray, attrs) -> np.ndarray:
 def test_fp8_matches_emulations_and_float64(case):
     from trt_fusedattn.launcher import launch
     plan = case.plan("sm_90a")
-    assert plan.defines["FP8"] == 1
-    assert_plan_is_the_variant(case, plan)
+    assert plan.defines["FP8"] == 1 and dict(case.tuning).items() <= plan.defines.items()
     attrs = case.attrs()
     gen = torch.Generator(device="cuda").manual_seed(hash(case.name) % 2**31)
     inputs = make_inputs(case, gen)

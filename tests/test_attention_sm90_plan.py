@@ -62,45 +62,14 @@ def test_warp_specialized_geometry(dim):
     from trt_fusedattn.plugins.attention.plan import WARP_SPECIALIZED_TILES, pipeline_barrier_bytes
     p = plan(dim, tuning={"WARP_SPECIALIZED": 1})
     block_m, block_n, warps, _, stages = WARP_SPECIALIZED_TILES[dim]
-    q_stages = p.defines["Q_STAGES"]
     assert p.source.name == "attention_sm90.cu" and p.defines["WGMMA"] == 1 and p.defines["WGMMA_OVERLAP"] == 0
-    assert p.block == (128 + warps * 32, 1, 1) and p.grid == ((1000 + block_m - 1) // block_m * 8 * 2, 1, 1)
-    assert p.shared_mem == (shared_mem_bytes(dim, block_m, block_n, stages, True, q_stages=q_stages)
-                            + pipeline_barrier_bytes(stages, q_stages))
+    assert p.block == (128 + warps * 32, 1, 1) and p.grid == ((1000 + block_m - 1) // block_m, 8, 2)
+    assert p.shared_mem == shared_mem_bytes(dim, block_m, block_n, stages, True) + pipeline_barrier_bytes(stages)
     assert p.shared_mem <= 227 * 1024
     default = plan_module.WGMMA_BY_DEFAULT and dim in plan_module.WARP_SPECIALIZED_DEFAULT_HEAD_DIMS
     assert plan(dim).source.name == ("attention_sm90.cu" if default else "attention.cu")
     assert plan(dim, mask=(2, 1, 1000, 700)).source.name == "attention.cu"  # masked tiles: untimed, not the default
     assert plan(dim, tuning={"WGMMA": 1}).source.name == "attention.cu"  # forcing WGMMA means the wgmma mainloop
-
-
-def test_warp_specialized_grid_is_persistent_without_causal_masking():
-    """Non-causal: min(query tiles, SMs) CTAs walk the tiles (attention_tile_scheduler.cuh); causal: one CTA a query
-    tile (tiles of unequal length, dispatched by the hardware); PERSISTENT forces either; a TensorRT symbolic tile
-    count gets SM_COUNT CTAs (those without a tile exit); a second Q buffer only where it fits beside the K/V stages;
-    v4's tile order (TILE_ORDER_L2_MB 0) unless tuned."""
-    from trt_fusedattn.launcher.arch import SM_COUNT
-    from test_attention_plan import Symbolic
-
-    def ws(batch, length, dim=128, causal=0, tuning=None):
-        return plan_attention([(batch, length, 2048 // dim, dim)] * 3 + [None, None], ["bfloat16"] * 3 + [None, None],
-                              FUSED_ATTENTION.resolve({"causal": causal}), "sm_90a", tuning=tuning)
-    assert ws(8, 2048).grid == (SM_COUNT, 1, 1) and ws(1, 1000).grid == (8 * 16, 1, 1)
-    assert ws(8, 2048, causal=1).grid == ws(8, 2048, tuning={"PERSISTENT": 0}).grid == (16 * 16 * 8, 1, 1)
-    assert ws(8, 2048, causal=1, tuning={"PERSISTENT": 1}).grid == (SM_COUNT, 1, 1)
-    assert "PERSISTENT" not in ws(8, 2048).defines  # the same PTX serves both grids
-    assert ws(8, 2048).defines["TILE_ORDER_L2_MB"] == 0 and ws(8, 2048).defines["ROW_MAX_TREE"] == 1
-    for batch, length in ((8, 2048), (1, 300), (1, 128 * SM_COUNT), (3, 128 * SM_COUNT - 1), (2, 2 ** 20)):
-        # TensorRT's symbolic dims (+ - * // only) give the grid the direct launcher gets
-        grid = ws(Symbolic(batch), Symbolic(length)).grid
-        assert int(grid[0]) == ws(batch, length).grid[0] == min(-(-length // 128) * 16 * batch, SM_COUNT)
-    assert ws(8, 2048).defines["Q_STAGES"] == 1 and ws(8, 2048, 256).defines["Q_STAGES"] == 1  # 226 / 193 KB
-    assert ws(8, 2048, tuning={"KV_STAGES": 2}).defines["Q_STAGES"] == 2
-    assert ws(8, 2048, tuning={"KV_STAGES": 2, "Q_STAGES": 1}).defines["Q_STAGES"] == 1
-    assert (ws(8, 2048, tuning={"KV_STAGES": 2}).shared_mem
-            == ws(8, 2048, tuning={"KV_STAGES": 2, "Q_STAGES": 1}).shared_mem + 128 * 128 * 2 + 16)
-    with pytest.raises(ValueError, match="unknown tuning"):
-        ws(8, 2048, tuning={"WGMMA": 1, "WARP_SPECIALIZED": 0, "PERSISTENT": 1})
 
 
 @pytest.mark.parametrize("tuning, message", [
@@ -141,8 +110,7 @@ def test_fp8_takes_the_warp_specialized_kernel_with_its_scales():
     assert math.isclose(float(d["SCALE_LOG2"][:-1]), 0.5 * 0.25 / math.sqrt(128) * math.log2(math.e), rel_tol=1e-7)
     assert math.isclose(float(d["P_SCALE_LOG2"][:-1]), math.log2(448), rel_tol=1e-7)
     block_m, block_n, _, _, stages = FP8_TILES[128]
-    assert d["Q_STAGES"] == 2  # the next tile's Q loads during the current one: it fits beside three K/V stages
-    assert p.shared_mem == (2 * block_m + (2 * stages + 2) * block_n) * 128 + 1008 + (4 + 4 * stages) * 8 <= 227 * 1024
+    assert p.shared_mem == (block_m + (2 * stages + 2) * block_n) * 128 + 1008 + (1 + 4 * stages) * 8 <= 227 * 1024
     bf16 = dict(attrs, output_dtype="bfloat16", output_scale=0.0)
     assert plan_attention([q, kv, kv, None, None], ["float8_e4m3fn"] * 3 + [None, None], bf16,
                           "sm_90a").defines["DTYPE_BF16"] == 1

@@ -45,56 +45,52 @@ __device__ __forceinline__ void publish_k_and_transpose_v(const KVPipeline& pipe
   mbarrier_arrive(pipe.full_v(KVPipeline::stage(step)));
 }
 
-// The FP8 loader's work for one query tile (the CTA's `round`-th): Q into its buffer, then per K/V tile K into its
-// stage and V into a staging tile, as K/V steps step0, step0 + 1, ...; tile t's K and V^T are handed over while tile
-// t + 1's copies are in flight, the last ones before returning.
+// The FP8 loader: Q, then per tile K into its stage and V into a staging tile; tile t's K and V^T are handed over
+// while tile t + 1's copies are in flight.
 __device__ __forceinline__ void load_q_and_kv(const KVPipeline& pipe, qkv_t* sQ, qkv_t* sK, qkv_t* sV,
                                               const qkv_t* q_base, int64_t q_stride, int m0, int len_q,
                                               const qkv_t* k_base, int64_t k_stride, const qkv_t* v_base,
-                                              int64_t v_stride, int len_kv, int n_tiles, int round, int step0) {
+                                              int64_t v_stride, int len_kv, int n_tiles) {
   const int tid = threadIdx.x;
   qkv_t* staging = sV + kStages * kVTileElems;
-  pipe.acquire_q(round);
-  load_tile_swizzled<kBlockM, kLoadThreads>(sQ + (round % kQStages) * kQTileElems, q_base, q_stride, m0, len_q, tid);
+  load_tile_swizzled<kBlockM, kLoadThreads>(sQ, q_base, q_stride, m0, len_q, tid);
   cp_async_commit();
-  for (int step = step0; step < step0 + n_tiles; ++step) {
-    const int n0 = (step0 + n_tiles - 1 - step) * kBlockN;
+  for (int step = 0; step < n_tiles; ++step) {
+    const int n0 = (n_tiles - 1 - step) * kBlockN;
     pipe.acquire_k(step);
     load_tile_swizzled<kBlockN, kLoadThreads>(sK + KVPipeline::stage(step) * kKTileElems, k_base, k_stride, n0,
                                               len_kv, tid);
     named_barrier_sync<kLoadThreads>(kLoaderBarrier);  // every loader thread is done transposing out of this staging tile
     load_tile_swizzled<kBlockN, kLoadThreads>(staging + (step % 2) * kVTileElems, v_base, v_stride, n0, len_kv, tid);
     cp_async_commit();
-    if (step == step0) publish_all_but_newest(pipe.full_q(round));
+    if (step == 0) publish_all_but_newest(pipe.full_q());
     else publish_k_and_transpose_v<1>(pipe, staging, sV, step - 1, tid);
   }
   if (n_tiles == 0) {
     cp_async_wait<0>();
     fence_async_proxy();
-    mbarrier_arrive(pipe.full_q(round));
+    mbarrier_arrive(pipe.full_q());
   } else {
-    publish_k_and_transpose_v<0>(pipe, staging, sV, step0 + n_tiles - 1, tid);
+    publish_k_and_transpose_v<0>(pipe, staging, sV, n_tiles - 1, tid);
   }
 }
 #else
-// The loader's work for one query tile (the CTA's `round`-th): Q into its buffer, then K and V of tiles
-// n_tiles - 1 down to 0 (the order the MMA warpgroups visit them) as K/V steps step0, step0 + 1, ...; every copy is
-// handed over before returning.
+// The loader's whole job for one thread block: Q, then K and V of tiles n_tiles - 1 down to 0 (the order the MMA
+// warpgroups visit them).
 __device__ __forceinline__ void load_q_and_kv(const KVPipeline& pipe, qkv_t* sQ, qkv_t* sK, qkv_t* sV,
                                               const qkv_t* q_base, int64_t q_stride, int m0, int len_q,
                                               const qkv_t* k_base, int64_t k_stride, const qkv_t* v_base,
-                                              int64_t v_stride, int len_kv, int n_tiles, int round, int step0) {
+                                              int64_t v_stride, int len_kv, int n_tiles) {
   const int tid = threadIdx.x;
-  pipe.acquire_q(round);
-  load_tile_swizzled<kBlockM, kLoadThreads>(sQ + (round % kQStages) * kQTileElems, q_base, q_stride, m0, len_q, tid);
+  load_tile_swizzled<kBlockM, kLoadThreads>(sQ, q_base, q_stride, m0, len_q, tid);
   cp_async_commit();
-  for (int step = step0; step < step0 + n_tiles; ++step) {
-    const int n0 = (step0 + n_tiles - 1 - step) * kBlockN;
+  for (int step = 0; step < n_tiles; ++step) {
+    const int n0 = (n_tiles - 1 - step) * kBlockN;
     const int s = KVPipeline::stage(step);
     pipe.acquire_k(step);
     load_tile_swizzled<kBlockN, kLoadThreads>(sK + s * kKTileElems, k_base, k_stride, n0, len_kv, tid);
     cp_async_commit();
-    publish_all_but_newest(step == step0 ? pipe.full_q(round) : pipe.full_v(KVPipeline::stage(step - 1)));
+    publish_all_but_newest(step == 0 ? pipe.full_q() : pipe.full_v(KVPipeline::stage(step - 1)));
     pipe.acquire_v(step);
     load_tile_swizzled<kBlockN, kLoadThreads>(sV + s * kVTileElems, v_base, v_stride, n0, len_kv, tid);
     cp_async_commit();
@@ -102,6 +98,6 @@ __device__ __forceinline__ void load_q_and_kv(const KVPipeline& pipe, qkv_t* sQ,
   }
   cp_async_wait<0>();
   fence_async_proxy();
-  mbarrier_arrive(n_tiles == 0 ? pipe.full_q(round) : pipe.full_v(KVPipeline::stage(step0 + n_tiles - 1)));
+  mbarrier_arrive(n_tiles == 0 ? pipe.full_q() : pipe.full_v(KVPipeline::stage(n_tiles - 1)));
 }
 #endif

@@ -96,10 +96,7 @@ __device__ __forceinline__ void load_tile_async(qkv_t* smem, const qkv_t* base, 
 struct QFromSmem {
   uint64_t desc;
   __device__ __forceinline__ QFromSmem(const qkv_t* sQ, int warp, int /*lane*/)
-      : QFromSmem(smem_addr(sQ) + (warp / 4) * 64 * kSwizzleRowBytes) {}
-  // from the shared address of the warpgroup's first Q row
-  __device__ __forceinline__ explicit QFromSmem(uint32_t rows)
-      : desc(smem_desc<kSwizzleRowBytes>(rows, 16, kSwizzleAtomBytes)) {}
+      : desc(smem_desc<kSwizzleRowBytes>(smem_addr(sQ) + (warp / 4) * 64 * kSwizzleRowBytes, 16, kSwizzleAtomBytes)) {}
 };
 
 // Issue S (this warpgroup's 64 x kBlockN raw scores; this thread's part in the mma.sync fragment layout) = Q K^T

@@ -3,10 +3,7 @@
 // its softmax of S while P V still runs on the tensor cores (intra-warpgroup overlap). Ping-pong: the two
 // warpgroups take turns to issue their products (named barriers 1 and 2), so one's softmax runs under the other's
 // wgmmas. The loads come from the load warpgroup through KVPipeline; nothing here touches global memory but the mask.
-// A persistent CTA runs the main loop once per query tile: the turns go on across its tiles (warpgroup 1 arrives
-// first once at the kernel's start, warpgroup 0 absorbs the last arrival at its end: turn_barriers_open/close).
 #pragma once
-#include "common/compiler_fences.cuh"
 #include "common/named_barrier.cuh"
 #include "attention_pipeline_sm90.cuh"
 #include "attention_mainloop_sm90.cuh"
@@ -40,31 +37,27 @@ struct MmaThreadState {
 };
 
 // One K/V tile step of an MMA warpgroup: wait K(t) and V(t+1) full; take the turn (named barrier 1 or 2); issue
-// Q K^T(t) and the pending P V(t+1) as two wgmma groups; hand the turn over; wait for S; release K (and after the
-// tile's last Q K^T its Q buffer, so the loader can fill it with a later tile's Q); mask + online softmax while P V
-// still runs; wait; rescale O; release V; pack P. `step` counts the query tile's K/V tiles, step0 + step the CTA's
-// pipeline steps. kCheckBounds is a template parameter so the
+// Q K^T(t) and the pending P V(t+1) as two wgmma groups; hand the turn over; wait for S; release K; mask + online
+// softmax while P V still runs; wait; rescale O; release V; pack P. kCheckBounds is a template parameter so the
 // code between the two wgmma waits has no branch: a branch around the masking started a block there, and ptxas
 // hoisted the P V wait to its top, above the softmax. kFirst: the first tile has no pending P V (nothing is issued
 // but Q K^T, and V's first stage is not awaited yet).
 template <bool kCheckBounds, bool kFirst>
 __device__ __forceinline__ void mma_tile_step(const KVPipeline& pipe, const QFromSmem& q, const qkv_t* sK,
-                                              const qkv_t* sV, int step, int step0, int n_tiles, int round,
-                                              const ScoreLimits& lim, int wg, int lane, MmaThreadState& st) {
+                                              const qkv_t* sV, int step, int n_tiles, const ScoreLimits& lim,
+                                              int wg, int lane, MmaThreadState& st) {
   const int t = n_tiles - 1 - step;
-  const int k_step = step0 + step;
-  const int v_step = k_step - 1;  // the pending product's V tile
-  pipe.wait_k(k_step);
+  const int v_step = step - 1;  // the pending product's V tile
+  pipe.wait_k(step);
   if constexpr (!kFirst) pipe.wait_v(v_step);
   float s[1][kNTiles][4];
   named_barrier_sync<kTurnThreads>(kTurnBarrier + wg);
-  gemm_qk_issue(s, q, sK + KVPipeline::stage(k_step) * kKTileElems);
+  gemm_qk_issue(s, q, sK + KVPipeline::stage(step) * kKTileElems);
   if constexpr (!kFirst) gemm_pv_issue(st.o, st.p, sV + KVPipeline::stage(v_step) * kVTileElems);
   named_barrier_arrive<kTurnThreads>(kTurnBarrier + (wg ^ 1));  // the other warpgroup's turn
   wgmma_wait<kFirst ? 0 : 1>();  // groups complete in order: S is ready, P V may still run
   fence_operands(s[0]);
-  pipe.release_k(k_step);
-  if (t == 0) pipe.release_q(round);
+  pipe.release_k(step);
   if constexpr (kCheckBounds || MASK_KIND != MASK_NONE || kPrescale) {
     st.coords.col0 = t * kBlockN + (lane % 4) * 2;
     mask_scores(s, st.coords, kCheckBounds, lim.kv_end, lim.causal_offset, lim.len_q, lim.mask_base,
@@ -94,52 +87,37 @@ __device__ __forceinline__ void mma_tile_step(const KVPipeline& pipe, const QFro
   pack_p(st.p, s);
 }
 
-// The ping-pong's first turn is warpgroup 0's: warpgroup 1 arrives on its barrier once, before the CTA's first tile.
-__device__ __forceinline__ void turn_barriers_open(int wg) {
-  if (wg == 1) named_barrier_arrive<kTurnThreads>(kTurnBarrier);
-}
-// After the CTA's last tile, warpgroup 1's last arrival on warpgroup 0's barrier has no partner turn: absorb it.
-__device__ __forceinline__ void turn_barriers_close(int wg) {
-  if (wg == 0) named_barrier_sync<kTurnThreads>(kTurnBarrier);
-}
-
-// Runs the main loop of the CTA's `round`-th query tile (Q in its buffer, K/V as pipeline steps step0 ..
-// step0 + n_tiles - 1) for MMA warp `warp` (0..kWarps-1 counted from the first MMA warp) over tiles n_tiles - 1 .. 0;
+// Runs the main loop for MMA warp `warp` (0..kWarps-1 counted from the first MMA warp) over tiles n_tiles - 1 .. 0;
 // returns with O (unnormalized) and the row sums of this thread's rows. The tiles that cross the key or causal
 // limits come first (the highest t) and run the bounds-checking step; the rest run the step without it. The first
 // tile always checks bounds (correct for any tile) so that only three copies of the step exist.
 __device__ __forceinline__ void mma_warpgroup_mainloop(const KVPipeline& pipe, const qkv_t* sQ, const qkv_t* sK,
-                                                       const qkv_t* sV, int n_tiles, int round, int step0,
-                                                       const ScoreLimits& lim, int warp, int lane,
-                                                       float (&o)[1][kDTiles][4], float (&row_sum)[1][2]) {
+                                                       const qkv_t* sV, int n_tiles, const ScoreLimits& lim, int warp,
+                                                       int lane, float (&o)[1][kDTiles][4], float (&row_sum)[1][2]) {
   const int wg = warp / 4;
   MmaThreadState st{o, row_sum, {{-INFINITY, -INFINITY}}};
   row_sum[0][0] = row_sum[0][1] = 0.f;
 #pragma unroll
   for (int dt = 0; dt < kDTiles; ++dt) o[0][dt][0] = o[0][dt][1] = o[0][dt][2] = o[0][dt][3] = 0.f;
-  // opaque: ptxas then builds the k-steps' Q descriptors here, once per query tile, and keeps them in registers
-  // through the K/V loop; hoisted out of the CTA's tile loop they were rebuilt between the wgmmas of every step
-  // (v6 in H100 run attn-ws-2: bf16 hd128 10-15% below v4, which has no tile loop)
-  const QFromSmem q(opaque_u32(smem_addr(sQ + (round % kQStages) * kQTileElems) + wg * 64 * kSwizzleRowBytes));
+  const QFromSmem q(sQ, warp, lane);
   st.coords.row0 = lim.m0 + warp * kWarpRows + lane / 4;
   int n_checked = 0;  // leading steps whose tile crosses a limit
   while (n_checked < n_tiles && tile_crosses_limits(n_tiles - 1 - n_checked, lim)) ++n_checked;
 
-  pipe.wait_q(round);
-  if (n_tiles == 0) {
-    pipe.release_q(round);
-    return;
-  }
-  mma_tile_step<true, true>(pipe, q, sK, sV, 0, step0, n_tiles, round, lim, wg, lane, st);
+  mbarrier_wait(pipe.full_q(), 0);
+  if (wg == 1 && n_tiles > 0) named_barrier_arrive<kTurnThreads>(kTurnBarrier);  // warpgroup 0 issues first
+  if (n_tiles > 0) mma_tile_step<true, true>(pipe, q, sK, sV, 0, n_tiles, lim, wg, lane, st);
   for (int step = 1; step < n_checked; ++step)
-    mma_tile_step<true, false>(pipe, q, sK, sV, step, step0, n_tiles, round, lim, wg, lane, st);
+    mma_tile_step<true, false>(pipe, q, sK, sV, step, n_tiles, lim, wg, lane, st);
   for (int step = max(n_checked, 1); step < n_tiles; ++step)
-    mma_tile_step<false, false>(pipe, q, sK, sV, step, step0, n_tiles, round, lim, wg, lane, st);
-  const int last = step0 + n_tiles - 1;
-  pipe.wait_v(last);
-  gemm_pv_issue(o, st.p, sV + KVPipeline::stage(last) * kVTileElems);
-  wgmma_wait<0>();
-  fence_operands(st.p);
-  fence_operands(o[0]);
-  pipe.release_v(last);
+    mma_tile_step<false, false>(pipe, q, sK, sV, step, n_tiles, lim, wg, lane, st);
+  if (n_tiles > 0) {
+    // the turn barriers: warpgroup 1's last arrival on warpgroup 0's barrier has no partner turn; absorb it
+    if (wg == 0) named_barrier_sync<kTurnThreads>(kTurnBarrier);
+    pipe.wait_v(n_tiles - 1);
+    gemm_pv_issue(o, st.p, sV + KVPipeline::stage(n_tiles - 1) * kVTileElems);
+    wgmma_wait<0>();
+    fence_operands(st.p);
+    fence_operands(o[0]);
+  }
 }

@@ -71,37 +71,6 @@ __device__ __forceinline__ void mask_scores(float (&s)[kMAtoms][kNTiles][4], Fra
     }
 }
 
-// ROW_MAX_TREE (tuning of the warp-specialized kernel, which sets it; 0 elsewhere): a row's tile max as a tree of
-// fmaxf (depth log2 kNTiles + 1) instead of a chain of kNTiles + 1 (ptxas keeps the chain: the exponentials of the
-// FP8 softmax, which bounds that kernel, wait for it). fmaxf is exact, so both give the same max.
-#ifndef ROW_MAX_TREE
-#define ROW_MAX_TREE 0
-#endif
-
-// Max over this thread's scores of row half `half` of m16 tile `mt` in n8 blocks [kFirst, kFirst + kCount): a tree
-// (kCount a power of two) by halves, written as a recursion so that it unrolls completely.
-template <int kFirst, int kCount>
-__device__ __forceinline__ float thread_row_max_tree(const float (&s)[kMAtoms][kNTiles][4], int mt, int half) {
-  if constexpr (kCount == 1) {
-    return fmaxf(s[mt][kFirst][half * 2], s[mt][kFirst][half * 2 + 1]);
-  } else {
-    return fmaxf(thread_row_max_tree<kFirst, kCount / 2>(s, mt, half),
-                 thread_row_max_tree<kFirst + kCount / 2, kCount / 2>(s, mt, half));
-  }
-}
-
-// Max over this thread's scores of row half `half` of m16 tile `mt`.
-__device__ __forceinline__ float thread_row_max(const float (&s)[kMAtoms][kNTiles][4], int mt, int half) {
-  if constexpr (ROW_MAX_TREE && (kNTiles & (kNTiles - 1)) == 0) {
-    return thread_row_max_tree<0, kNTiles>(s, mt, half);
-  } else {
-    float m = -INFINITY;
-#pragma unroll
-    for (int nt = 0; nt < kNTiles; ++nt) m = fmaxf(m, fmaxf(s[mt][nt][half * 2], s[mt][nt][half * 2 + 1]));
-    return m;
-  }
-}
-
 __device__ __forceinline__ float quad_max(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, 1));
   return fmaxf(x, __shfl_xor_sync(0xffffffff, x, 2));
@@ -126,7 +95,11 @@ __device__ __forceinline__ void online_softmax(float (&s)[kMAtoms][kNTiles][4], 
   for (int mt = 0; mt < kMAtoms; ++mt)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const float tile_max = quad_max(thread_row_max(s, mt, half));
+      float tile_max = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt)
+        tile_max = fmaxf(tile_max, fmaxf(s[mt][nt][half * 2], s[mt][nt][half * 2 + 1]));
+      tile_max = quad_max(tile_max);
       const float old_max = row_max[mt][half];
       // false when both are -inf (NaN difference): nothing unmasked yet, nothing to move
       const bool moved = (tile_max - old_max) * kSoftmaxScale > kRescaleThreshold;

@@ -40,39 +40,3 @@ __device__ __forceinline__ int attended_key_end(const AttentionTile& t, int m0, 
 #endif
   return end;
 }
-
-// The warp-specialized kernel's tile order (attention_sm90.cu: a 1-D grid; with the plan's persistent grid,
-// min(query tiles, SMs) CTAs, CTA b computes tiles b, b + gridDim.x, ...). The (batch, head) pairs go in sections
-// whose K/V fit in TILE_ORDER_L2_MB of L2 together; within a section the query blocks run from the last to the first
-// (under causal masking the longest first), the section's pairs fastest. TILE_ORDER_L2_MB 0 (the plan's default)
-// makes sections of one pair: v4's order, query blocks of one head adjacent (their K/V shared in L2), the last first.
-// Larger sections put blocks of about one length next to each other (FlashAttention-3's longest-first order), but
-// static striding of such rounds over persistent CTAs gave CTA c the same place in every round (H100 run attn-ws-1:
-// causal 7-25% slower than one CTA a tile); the hardware's dispatch of one CTA a tile balances them.
-#ifndef TILE_ORDER_L2_MB
-#define TILE_ORDER_L2_MB 0  // set by the plan for the warp-specialized kernel, unused by the others
-#endif
-constexpr int kTileOrderL2Bytes = TILE_ORDER_L2_MB << 20;
-
-struct PersistentTileOrder {
-  int m_blocks, pairs, section;  // query blocks per (batch, head), pairs, pairs per section
-
-  __device__ __forceinline__ PersistentTileOrder(int batch, int heads, int len_q, int len_kv)
-      : m_blocks((len_q + kBlockM - 1) / kBlockM), pairs(batch * heads) {
-    constexpr int kSectionKeys = kTileOrderL2Bytes / (2 * kHeadDim * static_cast<int>(sizeof(qkv_t)));  // K and V
-    section = kSectionKeys == 0 ? 1 : max(1, min(pairs, kSectionKeys / max(len_kv, 1)));
-  }
-  __device__ __forceinline__ int tiles() const { return m_blocks * pairs; }
-  // Tile i of the order (heads: query heads per batch element).
-  __device__ __forceinline__ AttentionTile tile(int i, int heads) const {
-    if constexpr (kTileOrderL2Bytes == 0) {
-      const int pair = i / m_blocks;
-      return AttentionTile{pair / heads, pair % heads, m_blocks - 1 - (i - pair * m_blocks), 0};
-    }
-    const int first_pair = i / (m_blocks * section) * section;
-    const int width = min(section, pairs - first_pair);  // the last section may hold fewer pairs
-    const int r = i - first_pair * m_blocks;
-    const int pair = first_pair + r % width;
-    return AttentionTile{pair / heads, pair % heads, m_blocks - 1 - r / width, 0};
-  }
-};

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from trt_fusedattn.launcher.arch import CLUSTER_ARCH, SM_COUNT, WGMMA_ARCHES, arch_number, shared_limit
+from trt_fusedattn.launcher.arch import CLUSTER_ARCH, WGMMA_ARCHES, arch_number, shared_limit
 from trt_fusedattn.launcher.plan import LaunchPlan
 from trt_fusedattn.fp8 import is_e4m3
 from trt_fusedattn.plugins.attention.contract import (check_attributes, effective_p_scale, head_dim_problem,
@@ -78,42 +78,9 @@ FP8_RESCALE_THRESHOLD = "0.0f"
 FP8_EXP2_FMA_EVERY = 0
 
 
-def pipeline_barrier_bytes(stages: int, q_stages: int = 1) -> int:
+def pipeline_barrier_bytes(stages: int) -> int:
     """The warp-specialized kernel's mbarriers (attention_pipeline_sm90.cuh: kPipelineBarriers)."""
-    return (2 * q_stages + 4 * stages) * 8
-
-
-# The warp-specialized kernel's grid: persistent without causal masking (min(query tiles, SMs) CTAs, one an SM: its
-# tiles take 115-226 KB of shared memory and 384 threads at up to 240 registers), each CTA walking query tiles in a
-# static order (attention_tile_scheduler.cuh), so the next tile's Q and K/V load under the current tile's last
-# products and store: H100 run attn-ws-1, non-causal bf16 hd128 +11% at 2k, +4% at 4k, FP8 +4-17%. Causal query tiles
-# differ in length and static striding left CTAs 7-25% unbalanced there, so causal takes one CTA a query tile, which
-# the hardware dispatches as SMs free up. Tuning PERSISTENT (0/1) forces either grid for comparison in one run.
-def warp_specialized_persistent(causal: int) -> int:
-    """1 for the persistent grid of the warp-specialized kernel (non-causal), 0 for one CTA a query tile."""
-    return int(not causal)
-
-
-# Sections of (batch, head) pairs whose K/V fit in this many MB of L2 (attention_tile_scheduler.cuh); 0: one pair a
-# section, v4's order. attn-ws-1 ran both of its grids in 32 MB sections (rounds over 4-32 heads at once), 7-20% below
-# v4's earlier runs at bf16 hd128; until the two orders are timed side by side the default is v4's.
-WARP_SPECIALIZED_TILE_ORDER_L2_MB = 0
-# Its softmax takes a row's tile max as a tree of fmaxf instead of a chain (attention_softmax.cuh: ROW_MAX_TREE).
-WARP_SPECIALIZED_ROW_MAX_TREE = 1
-
-
-# Bounds the query-tile count's rounds of SM_COUNT tiles (int32 tile counts give at most 2^31 / 132 < 2^24 rounds).
-_ROUNDS_BOUND = 1 << 24
-
-
-def warp_specialized_grid(query_tiles, persistent: int) -> tuple:
-    """1-D grid of the warp-specialized kernel: min(query tiles, SM_COUNT) when persistent, else one CTA a query tile.
-    The min is written with + - * // only, so a TensorRT symbolic tile count gets the same grid as the direct
-    launcher: (rounds + B) // (B + 1) is 0 for no whole round of SM_COUNT tiles and 1 for 1..B + 1 rounds."""
-    if not persistent:
-        return (query_tiles, 1, 1)
-    at_least_one_round = (query_tiles // SM_COUNT + _ROUNDS_BOUND) // (_ROUNDS_BOUND + 1)
-    return (query_tiles - (query_tiles - SM_COUNT) * at_least_one_round, 1, 1)
+    return (1 + 4 * stages) * 8
 
 
 # The online softmax moves a row's reference max only when a tile exceeds it by more than this (log2 units).
@@ -122,15 +89,14 @@ RESCALE_THRESHOLD = "8.0f"
 
 def shared_mem_bytes(head_dim: int, block_m: int, block_n: int, stages: int, wgmma: bool = False,
                      overlap: bool = False, head_dim_v: int | None = None, fp8: bool = False,
-                     key_groups: int = 1, q_stages: int = 1) -> int:
-    """Q tile(s) + ``stages`` K and V tiles (what attention.cu lays out): for mma.sync rows of the head dim padded
-    to 16, plus 16 bytes (and at least the output staging, kBlockM rows of V's pitch, which reuses them); unpadded
-    (swizzled) for wgmma, plus the slack that aligns them to 1024 bytes, and a third V tile with WGMMA_OVERLAP;
-    the warp-specialized kernel may hold ``q_stages`` Q tiles."""
+                     key_groups: int = 1) -> int:
+    """Q tile + ``stages`` K and V tiles (what attention.cu lays out): for mma.sync rows of the head dim padded to
+    16, plus 16 bytes (and at least the output staging, kBlockM rows of V's pitch, which reuses them); unpadded
+    (swizzled) for wgmma, plus the slack that aligns them to 1024 bytes, and a third V tile with WGMMA_OVERLAP."""
     if fp8:  # one-byte tiles: Q, K and V^T stages, V staging tiles
-        return (q_stages * block_m + (2 * stages + FP8_V_STAGING_TILES) * block_n) * head_dim + WGMMA_SMEM_ALIGN - 16
+        return (block_m + (2 * stages + FP8_V_STAGING_TILES) * block_n) * head_dim + WGMMA_SMEM_ALIGN - 16
     if wgmma:  # (decode: WARP_SPLIT key groups each have their own K/V stages)
-        return ((q_stages * block_m + key_groups * (2 * stages + int(overlap)) * block_n) * head_dim * 2
+        return ((block_m + key_groups * (2 * stages + int(overlap)) * block_n) * head_dim * 2
                 + WGMMA_SMEM_ALIGN - 16)
     pitch_qk, pitch_v = (-(-d // 16) * 16 + 8 for d in (head_dim, head_dim_v or head_dim))
     # (WARP_SPLIT key groups each have their own K/V stages)
@@ -189,8 +155,7 @@ def _mask_strides(mask_shape, batch, heads_q, len_q, len_kv) -> tuple:
 def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning: dict | None = None) -> LaunchPlan:
     """Launch plan of FusedAttention for these inputs (Q, K, V, mask, key_lengths; None when absent).
     ``tuning`` overrides tuning defines (WGMMA, BLOCK_M, BLOCK_N, NUM_WARPS, Q_IN_REGISTERS, KV_STAGES,
-    RESCALE_THRESHOLD, MIN_BLOCKS_PER_SM, WGMMA_OVERLAP, WARP_SPECIALIZED, KV_SPLIT, PACK_GQA; the warp-specialized
-    kernel's PERSISTENT, Q_STAGES, ROW_MAX_TREE and TILE_ORDER_L2_MB) of the per-head-dim choice: for tests and benchmarks.
+    RESCALE_THRESHOLD, MIN_BLOCKS_PER_SM, WGMMA_OVERLAP, WARP_SPECIALIZED, KV_SPLIT, PACK_GQA) of the per-head-dim choice: for tests and benchmarks.
     WGMMA=1 forces the Hopper wgmma mainloop (sm_90a, head dims 64/128), WGMMA=0 the mma.sync one; without it
     ``WGMMA_BY_DEFAULT`` decides. WARP_SPECIALIZED=1 (on top of the wgmma mainloop) takes the warp-specialized kernel
     (attention_sm90.cu); without it (and without WGMMA) ``WARP_SPECIALIZED_DEFAULT_HEAD_DIMS`` decides."""
@@ -277,18 +242,11 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
             "PACK_GQA": decode.pack if decode else 1, "WARP_SPLIT": decode.warp_split if decode else 1}
     if fp8:
         tune["EXP2_FMA_EVERY"] = FP8_EXP2_FMA_EVERY
-    if ws:
-        tune.update(PERSISTENT=warp_specialized_persistent(int(attrs.get("causal", 0))), Q_STAGES=1,
-                    ROW_MAX_TREE=WARP_SPECIALIZED_ROW_MAX_TREE, TILE_ORDER_L2_MB=WARP_SPECIALIZED_TILE_ORDER_L2_MB)
     unknown = set(tuning or ()) - set(tune)
     if unknown:
         raise ValueError(f"FusedAttention: unknown tuning defines {sorted(unknown)}; known: {sorted(tune)}")
     tune.update(tuning or {})
     block_m, block_n, warps, stages = tune["BLOCK_M"], tune["BLOCK_N"], tune["NUM_WARPS"], tune["KV_STAGES"]
-    if ws and "Q_STAGES" not in (tuning or {}):  # two Q buffers where they fit beside the K/V stages
-        q2 = (shared_mem_bytes(dim, block_m, block_n, stages, True, False, vdim, fp8, q_stages=2)
-              + pipeline_barrier_bytes(stages, 2))
-        tune["Q_STAGES"] = 2 if q2 <= shared_limit(arch) else 1
     if tune["WGMMA_OVERLAP"] and not tune["WGMMA"]:
         raise ValueError("FusedAttention: WGMMA_OVERLAP is an option of the wgmma mainloop; set WGMMA=1 too")
     if tune["KV_SPLIT"] > 1 and (tune["WARP_SPECIALIZED"] or arch_number(arch) < CLUSTER_ARCH
@@ -311,9 +269,8 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
     if tune["WARP_SPECIALIZED"] and (tune["WGMMA_OVERLAP"] or (block_m, warps) != (128, 8)):
         raise ValueError("FusedAttention: the warp-specialized kernel has its own overlap (WGMMA_OVERLAP=0) and two MMA "
                          "warpgroups (BLOCK_M=128, NUM_WARPS=8)")
-    q_stages = tune.get("Q_STAGES", 1)
     smem = (shared_mem_bytes(dim, block_m, block_n, stages, bool(wgmma), bool(tune["WGMMA_OVERLAP"]), vdim, fp8,
-                             key_groups, q_stages)
+                             key_groups)
             + combine_bytes(block_m, block_n, stages, dim, vdim, key_groups, tune["KV_SPLIT"], bool(wgmma)))
     while not wgmma and smem > shared_limit(arch) and not {"BLOCK_N", "KV_STAGES"} & set(tuning or {}):
         # GPUs with 99 KB per block (sm_86, sm_89, sm_120): halve the K/V tile until the stages fit (hd128: 128x32,
@@ -328,7 +285,7 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
         smem = (shared_mem_bytes(dim, block_m, block_n, stages, head_dim_v=vdim, key_groups=key_groups)
                 + combine_bytes(block_m, block_n, stages, dim, vdim, key_groups, tune["KV_SPLIT"]))
     if tune["WARP_SPECIALIZED"]:
-        smem += pipeline_barrier_bytes(stages, q_stages)
+        smem += pipeline_barrier_bytes(stages)
     if smem > shared_limit(arch):
         raise ValueError(f"FusedAttention: tile {block_m}x{block_n} at head dim {dim} needs {smem} B of shared memory, "
                          f"more than {arch} has")
@@ -359,9 +316,7 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
     if mask_kind is not None:
         scalars += _mask_strides(mask_shape, batch, heads_q, len_q, len_kv)
     ws = tune["WARP_SPECIALIZED"]
-    if ws:  # a choice of the grid, not of the PTX
-        grid = warp_specialized_grid((len_q + block_m - 1) // block_m * heads_q * batch, defines.pop("PERSISTENT"))
-    else:
-        grid = ((len_q * pack + block_m - 1) // block_m * tune["KV_SPLIT"], heads_kv if pack > 1 else heads_q, batch)
-    return LaunchPlan(source=SOURCE_WARP_SPECIALIZED if ws else SOURCE, kernel=KERNEL, defines=defines, grid=grid,
+    return LaunchPlan(source=SOURCE_WARP_SPECIALIZED if ws else SOURCE, kernel=KERNEL, defines=defines,
+                      grid=((len_q * pack + block_m - 1) // block_m * tune["KV_SPLIT"],
+                            heads_kv if pack > 1 else heads_q, batch),
                       block=(warps * 32 + (LOAD_WARPGROUP_THREADS if ws else 0), 1, 1), shared_mem=smem, scalars=scalars)

@@ -93,12 +93,12 @@ def _cases():
         AttentionCase("wgmma-groups3-nosplit-16x700-causal-br-keylen", batch=3, len_q=16, len_kv=700, heads_q=8,
                       heads_kv=2, dim=128, key_lengths=True, tuning=WGMMA_GROUPS3_64 + (("PACK_GQA", 4), ("KV_SPLIT", 1)),
                       small=True, **br),
-        # the block's own combine (no cluster) after wgmma key groups: two groups, and three (racecheck reported the
-        # three-group case's combine in session 4's run 1; the mma.sync three-group case tells the mainloops apart)
+        # the block's own combine (no cluster) after key groups of several warps whose tile counts differ (15 tiles
+        # over two groups, key lengths): racecheck's cases for the named-barrier padding in attention.cu (NOTES.md)
         AttentionCase("wgmma-groups2-nosplit-16x900-causal-br-keylen", batch=3, len_q=16, len_kv=900, heads_q=8,
                       heads_kv=2, dim=128, key_lengths=True, tuning=WGMMA_GROUPS2_64 + (("PACK_GQA", 4), ("KV_SPLIT", 1)),
                       small=True, **br),
-        AttentionCase("wgmma-groups2-nosplit-16x900-causal-br-equal-groups", batch=3, len_q=16, len_kv=900,
+        AttentionCase("wgmma-groups2-nosplit-16x900-causal-br", batch=3, len_q=16, len_kv=900,
                       heads_q=8, heads_kv=2, dim=128, tuning=WGMMA_GROUPS2_64 + (("PACK_GQA", 4), ("KV_SPLIT", 1)),
                       small=True, **br),
         AttentionCase("groups3-64rows-nosplit-16x700-causal-br-keylen", batch=3, len_q=16, len_kv=700, heads_q=8,

@@ -253,6 +253,18 @@ def grid_seqs(args) -> tuple[int, ...]:
     return tuple(int(x) for x in args.seqs.split(",")) if args.seqs else (2048, 8192) if args.quick else SEQS
 
 
+def write_report(head: str, header: list, rows: list, summary, out: str | None) -> str:
+    """The markdown of one benchmark run (``head``, the table, its summary lines), written to ``out`` when given;
+    the attention, decode and FP8 benchmarks all report this way."""
+    table = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    table += ["| " + " | ".join(map(str, r)) + " |" for r in rows]
+    text = head + "\n".join(table) + "\n\n" + "\n".join(summary) + "\n"
+    if out:
+        with open(out, "w") as f:
+            f.write(text)
+    return text
+
+
 def main():
     parser = grid_parser(__doc__.splitlines()[0], "bf16 only, seq 2k and 8k",
                          "tuning variants to time, e.g. 128:WGMMA=1,64:WGMMA=0")
@@ -269,14 +281,8 @@ def main():
                                      parse_variants(args.variants), arch)
         intro = (f"batch x seq = {TOKENS} tokens, hidden {HIDDEN}, BSHD; CUDA-graph replays, median; FLOPs 4*B*H*S^2*D "
                  f"(/2 causal); ours = the plan's default path on {arch}.")
-    table = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    table += ["| " + " | ".join(map(str, r)) + " |" for r in rows]
-    text = (f"# FusedAttention forward\n\n{versions()}\n\n{ceilings()}\n\n{intro}\n\n" + "\n".join(table) + "\n\n"
-            + "\n".join(summary) + "\n")
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+    head = f"# FusedAttention forward\n\n{versions()}\n\n{ceilings()}\n\n{intro}\n\n"
+    print(write_report(head, header, rows, summary, args.out))
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import argparse
 
 import torch
 
-from attention import ceilings, ours, read_bandwidth, rel_err, time_ms, torch_backends, versions
+from attention import ceilings, ours, read_bandwidth, rel_err, time_ms, torch_backends, versions, write_report
 from trt_fusedattn.launcher import device_arch, precompile
 from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION
 from trt_fusedattn.plugins.attention.plan import plan_attention
@@ -136,14 +136,8 @@ def main():
     intro = ("Decode, GQA 32 query / 8 K/V heads, head dim 128, bfloat16, BSHD; several queries attend bottom-right "
              "causally (torch gets the same as a boolean mask); CUDA-graph replays, median; K/V TB/s = K and V bytes / "
              "time; (L2): K/V fit in the 50 MB L2, so back-to-back calls read them from there.")
-    table = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    table += ["| " + " | ".join(map(str, r)) + " |" for r in rows]
-    text = (f"# FusedAttention decode\n\n{versions()}\n\n{ceilings()}\n\n{intro}\n\n" + "\n".join(table) + "\n\n"
-            + "\n".join(summary) + "\n")
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+    head = f"# FusedAttention decode\n\n{versions()}\n\n{ceilings()}\n\n{intro}\n\n"
+    print(write_report(head, header, rows, summary, args.out))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@ import math
 
 import torch
 
-from attention import HIDDEN, TOKENS, grid_parser, grid_seqs, ours, parse_variants, time_ms, torch_backends, versions
+from attention import (HIDDEN, TOKENS, grid_parser, grid_seqs, ours, parse_variants, time_ms, torch_backends, versions,
+                       write_report)
 from trt_fusedattn.fp8 import E4M3_MAX
 from trt_fusedattn.launcher import device_arch, launch, precompile
 from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION
@@ -213,13 +214,7 @@ def main():
     head = f"# FP8 FusedAttention forward\n\n{versions()}{cudnn_version}\n\n{fp8_gemm_ceiling()}\n\n{intro}\n\n"
 
     def write(header, rows, summary=()):
-        table = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        table += ["| " + " | ".join(map(str, r)) + " |" for r in rows]
-        text = head + "\n".join(table) + "\n\n" + "\n".join(summary) + "\n"
-        if args.out:
-            with open(args.out, "w") as f:
-                f.write(text)
-        return text
+        return write_report(head, header, rows, summary, args.out)
 
     header, rows, summary = grid(tuple(int(x) for x in args.dims.split(",")), seqs, (False, True),
                                  parse_variants(args.variants), arch, args.error_max_seq, args.outliers, write)

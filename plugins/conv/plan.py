@@ -214,7 +214,7 @@ def default_ws_tile(cg: int, kg: int, taps: int, pixels: int | None, block_k: in
     tile = "128x64w8" if kg <= 64 else "128x256w8" if taps == 1 and kg >= 512 else "128x128w8"
     if not isinstance(pixels, int):
         return None if small_grids_only else (tile, 1)
-    ctas = lambda name: -(-pixels // GEMM_TILES[name][0]) * -(-kg // GEMM_TILES[name][1])  # noqa: E731
+    ctas = lambda name: output_tiles(pixels, kg, *GEMM_TILES[name][:2])  # noqa: E731
     if ctas(tile) >= WS_MIN_CTAS:
         waves = lambda name: -(-ctas(name) // SM_COUNT) * WS_TILE_COST[name]  # noqa: E731
         best = min([tile] + [t for t in WS_TILE_COST if t != tile and GEMM_TILES[t][1] <= kg], key=waves)
@@ -231,6 +231,11 @@ def default_ws_tile(cg: int, kg: int, taps: int, pixels: int | None, block_k: in
     if small_grids_only and cluster == 1 and reduction >= 64 * 64:
         return None  # FP8 3x3 over 512 channels at batch 32: narrowed WS 22 µs, the unspecialized 2-CTA split 16.5
     return tile, cluster
+
+
+def output_tiles(pixels: int, kg: int, block_m: int, block_n: int) -> int:
+    """Output tiles (CTAs) of one conv group over a static output: ``pixels`` = N*P*Q rows by ``kg`` channels."""
+    return -(-pixels // block_m) * -(-kg // block_n)
 
 
 def tap_rows_fit(config: dict, geo: dict, fp8: bool) -> bool:
@@ -345,7 +350,7 @@ def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, b
     if warp_specialized:  # the deepest ring that fits (cut below), no deeper than the CTA's tiles need
         depth = max(min_stages, min(stages or WS_MAX_STAGES, k_tiles + 1))
     elif wgmma and not fp8 and stages is None and (block_m, block_n, block_k) == (128, 128, 64) and k_tiles == 4 \
-            and (pixels is None or -(-pixels // block_m) * -(-kg // block_n) >= THREE_STAGE_MIN_CTAS):
+            and (pixels is None or output_tiles(pixels, kg, block_m, block_n) >= THREE_STAGE_MIN_CTAS):
         depth = 3  # a 256-deep reduction: 3 stages (96 KB) let two CTAs share an SM, one's epilogue under the other's
                    # loads; 4 (128 KB) held the whole reduction for one (H100 sweep conv-3: 15-22% faster). Only where
                    # the grid outnumbers the SMs (or is not static): else no second CTA comes (~5% slower, lead's run)
@@ -546,7 +551,7 @@ def plan_conv(input_shapes, input_dtypes, attrs, arch: str, *, formats=None, til
                          "filter rows of KW * C/G <= 32 over a filter taller than 1, and a tile with BLOCK_K 32 and a "
                          "thread per A row (e.g. 128x64w4)")
     if tap_rows or (tap_rows is None and fits and TAP_ROWS_BY_DEFAULT and 2 * geo["KW"] * geo["Cg"] > 32):
-        ctas = -(-pixels // config["BLOCK_M"]) * -(-geo["Kg"] // config["BLOCK_N"]) * geo["G"] \
+        ctas = output_tiles(pixels, geo["Kg"], config["BLOCK_M"], config["BLOCK_N"]) * geo["G"] \
             if isinstance(pixels, int) else None
         blocks = tap_rows_blocks(ctas, arch)
         config.update(TAP_ROWS=1, TAP_CG=geo["Cg"], TAP_ROWS_BLOCKS=blocks)

@@ -25,16 +25,14 @@ __device__ __forceinline__ void load_tile_async(qkv_t* smem, const qkv_t* base, 
     load_tile_swizzled<ROWS, THREADS>(smem, base, stride, row0, len, tid);
   } else {
     constexpr int kItems = ROWS * kChunksPerRow;
-    static_assert(kSwizzleRowBytes == 128, "128-byte swizzle rows");
 #pragma unroll
     for (int i = 0; i < (kItems + THREADS - 1) / THREADS; ++i) {
       const int idx = tid + i * THREADS;
       if (kItems % THREADS != 0 && idx >= kItems) break;
       const int row = idx / kChunksPerRow, chunk = idx % kChunksPerRow;
       const bool valid = row0 + row < len;
-      const uint32_t dst = smem_addr(smem) + (chunk / kSwizzleChunks) * (ROWS * kSwizzleRowBytes) +
-                           row * kSwizzleRowBytes + (((chunk % kSwizzleChunks) ^ (row % 8)) * 16);
-      cp_async_16(dst, valid ? base + packed_row_offset(row0 + row, stride, head_stride) + chunk * kChunkElems : base,
+      cp_async_16(swizzled_chunk<ROWS>(smem_addr(smem), row, chunk),
+                  valid ? base + packed_row_offset(row0 + row, stride, head_stride) + chunk * kChunkElems : base,
                   valid ? 16 : 0);
     }
   }

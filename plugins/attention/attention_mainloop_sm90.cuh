@@ -59,6 +59,15 @@ __device__ __forceinline__ void wait_tiles_landed() {
   fence_async_proxy();
 }
 
+// Shared address of the 16-byte chunk `chunk` of row `row` in a ROWS-row tile at `tile`, laid out as
+// load_tile_swizzled writes it (which walks the same layout incrementally).
+template <int ROWS>
+__device__ __forceinline__ uint32_t swizzled_chunk(uint32_t tile, int row, int chunk) {
+  const int swizzle = kSwizzleRowBytes == 128 ? row % 8 : (row / 2) % 4;
+  return tile + (chunk / kSwizzleChunks) * (ROWS * kSwizzleRowBytes) + row * kSwizzleRowBytes +
+         ((chunk % kSwizzleChunks) ^ swizzle) * 16;
+}
+
 // Copy rows [row0, row0 + ROWS) of a [len, HEAD_DIM] matrix (row stride `stride` elements) into the swizzled tile
 // by THREADS threads (this one is `tid`); rows >= len are zero-filled so they add nothing to P V and make no NaN.
 // A thread copies one 16-byte chunk of every (THREADS / chunks per row)-th row: with 8k rows per step it keeps its

@@ -33,13 +33,6 @@ static_assert(FP8, "V^T tiles are for the FP8 P V");
 static_assert(kBlockN == 64 || kBlockN == 128, "V^T rows are one 64- or 128-byte swizzle row of keys");
 constexpr int kVtTileBytes = kHeadDim * kBlockN;
 
-// Shared address of the 16-byte chunk `chunk` of key row `key` in a tile loaded by load_tile_swizzled.
-__device__ __forceinline__ uint32_t k_layout_chunk(uint32_t tile, int key, int chunk) {
-  const int swizzle = kSwizzleRowBytes == 128 ? key % 8 : (key / 2) % 4;
-  return tile + (chunk / kSwizzleChunks) * (kBlockN * kSwizzleRowBytes) + key * kSwizzleRowBytes +
-         ((chunk % kSwizzleChunks) ^ swizzle) * 16;
-}
-
 // Shared address of the chunk of keys 16 g .. 16 g + 15 in V^T row d.
 __device__ __forceinline__ uint32_t vt_chunk(uint32_t tile, int d, int g) {
   const int swizzle = kBlockN == 128 ? d % 8 : (d / 2) % 4;
@@ -58,7 +51,7 @@ __device__ __forceinline__ void transpose_v_tile(const qkv_t* v, qkv_t* vt, int 
   for (int unit = warp; unit < kUnits; unit += kWarpsT) {
     const int g = unit % kKeyGroups, col32 = unit / kKeyGroups;
     uint32_t r[4], x[4];
-    ldmatrix_x4_trans(r, k_layout_chunk(v_tile, 16 * g + 8 * (m % 2) + j, 2 * col32 + m / 2));
+    ldmatrix_x4_trans(r, swizzled_chunk<kBlockN>(v_tile, 16 * g + 8 * (m % 2) + j, 2 * col32 + m / 2));
     x[0] = __byte_perm(r[0], r[1], 0x6420);
     x[1] = __byte_perm(r[0], r[1], 0x7531);
     x[2] = __byte_perm(r[2], r[3], 0x6420);

@@ -39,7 +39,9 @@ CU_JIT_INPUT_PTX = 1
 CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES, CU_JIT_LOG_VERBOSE = 3, 4, 12
 CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, CU_FUNC_ATTRIBUTE_NUM_REGS = 3, 4
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
-LOADS = ("ptx", "cubin")  # cuModuleLoadData of the PTX (the driver JITs it, as the launcher does) / of nvcc's cubin
+# cuModuleLoadData of the PTX (the driver JITs it, as the launcher does) / of cuLink's image of that PTX (the SASS
+# dumped here; should time as 'ptx') / of nvcc's cubin
+LOADS = ("ptx", "jit", "cubin")
 
 
 def parse_tuning(spec: str) -> tuple:
@@ -137,7 +139,8 @@ class LoadedKernel:
 
         def run():
             _check(self.lib.cuLaunchKernel(self.function, *grid, *block, self.plan.shared_mem,
-                                           torch.cuda.current_stream().cuda_stream, params, None), "cuLaunchKernel")
+                                           torch.cuda.current_stream().cuda_stream, ctypes.addressof(params), None),
+                   "cuLaunchKernel")
         run.keep = (args, params)
         return run
 
@@ -229,7 +232,8 @@ def build(trees: dict, configs: list, shapes: list, out: Path) -> dict:
                     reports.append(f"# {tag}\nnvcc ptxas: {ptxas}\ndriver JIT log: {log}\n"
                                    + sass_report(tag, sass(cubin_path), sass(out / f"{tag}.jit.cubin")))
                     print("\n".join(reports[-1].splitlines()[:12]), flush=True)
-                images = {"ptx": ptx_path.read_bytes(), "cubin": cubin_path.read_bytes()}
+                images = {"ptx": ptx_path.read_bytes(), "jit": (out / f"{tag}.jit.cubin").read_bytes(),
+                          "cubin": cubin_path.read_bytes()}
                 for load in LOADS:
                     kernels[(tree, tuning, shape, load)] = LoadedKernel(images[load], plan)
     (out / "sass_diff.txt").write_text("\n\n".join(reports) + "\n")
@@ -305,7 +309,8 @@ def main():
         print(" | ".join(map(str, row)), flush=True)
     head = (f"# Warp-specialized attention: driver JIT (PTX loaded) vs nvcc cubin\n\n{versions()}\n\n"
             f"bf16, batch x seq = {TOKENS} tokens, hidden {HIDDEN}, BSHD; TFLOP/s from CUDA-graph replays, median; "
-            f"'ptx' = cuModuleLoadData of the PTX (the driver JITs it, as the launcher and TensorRT do), 'cubin' = "
+            f"'ptx' = cuModuleLoadData of the PTX (the driver JITs it, as the launcher and TensorRT do), 'jit' = of the "
+            f"image cuLinkComplete made of that PTX (the SASS in sass_diff.txt), 'cubin' = "
             f"nvcc's cubin of the same specialization. Trees: "
             + ", ".join(f"{n} = {p}" for n, (p, _) in trees.items()) + "\n\n")
     print(write_report(head, header, rows, regs, str(out / "attention_jit.md")))

@@ -82,6 +82,10 @@ WS_SWEEP += [("wg default", dict(mma="wgmma")),  # the unspecialized loop: its c
 # The WS kernel's M-tile rows (128, 192, 256) with and without cluster splits: the short sweep behind WS_TILE_COST.
 WS_ROWS_SWEEP = [(label, kw) for label, kw in WS_SWEEP if label.split()[0] == "ws" and label.split()[1] in (
     "128x128w8", "256x128w8", "128x256w8", "192x128w12") and kw.keys() <= {"mma", "tile", "cluster"}]
+# The WS kernel's 128-row tiles with and without reduction clusters of 2, 3, 4 CTAs: the sweep behind
+# CLUSTER_CTA_CAP and the narrowing rule, for the deep layers at small batches.
+WS_CLUSTER_SWEEP = [(label, kw) for label, kw in WS_SWEEP if label.split()[0] == "ws" and kw.get("tile") in (
+    "128x64w8", "128x128w8") and kw.keys() <= {"mma", "tile", "cluster"}]
 # The stem's loaders: the tap-row gather with its registers capped for 4 blocks per SM (3 stages, or 4) or 3 (4
 # stages), whatever the grid (plan constant TAP_ROWS_WAVE_COST set so that one count always wins), and the element
 # gather it replaced.
@@ -91,7 +95,7 @@ STEM_SWEEP = [("tap rows 4 blocks", dict(constants=_FOUR_BLOCKS)),
               ("tap rows 3 blocks", dict(constants=_THREE_BLOCKS)),
               ("element gather", dict(tap_rows=False))]
 SWEEPS = {"mma.sync": MMA_SYNC_SWEEP, "wgmma": WGMMA_SWEEP, "wgmma_ws": WS_SWEEP, "ws_rows": WS_ROWS_SWEEP,
-          "stem": STEM_SWEEP}
+          "ws_cluster": WS_CLUSTER_SWEEP, "stem": STEM_SWEEP}
 BATCHES = (1, 8, 32)
 QUICK_BATCHES = {"ResNet-50": (8, 32), "MobileNetV2": (32,)}  # --quick: the lead's one run in under 4 minutes
 # FP8 variants timed per layer: (label, plan_conv overrides); "default" is the plan's choice. "x8": X already e4m3 in

@@ -106,8 +106,8 @@ def _tuned(name: str):
 @pytest.mark.parametrize("tuned", WGMMA_CASES, ids=lambda t: t.name)
 def test_wgmma_variant_ptx(tuned):
     """Each forced sm_90a variant: warpgroup MMAs of BLOCK_N columns in its operand type (no mma.sync left), a
-    compile-time cluster shape with DSMEM reads exactly when CLUSTER_K is set, A through L1 exactly under
-    TAPS_INNER."""
+    compile-time cluster shape with DSMEM stores (the cluster sum's pushes) exactly when CLUSTER_K is set, A through
+    L1 exactly under TAPS_INNER."""
     plan = tuned.plan("sm_90a")
     d = plan.defines
     ptx = comp.compile_ptx(plan.source, "sm_90a", d)
@@ -117,7 +117,7 @@ def test_wgmma_variant_ptx(tuned):
     assert shapes == {f"m64n{d['BLOCK_N']}"}, shapes
     assert "mma.sync" not in ptx and "wgmma.wait_group.sync.aligned 1" in ptx
     cluster = d.get("CLUSTER_K", 1)
-    for instruction in (".reqnctapercluster", "mapa.shared::cluster", "ld.shared::cluster.f32",
+    for instruction in (".reqnctapercluster", "mapa.shared::cluster", "st.shared::cluster.v4.f32",
                         "barrier.cluster.arrive.release.aligned"):
         assert (instruction in ptx) == (cluster > 1), instruction
     if cluster > 1:

@@ -35,3 +35,10 @@ __device__ __forceinline__ float4 load_cluster4(uint32_t address) {
                : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(address) : "memory");
   return v;
 }
+
+// Four consecutive floats to a 16-byte aligned shared::cluster address (another CTA's shared memory), one access; the
+// writer's next cluster_sync (its release) makes them visible to that CTA.
+__device__ __forceinline__ void store_cluster4(uint32_t address, float4 v) {
+  asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};\n"
+               :: "r"(address), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w) : "memory");
+}

@@ -127,7 +127,7 @@ fused_conv_implicit_gemm(const x_t* __restrict__ x, const op_t* __restrict__ w S
   __syncthreads();
 
   sum_split_groups(acc, smem_raw, group, group_tid);
-  if (!sum_cluster_partials(acc, smem_raw, rank, group == 0, group_tid)) return;  // ranks > 0 are done
+  const TileRows rows = sum_cluster_partials(acc, smem_raw, rank, group == 0, row_base, col_base, lane);
 
   // Epilogue: scale, shift, activation on the accumulators; the tile goes through shared memory so that the
   // residual read and the output store are OUT_VEC wide.
@@ -136,5 +136,5 @@ fused_conv_implicit_gemm(const x_t* __restrict__ x, const op_t* __restrict__ w S
   if (group == 0)
     stage_accumulators(acc, tile, row_base, col_base, lane, n0, Kg, channel0, ChannelAffine{SCALE_ARG, SHIFT_ARG});
   __syncthreads();
-  store_staged_tile<kThreads>(tile, tid, m0, n0, M, Kg, K, channel0, RESIDUAL_ARG, y);
+  store_staged_tile<kThreads, kOwnedRowsMax>(tile, tid, rows, m0, n0, M, Kg, K, channel0, RESIDUAL_ARG, y);
 }

@@ -10,8 +10,8 @@
 // SHARE_W = 1 pairs adjacent M tiles in a 2-CTA cluster that share the W tile: each CTA loads half of it and pushes
 // that half into the other's ring (DSMEM), so W moves from L2 once per pair (a 128x128 tile: 24 KB per reduction tile
 // instead of 32, where the loop is bounded by operand bytes from L2);
-// then CLUSTER_K > 1 sums the cluster's partial tiles through DSMEM (implicit_gemm_reduction.cuh) and the MMA
-// warpgroups run the shared output pass (implicit_gemm_store.cuh: scale, shift, activation, residual,
+// then CLUSTER_K > 1 sums the cluster's partial tiles through DSMEM, each rank finalizing its share of the rows
+// (implicit_gemm_reduction.cuh), and the MMA warpgroups run the shared output pass (implicit_gemm_store.cuh: scale, shift, activation, residual,
 // post-activation). Arguments, defines and the launch grid are implicit_gemm.cu's (WGMMA = 1, WARP_SPECIALIZED = 1,
 // 8 or 12 MMA warps as WARPS_M x WARPS_N, SPLIT_K 1, 16-byte loads, float16/bfloat16, or FP8 with X_E4M3: e4m3 X and
 // W land as bytes in the same swizzled rows, wgmma m64nNk32 e4m3, INPUT_SCALE in the epilogue); the block has 384
@@ -89,16 +89,16 @@ fused_conv_implicit_gemm_sm90(const x_t* __restrict__ x, const op_t* __restrict_
     mma_ring_tiles(acc, ring, stages, k_tiles, mma_tid / 128, lane);
     // Both warpgroups' MMAs have finished reading the ring before it holds partial or output tiles.
     named_barrier_sync<kMmaThreads>(kMmaBarrier);
-    if (!sum_cluster_partials(acc, stages, rank, true, mma_tid)) return;  // ranks > 0 are done
+    const int warp = mma_tid >> 5, channel0 = g * Kg + n0;
+    const int row_base = (warp >> 2) * kWgRows + (warp & 3) * 16;  // this warp's accumulator rows
+    const TileRows rows = sum_cluster_partials(acc, stages, rank, true, row_base, 0, lane);  // this CTA's share
 
     // Epilogue: scale, shift, activation on the accumulators, staged through shared memory so that the residual
     // read and the output store are OUT_VEC wide.
     elem_t* tile = reinterpret_cast<elem_t*>(stages);
-    const int warp = mma_tid >> 5, channel0 = g * Kg + n0;
-    const int row_base = (warp >> 2) * kWgRows + (warp & 3) * 16;  // this warp's accumulator rows
     stage_accumulators(acc, tile, row_base, 0, lane, n0, Kg, channel0, ChannelAffine{SCALE_ARG, SHIFT_ARG});
     named_barrier_sync<kMmaThreads>(kMmaBarrier);
-    store_staged_tile<kMmaThreads>(tile, mma_tid, m0, n0, M, Kg, K, channel0, RESIDUAL_ARG, y);
+    store_staged_tile<kMmaThreads, kOwnedRowsMax>(tile, mma_tid, rows, m0, n0, M, Kg, K, channel0, RESIDUAL_ARG, y);
     // SHARE_W: neither CTA leaves while the other may still arrive on its empty barriers.
     if constexpr (SHARE_W) cluster_sync();
   }

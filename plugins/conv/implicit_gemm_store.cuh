@@ -6,6 +6,7 @@
 #pragma once
 #include "epilogue.cuh"
 #include "implicit_gemm_config.cuh"
+#include "implicit_gemm_reduction.cuh"
 
 // The accumulators of the warp whose fragment rows start at row_base (columns at col_base), activated, into `tile`
 // (kCStride elements per row). Columns past Kg hold zeros.
@@ -28,17 +29,17 @@ __device__ __forceinline__ void stage_accumulators(const float (&acc)[kMI][kNI][
   }
 }
 
-// The staged tile to y [M, K] (rows m0.., channels channel0 + n0..), by kPassThreads threads (pass_tid: this
-// thread's index among them), in batches of kBatch vectors per thread: all residual loads of a batch are in flight
-// at once.
-template <int kPassThreads>
-__device__ __forceinline__ void store_staged_tile(const elem_t* tile, int pass_tid, int m0, int n0, int M, int Kg,
-                                                  int K, int channel0, const elem_t* __restrict__ residual,
-                                                  out_t* __restrict__ y) {
+// The staged tile's rows [rows.begin, rows.end) (at most kRows of them: a cluster rank's share, or the whole tile) to
+// y [M, K] (rows m0.., channels channel0 + n0..), by kPassThreads threads (pass_tid: this thread's index among them),
+// in batches of kBatch vectors per thread: all residual loads of a batch are in flight at once.
+template <int kPassThreads, int kRows>
+__device__ __forceinline__ void store_staged_tile(const elem_t* tile, int pass_tid, TileRows rows, int m0, int n0,
+                                                  int M, int Kg, int K, int channel0,
+                                                  const elem_t* __restrict__ residual, out_t* __restrict__ y) {
   constexpr int kVecsPerRow = BLOCK_N / OUT_VEC;
-  constexpr int kIters = BLOCK_M * kVecsPerRow / kPassThreads;
-  constexpr int kBatch = kIters < 8 ? kIters : 8;
-  static_assert(BLOCK_M * kVecsPerRow % kPassThreads == 0 && kIters % kBatch == 0, "output pass must tile evenly");
+  constexpr int kPasses = (kRows * kVecsPerRow + kPassThreads - 1) / kPassThreads;
+  constexpr int kBatch = kPasses < 8 ? kPasses : 8;
+  constexpr int kIters = (kPasses + kBatch - 1) / kBatch * kBatch;
 #pragma unroll 1
   for (int b = 0; b < kIters; b += kBatch) {
     ElemVec<OUT_VEC> res[kBatch];
@@ -47,8 +48,8 @@ __device__ __forceinline__ void store_staged_tile(const elem_t* tile, int pass_t
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
       const int idx = pass_tid + (b + j) * kPassThreads;
-      const int row = idx / kVecsPerRow, col = (idx % kVecsPerRow) * OUT_VEC;
-      ok[j] = m0 + row < M && n0 + col < Kg;
+      const int row = rows.begin + idx / kVecsPerRow, col = (idx % kVecsPerRow) * OUT_VEC;
+      ok[j] = row < rows.end && m0 + row < M && n0 + col < Kg;
       offset[j] = (long long)(m0 + row) * K + channel0 + col;
       if (ok[j]) load_residual<OUT_VEC>(res[j], residual, offset[j]);
     }
@@ -56,7 +57,7 @@ __device__ __forceinline__ void store_staged_tile(const elem_t* tile, int pass_t
     for (int j = 0; j < kBatch; ++j) {
       if (!ok[j]) continue;
       const int idx = pass_tid + (b + j) * kPassThreads;
-      const int row = idx / kVecsPerRow, col = (idx % kVecsPerRow) * OUT_VEC;
+      const int row = rows.begin + idx / kVecsPerRow, col = (idx % kVecsPerRow) * OUT_VEC;
       ElemVec<OUT_VEC> staged;
       staged.bits = *reinterpret_cast<const typename VecBits<OUT_VEC>::type*>(tile + row * kCStride + col);
       float v[OUT_VEC];

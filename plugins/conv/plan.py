@@ -387,8 +387,8 @@ def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, b
 def gemm_shared_bytes(tile: dict) -> int:
     """Dynamic shared memory of implicit_gemm.cu: every group's pipeline stages (FP8 with 16-byte loads: A staged
     as 2-byte elements, plus a ring of quantized e4m3 A tiles: two, three under wgmma), reused after the main loop
-    for the partial sums (fp32: the split groups', or one tile for the cluster's) and then for the staged output
-    tile."""
+    for the split groups' partial sums (fp32), and then for the staged output tile followed by the partial sums the
+    other cluster ranks push for this CTA's rows (implicit_gemm_reduction.cuh)."""
     operand = 1 if tile.get("FP8") else 2
     quantize_a = bool(tile.get("FP8")) and tile["IN_VEC"] == 8 and not tile.get("X_E4M3")
     a_stage = tile["BLOCK_M"] * tile["BLOCK_K"] * (2 if quantize_a else operand)
@@ -396,10 +396,13 @@ def gemm_shared_bytes(tile: dict) -> int:
     a8_tiles = (3 if tile.get("WGMMA") else 2) if quantize_a else 0
     group = tile["STAGES"] * (a_stage + b_stage) + a8_tiles * tile["BLOCK_M"] * tile["BLOCK_K"]
     stages = tile["SPLIT_K"] * group
-    partial_tiles = max(tile["SPLIT_K"] - 1, int(tile.get("CLUSTER_K", 1) > 1))
-    partials = partial_tiles * tile["BLOCK_M"] * tile["BLOCK_N"] * 4
+    partials = (tile["SPLIT_K"] - 1) * tile["BLOCK_M"] * tile["BLOCK_N"] * 4
+    staged = tile["BLOCK_M"] * (tile["BLOCK_N"] + 8) * 2
+    cluster = tile.get("CLUSTER_K", 1)
+    owned_blocks = -(-tile["BLOCK_M"] // 16 // cluster)
+    pushed = (cluster - 1) * owned_blocks * 16 * tile["BLOCK_N"] * 4
     ring_offset = WS_RING_OFFSET if tile.get("WARP_SPECIALIZED") else 0
-    return ring_offset + max(stages, partials, tile["BLOCK_M"] * (tile["BLOCK_N"] + 8) * 2)
+    return ring_offset + max(stages, partials, staged + pushed)
 
 
 def depthwise_tile(c: int, k: int) -> dict:

@@ -18,6 +18,8 @@ WGMMA_GROUPS2_64 = (("WGMMA", 1), ("BLOCK_M", 64), ("NUM_WARPS", 8), ("BLOCK_N",
 WGMMA_GROUPS3_64 = (("WGMMA", 1), ("BLOCK_M", 64), ("NUM_WARPS", 12), ("BLOCK_N", 64), ("WARP_SPLIT", 3))
 WGMMA_GROUP1_128 = (("WGMMA", 1), ("BLOCK_M", 64), ("NUM_WARPS", 4), ("BLOCK_N", 128), ("WARP_SPLIT", 1))
 GROUPS3_64 = (("WGMMA", 0), ("BLOCK_M", 64), ("NUM_WARPS", 12), ("BLOCK_N", 32), ("WARP_SPLIT", 3))
+# a ring of three K/V stages per key group (KV_STAGES 3: two tiles in flight while one is computed)
+STAGES3 = (("KV_STAGES", 3),)
 
 
 def _cases():
@@ -113,6 +115,25 @@ def _cases():
                       dim=128, dtype="float16", tuning=WGMMA_GROUPS2_64 + (("PACK_GQA", 4), ("KV_SPLIT", 2)), **br),
         AttentionCase("wgmma-groups2-hd64-16x1500-additive-per-head", len_q=16, len_kv=1500, heads_q=8, heads_kv=2,
                       dim=64, mask="additive", tuning=WGMMA_GROUPS2_64 + (("PACK_GQA", 4), ("KV_SPLIT", 2))),
+        # three K/V stages a key group (the prologue's second tile, the ring, empty groups past the last tile): an
+        # uneven cluster split, a one-tile part, key lengths 0 and 1, unequal tile counts without a cluster, head dim 64
+        AttentionCase("wgmma-groups2-3stages-split4-uneven-16x2999-causal-br", len_q=16, len_kv=2999, heads_q=8,
+                      heads_kv=2, dim=128, tuning=WGMMA_GROUPS2_64 + STAGES3 + (("PACK_GQA", 4), ("KV_SPLIT", 4)),
+                      small=True, **br),
+        AttentionCase("wgmma-groups2-3stages-nosplit-16x900-causal-br-keylen", batch=3, len_q=16, len_kv=900,
+                      heads_q=8, heads_kv=2, dim=128, key_lengths=True,
+                      tuning=WGMMA_GROUPS2_64 + STAGES3 + (("PACK_GQA", 4), ("KV_SPLIT", 1)), small=True, **br),
+        AttentionCase("wgmma-groups2-3stages-split8-keylen-0-and-1", batch=2, len_q=16, len_kv=1, heads_q=8, heads_kv=2,
+                      dim=128, key_lengths=True,
+                      tuning=WGMMA_GROUPS2_64 + STAGES3 + (("PACK_GQA", 4), ("KV_SPLIT", 8)), small=True, **br),
+        AttentionCase("wgmma-group1-3stages-x64-1x1000-keylen-b5", batch=5, len_q=1, len_kv=1000, heads_q=32,
+                      heads_kv=8, dim=128, key_lengths=True, tuning=(("WGMMA", 1), ("BLOCK_M", 64), ("NUM_WARPS", 4),
+                      ("BLOCK_N", 64), ("WARP_SPLIT", 1)) + STAGES3 + (("PACK_GQA", 4), ("KV_SPLIT", 1)), small=True),
+        AttentionCase("groups4-3stages-split8-uneven-2x3001-causal-br", len_q=2, len_kv=3001, heads_q=8, heads_kv=2,
+                      dim=128, tuning=GROUPS4_16 + STAGES3 + (("PACK_GQA", 4), ("KV_SPLIT", 8)), small=True, **br),
+        AttentionCase("wgmma-groups2-3stages-hd64-16x1500-split2-fp16", len_q=16, len_kv=1500, heads_q=8, heads_kv=2,
+                      dim=64, dtype="float16", tuning=WGMMA_GROUPS2_64 + STAGES3 + (("PACK_GQA", 4), ("KV_SPLIT", 2)),
+                      small=True),
         # key lengths 0 (batch 0) and 1 (the only key) over 8 CTAs x 4 key groups: 31 of the 32 parts see no key
         AttentionCase("groups4-split8-keylen-0-and-1", batch=2, len_q=2, len_kv=1, heads_q=8, heads_kv=2, dim=128,
                       key_lengths=True, tuning=GROUPS4_16 + (("PACK_GQA", 4), ("KV_SPLIT", 8)), small=True),

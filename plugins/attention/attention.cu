@@ -91,6 +91,8 @@ extern "C" __global__ void KV_SPLIT_CLUSTER __launch_bounds__(kThreads, kMinBloc
 
   // KV_STAGES 1: one K and one V buffer, V(t) loads during Q K^T(t), K(t-1) during softmax and P V(t) (two
   // barriers per tile). KV_STAGES 2: two K/V buffer pairs, tile t-1 loads during all of tile t (one barrier).
+  // KV_STAGES 3 (decode: more bytes in flight per key group): a ring of three pairs, tiles t-1 and t-2 load during
+  // tile t; every step commits one cp.async group (empty past the last tile), so the loop top waits for all but one.
 #if PACK_GQA > 1
   load_tile_async<kBlockM, kHeadDim, true>(sQ, q_base, q_stride_s, m0, len_rows, q_stride_h);
 #else
@@ -98,12 +100,19 @@ extern "C" __global__ void KV_SPLIT_CLUSTER __launch_bounds__(kThreads, kMinBloc
 #endif
   if (t_first >= t_last) {
     load_kv_tile<kHeadDim>(sK, k_base, kv_stride_s, t_first * kBlockN, len_kv, group_tid);
-    if (kStages == 2) load_kv_tile<kHeadDimV>(sV, v_base, v_stride_s, t_first * kBlockN, len_kv, group_tid);
+    if (kStages >= 2) load_kv_tile<kHeadDimV>(sV, v_base, v_stride_s, t_first * kBlockN, len_kv, group_tid);
   }
   cp_async_commit();
+  if (kStages == 3) {  // tile t_first - 1 into the second pair, its own group
+    if (t_first - 1 >= t_last) {
+      load_kv_tile<kHeadDim>(sK + kKTileElems, k_base, kv_stride_s, (t_first - 1) * kBlockN, len_kv, group_tid);
+      load_kv_tile<kHeadDimV>(sV + kVTileElems, v_base, v_stride_s, (t_first - 1) * kBlockN, len_kv, group_tid);
+    }
+    cp_async_commit();
+  }
   if (kOverlapPV) cp_async_commit();  // an empty group: the loop top leaves the newest group in flight
   if (kWarpSplit > 1) {  // the key groups' barriers do not cover the Q tile, which every thread loaded a part of
-    wait_tiles_landed();  // (and, for wgmma, fenced for the async proxy)
+    wait_tiles_landed<kStages == 3 ? 1 : 0>();  // (and, for wgmma, fenced for the async proxy)
     __syncthreads();
   }
 
@@ -134,24 +143,29 @@ extern "C" __global__ void KV_SPLIT_CLUSTER __launch_bounds__(kThreads, kMinBloc
   // Tiles are visited from the last to the first, so the ones needing bounds/causal checks come first.
   for (int t = t_first; t >= t_last; --t) {
     const int n0 = t * kBlockN;
-    const int step = t_first - t;
-    const int buffer = kStages == 2 ? step & 1 : 0;
-    const elem_t* sK_t = sK + buffer * kKTileElems;
-    const elem_t* sV_t = sV + (kVStages == 3 ? step % 3 : buffer) * kVTileElems;
-    // KV_STAGES 2: tile t - 1's K and V into the buffers tile t + 1 used (V: tile t + 2's with the overlap)
+    const unsigned step = t_first - t;  // (unsigned: the ring indices below are plain masks or multiply-shifts)
+    // step s's K tile is in K buffer s % kStages, its V tile in V buffer s % kVStages
+    const elem_t* sK_t = sK + step % kStages * kKTileElems;
+    const elem_t* sV_t = sV + step % kVStages * kVTileElems;
+    // KV_STAGES 2/3: tile t - (kStages - 1)'s K and V into the buffers tile t + 1 used (V: tile t + 2's with the
+    // overlap)
+    constexpr int kAhead = kStages > 1 ? kStages - 1 : 1;  // tiles the prefetch runs ahead
     const auto prefetch_k = [&] {
-      load_kv_tile<kHeadDim>(sK + (buffer ^ 1) * kKTileElems, k_base, kv_stride_s, n0 - kBlockN, len_kv, group_tid);
+      load_kv_tile<kHeadDim>(sK + (step + kAhead) % kStages * kKTileElems, k_base, kv_stride_s, n0 - kAhead * kBlockN,
+                             len_kv, group_tid);
     };
     const auto prefetch_v = [&] {
-      load_kv_tile<kHeadDimV>(sV + (kVStages == 3 ? (step + 1) % 3 : buffer ^ 1) * kVTileElems, v_base, v_stride_s,
-                              n0 - kBlockN, len_kv, group_tid);
+      load_kv_tile<kHeadDimV>(sV + (step + kAhead) % kVStages * kVTileElems, v_base, v_stride_s,
+                              n0 - kAhead * kBlockN, len_kv, group_tid);
     };
-    wait_tiles_landed<kOverlapPV ? 1 : 0>();
-    sync_key_group(group);  // tile t's K (and V with 2 stages) is in smem; every warp is done with tile t + 1
-    if (kStages == 2 && t > t_last) {
+    wait_tiles_landed<(kStages == 3) + kOverlapPV>();
+    sync_key_group(group);  // tile t's K (and V with 2-3 stages) is in smem; every warp is done with tile t + 1
+    if (kStages >= 2 && t - kAhead >= t_last) {
       prefetch_k();
       if (!kOverlapPV) prefetch_v();
       cp_async_commit();
+    } else if (kStages == 3) {
+      cp_async_commit();  // an empty group keeps one group a step
     } else if (kStages == 1) {
       load_kv_tile<kHeadDimV>(sV, v_base, v_stride_s, n0, len_kv, group_tid);
       cp_async_commit();

@@ -17,6 +17,7 @@ import argparse
 import collections
 import ctypes
 import difflib
+import importlib
 import importlib.util
 import os
 import re
@@ -29,11 +30,11 @@ import torch
 from torch.nn.attention import SDPBackend
 
 from attention import HIDDEN, TOKENS, parse_variants, sdpa, time_ms, versions, write_report
-from trt_fusedattn.launcher import launch as launcher
 from trt_fusedattn.launcher.compile import nvcc_command, nvcc_path
 from trt_fusedattn.plugins import attention as installed_attention
 from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION
 
+launcher = importlib.import_module("trt_fusedattn.launcher.launch")  # the module (the package exports its function)
 ARCH = "sm_90a"
 CU_JIT_INPUT_PTX = 1
 CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES, CU_JIT_LOG_VERBOSE = 3, 4, 12
@@ -175,14 +176,14 @@ def normalized(code: list[tuple[int, str]]) -> list[str]:
 
 def mma_loops(code: list[tuple[int, str]]) -> list[str]:
     """The innermost backward-branch bodies that hold wgmmas or async copies (the MMA warpgroups' and the loader's
-    K/V loops): span, instructions, HGMMA, LDGSTS, MUFU.EX2 and barrier waits."""
+    K/V loops): span, instructions, wgmmas (HGMMA, QGMMA), LDGSTS, MUFU.EX2 and barrier waits."""
     spans = []
     for address, text in code:
         targets = _CODE_ADDRESS.findall(text) if opcode(text) == "BRA" else []
         if targets and int(targets[-1], 16) < address:
             body = [t for a, t in code if int(targets[-1], 16) <= a <= address]
             ops = collections.Counter(map(opcode, body))
-            hgmma = sum(n for op, n in ops.items() if op.startswith("HGMMA"))
+            hgmma = sum(n for op, n in ops.items() if op[1:].startswith("GMMA"))  # HGMMA, QGMMA (FP8)
             copies = sum(n for op, n in ops.items() if op.startswith("LDGSTS"))
             if hgmma or copies:
                 spans.append((int(targets[-1], 16), address, len(body), hgmma, copies, ops))
@@ -190,7 +191,7 @@ def mma_loops(code: list[tuple[int, str]]) -> list[str]:
     for start, end, size, hgmma, copies, ops in spans:
         if not any(start <= s2 and e2 <= end and (s2, e2) != (start, end) for s2, e2, *_ in spans):
             waits = sum(n for op, n in ops.items() if "TRYWAIT" in op or op.startswith("BAR."))
-            loops.append(f"loop {start:#x}-{end:#x}: {size} instructions, {hgmma} HGMMA, {copies} LDGSTS, "
+            loops.append(f"loop {start:#x}-{end:#x}: {size} instructions, {hgmma} GMMA, {copies} LDGSTS, "
                          f"{ops['MUFU.EX2']} MUFU.EX2, {waits} waits/barriers")
     return loops
 
@@ -229,8 +230,11 @@ def build(trees: dict, configs: list, shapes: list, out: Path) -> dict:
                     ptxas = nvcc(plan, plugins, "cubin", cubin_path)
                     jit, log = driver_jit_image(ptx_path.read_bytes())
                     (out / f"{tag}.jit.cubin").write_bytes(jit)
-                    reports.append(f"# {tag}\nnvcc ptxas: {ptxas}\ndriver JIT log: {log}\n"
-                                   + sass_report(tag, sass(cubin_path), sass(out / f"{tag}.jit.cubin")))
+                    try:
+                        report = sass_report(tag, sass(cubin_path), sass(out / f"{tag}.jit.cubin"))
+                    except (OSError, subprocess.CalledProcessError) as exc:  # no cuobjdump: the cubins stay in out
+                        report = f"## {tag}: no SASS ({exc})"
+                    reports.append(f"# {tag}\nnvcc ptxas: {ptxas}\ndriver JIT log: {log}\n{report}")
                     print("\n".join(reports[-1].splitlines()[:12]), flush=True)
                 images = {"ptx": ptx_path.read_bytes(), "jit": (out / f"{tag}.jit.cubin").read_bytes(),
                           "cubin": cubin_path.read_bytes()}

@@ -227,6 +227,20 @@ def _warp_specialized_cases():
                             dtype="float16", tuning=ws3),
               AttentionCase("ws3-hd64-gqa-br", heads_q=8, heads_kv=2, len_q=300, len_kv=1000, causal=1,
                             alignment="bottom_right", tuning=ws3)]
+    wg3 = ws + (("BLOCK_M", 192), ("NUM_WARPS", 12))  # three MMA warpgroups in the turn ring, 192-row tiles
+    small |= {"ws-3wg-hd64-500x700", "ws-3wg-hd64-keylen-bhsd", "ws-3wg-hd128-bn64-causal-br"}
+    cases += [AttentionCase("ws-3wg-hd64-500x700", len_q=500, len_kv=700, tuning=wg3),
+              AttentionCase("ws-3wg-len1x1-hd64", len_q=1, len_kv=1, dtype="float16", tuning=wg3),
+              AttentionCase("ws-3wg-hd64-keylen-bhsd", key_lengths=True, len_q=7, len_kv=1000, layout="BHSD",
+                            tuning=wg3),
+              AttentionCase("ws-3wg-hd64-causal-2100", batch=1, heads_q=2, heads_kv=2, len_q=2100, len_kv=2100,
+                            causal=1, tuning=wg3),
+              AttentionCase("ws-3wg-hd64-gqa-causal-br", heads_q=8, heads_kv=2, len_q=300, len_kv=1000, causal=1,
+                            alignment="bottom_right", dtype="float16", tuning=wg3),
+              AttentionCase("ws-3wg-hd64-long-kv-16534", batch=1, heads_q=2, heads_kv=2, len_q=200, len_kv=16534,
+                            tuning=wg3),
+              AttentionCase("ws-3wg-hd128-bn64-causal-br", dim=128, len_q=300, len_kv=700, causal=1,
+                            alignment="bottom_right", dtype="float16", tuning=wg3 + (("BLOCK_N", 64),))]
     return [replace(c, small=c.name in small) for c in cases]
 
 

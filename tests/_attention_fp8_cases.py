@@ -97,6 +97,20 @@ def _cases():
         FP8Case("fp8-exp2fma-hd256-additive-e4m3-out", dim=256, mask="additive", output_dtype="float8e4m3fn",
                 output_scale=2.0 / 448, tuning=exp2_fma, small=True),
     ]
+    wg3 = (("BLOCK_M", 192), ("NUM_WARPS", 12))  # three MMA warpgroups (192-row tiles; hd128 on 64-key tiles)
+    cases += [
+        FP8Case("fp8-3wg-hd64-500x700", len_q=500, len_kv=700, tuning=wg3, small=True),
+        FP8Case("fp8-3wg-hd64-causal-br-gqa", heads_q=8, heads_kv=2, len_q=300, len_kv=1000, causal=1,
+                alignment="bottom_right", tuning=wg3),
+        FP8Case("fp8-3wg-hd128-e4m3-out", dim=128, len_q=300, len_kv=700, **e4m3_out, tuning=wg3 + (("BLOCK_N", 64),),
+                small=True),
+        FP8Case("fp8-3wg-hd128-keylen-causal", dim=128, key_lengths=True, len_q=1000, len_kv=1000, causal=1,
+                tuning=wg3 + (("BLOCK_N", 64),)),
+        FP8Case("fp8-3wg-hd128-long-kv-7x16534", batch=1, heads_q=2, heads_kv=2, len_q=7, len_kv=16534, dim=128,
+                tuning=wg3 + (("BLOCK_N", 64),)),
+        FP8Case("fp8-3wg-hd128-heavy-additive", dim=128, data="heavy", mask="additive", len_q=500, len_kv=500,
+                tuning=wg3 + (("BLOCK_N", 64),)),
+    ]
     two_stages = (("KV_STAGES", 2),)  # the benchmark's alternatives
     cases += [replace(c, name=c.name + "-2stages", tuning=two_stages, small=False)
               for c in cases if c.name in ("fp8-hd64", "fp8-hd128", "fp8-causal-bottom_right-100x300-hd128")]

@@ -75,13 +75,24 @@ def test_warp_specialized_geometry(dim):
 @pytest.mark.parametrize("tuning, message", [
     ({"WARP_SPECIALIZED": 1, "WGMMA": 0}, "needs WGMMA=1"),
     ({"WARP_SPECIALIZED": 1, "WGMMA_OVERLAP": 1}, "own overlap"),
-    ({"WARP_SPECIALIZED": 1, "NUM_WARPS": 4, "BLOCK_M": 64}, "two MMA warpgroups"),
+    ({"WARP_SPECIALIZED": 1, "NUM_WARPS": 4, "BLOCK_M": 64}, "two or three MMA warpgroups"),
+    ({"WARP_SPECIALIZED": 1, "NUM_WARPS": 12, "BLOCK_M": 128}, "two or three MMA warpgroups"),
 ])
 def test_warp_specialized_rejections(tuning, message):
     with pytest.raises(ValueError, match=message):
         plan(128, tuning=tuning)
     with pytest.raises(ValueError, match="WGMMA=1"):
         plan(96, tuning={"WARP_SPECIALIZED": 1})
+
+
+@pytest.mark.parametrize("dim, block_n", [(64, 128), (128, 64)])
+def test_warp_specialized_three_mma_warpgroups(dim, block_n):
+    """BLOCK_M=192, NUM_WARPS=12: a load warpgroup beside three MMA warpgroups (512 threads), 192-row query tiles."""
+    from trt_fusedattn.plugins.attention.plan import pipeline_barrier_bytes
+    stages = plan_module.WARP_SPECIALIZED_TILES[dim][4]
+    p = plan(dim, tuning={"WARP_SPECIALIZED": 1, "BLOCK_M": 192, "NUM_WARPS": 12, "BLOCK_N": block_n})
+    assert p.source.name == "attention_sm90.cu" and p.block == (512, 1, 1) and p.grid == ((1000 + 191) // 192, 8, 2)
+    assert p.shared_mem == shared_mem_bytes(dim, 192, block_n, stages, True) + pipeline_barrier_bytes(stages)
 
 
 def test_head_dim_64_takes_the_warp_specialized_kernel_on_long_static_rows():

@@ -28,7 +28,8 @@ __device__ __forceinline__ void publish_all_but_newest(uint32_t full) {
 }
 
 #if FP8
-constexpr int kLoaderBarrier = 3;  // the load warpgroup's own named barrier (1 and 2 are the MMA warpgroups' turns)
+// the load warpgroup's own named barrier (1..kMmaWarpgroups are the MMA warpgroups' turns)
+constexpr int kLoaderBarrier = 1 + kMmaWarpgroups;
 
 // Tile `step`'s copies (and all before) have landed in this thread's part (all but the newest kNewest groups): K is
 // handed over; once every loader thread's V copies are in, V^T is written into the stage and handed over.

@@ -1,16 +1,19 @@
-// The two MMA warpgroups of the warp-specialized Hopper kernel (FlashAttention-3's consumer design): each owns 64
+// The MMA warpgroups of the warp-specialized Hopper kernel (FlashAttention-3's consumer design): each owns 64
 // query rows and runs, per K/V tile, S = Q K^T(t) and the previous tile's O += P V(t+1) as two wgmma groups, then
-// its softmax of S while P V still runs on the tensor cores (intra-warpgroup overlap). Ping-pong: the two
-// warpgroups take turns to issue their products (named barriers 1 and 2), so one's softmax runs under the other's
-// wgmmas. The loads come from the load warpgroup through KVPipeline; nothing here touches global memory but the mask.
+// its softmax of S while P V still runs on the tensor cores (intra-warpgroup overlap). Ping-pong: the warpgroups
+// (two, or three with 192-row tiles) take turns in a ring to issue their products (named barriers 1..kMmaWarpgroups),
+// so one's softmax runs under the others' wgmmas. The loads come from the load warpgroup through KVPipeline; nothing here touches global memory but the mask.
 #pragma once
 #include "common/named_barrier.cuh"
 #include "attention_pipeline_sm90.cuh"
 #include "attention_mainloop_sm90.cuh"
 #include "attention_softmax.cuh"
 
-constexpr int kTurnBarrier = 1;  // ids 1 (warpgroup 0's turn) and 2 (warpgroup 1's)
+constexpr int kTurnBarrier = 1;  // id 1 + w: warpgroup w's turn, handed over by warpgroup w - 1 (mod the count)
 constexpr int kTurnThreads = 2 * 128;
+
+// The warpgroup whose turn follows warpgroup wg's.
+__device__ __forceinline__ int next_turn(int wg) { return kMmaWarpgroups == 2 ? wg ^ 1 : (wg + 1) % kMmaWarpgroups; }
 
 // Everything one MMA thread needs to mask its scores (as the single-role kernel computes it).
 struct ScoreLimits {
@@ -37,7 +40,7 @@ struct MmaThreadState {
 };
 
 // One K/V tile step of an MMA warpgroup: wait K(t) and V(t+1) full; take the turn (named barrier 1 or 2); issue
-// Q K^T(t) and the pending P V(t+1) as two wgmma groups; hand the turn over; wait for S; release K; mask + online
+// Q K^T(t) and the pending P V(t+1) as two wgmma groups; hand the turn on; wait for S; release K; mask + online
 // softmax while P V still runs; wait; rescale O; release V; pack P. kCheckBounds is a template parameter so the
 // code between the two wgmma waits has no branch: a branch around the masking started a block there, and ptxas
 // hoisted the P V wait to its top, above the softmax. kFirst: the first tile has no pending P V (nothing is issued
@@ -54,7 +57,7 @@ __device__ __forceinline__ void mma_tile_step(const KVPipeline& pipe, const QFro
   named_barrier_sync<kTurnThreads>(kTurnBarrier + wg);
   gemm_qk_issue(s, q, sK + KVPipeline::stage(step) * kKTileElems);
   if constexpr (!kFirst) gemm_pv_issue(st.o, st.p, sV + KVPipeline::stage(v_step) * kVTileElems);
-  named_barrier_arrive<kTurnThreads>(kTurnBarrier + (wg ^ 1));  // the other warpgroup's turn
+  named_barrier_arrive<kTurnThreads>(kTurnBarrier + next_turn(wg));
   wgmma_wait<kFirst ? 0 : 1>();  // groups complete in order: S is ready, P V may still run
   fence_operands(s[0]);
   pipe.release_k(step);
@@ -105,14 +108,14 @@ __device__ __forceinline__ void mma_warpgroup_mainloop(const KVPipeline& pipe, c
   while (n_checked < n_tiles && tile_crosses_limits(n_tiles - 1 - n_checked, lim)) ++n_checked;
 
   mbarrier_wait(pipe.full_q(), 0);
-  if (wg == 1 && n_tiles > 0) named_barrier_arrive<kTurnThreads>(kTurnBarrier);  // warpgroup 0 issues first
+  if (wg == kMmaWarpgroups - 1 && n_tiles > 0) named_barrier_arrive<kTurnThreads>(kTurnBarrier);  // warpgroup 0 first
   if (n_tiles > 0) mma_tile_step<true, true>(pipe, q, sK, sV, 0, n_tiles, lim, wg, lane, st);
   for (int step = 1; step < n_checked; ++step)
     mma_tile_step<true, false>(pipe, q, sK, sV, step, n_tiles, lim, wg, lane, st);
   for (int step = max(n_checked, 1); step < n_tiles; ++step)
     mma_tile_step<false, false>(pipe, q, sK, sV, step, n_tiles, lim, wg, lane, st);
   if (n_tiles > 0) {
-    // the turn barriers: warpgroup 1's last arrival on warpgroup 0's barrier has no partner turn; absorb it
+    // the turn barriers: the last warpgroup's last arrival on warpgroup 0's barrier has no partner turn; absorb it
     if (wg == 0) named_barrier_sync<kTurnThreads>(kTurnBarrier);
     pipe.wait_v(n_tiles - 1);
     gemm_pv_issue(o, st.p, sV + KVPipeline::stage(n_tiles - 1) * kVTileElems);

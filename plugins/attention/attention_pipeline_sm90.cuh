@@ -1,4 +1,4 @@
-// The shared-memory pipeline between the load warpgroup and the two MMA warpgroups of the warp-specialized Hopper
+// The shared-memory pipeline between the load warpgroup and the MMA warpgroups of the warp-specialized Hopper
 // kernel (attention_sm90.cu): one "full" mbarrier per Q tile and per K/V stage (the loader's arrivals: its copies
 // have landed and are visible to wgmma) and one "empty" mbarrier per K/V stage (the MMA threads' arrivals: their
 // wgmmas no longer read it). Stage s of tile step i is i % kStages, its round i / kStages; a waiter names the
@@ -9,6 +9,7 @@
 
 constexpr int kLoadThreads = 128;          // the load warpgroup (warps 0-3)
 constexpr int kMmaThreads = kThreads;      // the MMA warpgroups (NUM_WARPS warps from warp 4 on)
+constexpr int kMmaWarpgroups = kMmaThreads / 128;  // 2 (128-row tiles) or 3 (192-row tiles)
 constexpr int kPipelineBarriers = 1 + 4 * kStages;
 constexpr int kPipelineBytes = kPipelineBarriers * 8;
 

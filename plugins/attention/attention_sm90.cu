@@ -1,9 +1,10 @@
 // trt_fusedattn::FusedAttention forward, warp-specialized for Hopper (sm_90a; FlashAttention-3's design within the
-// AOT plugin ABI). One thread block computes kBlockM = 128 query rows of one (batch, head) with three warpgroups:
+// AOT plugin ABI). One thread block computes kBlockM = 128 (or 192) query rows of one (batch, head) with three (four)
+// warpgroups:
 // - warpgroup 0 loads (attention_load_sm90.cuh): Q once, then K/V tiles into kStages swizzled stages, handing each
 //   over through mbarriers (attention_pipeline_sm90.cuh); it gives most of its registers away (setmaxnreg);
-// - warpgroups 1 and 2 compute (attention_mma_warpgroups_sm90.cuh), 64 query rows each, with wgmma, intra-warpgroup
-//   overlap of the softmax with P V, and ping-pong turns between them;
+// - warpgroups 1 and 2 (and 3) compute (attention_mma_warpgroups_sm90.cuh), 64 query rows each, with wgmma,
+//   intra-warpgroup overlap of the softmax with P V, and ping-pong turns between them;
 // then each normalizes and stores its rows of O straight from registers (attention_epilogue.cuh). Masking, online softmax, tile scheduling and the
 // argument list are those of attention.cu, so the plan only switches the source.
 // FP8 (E4M3 Q/K/V): the same kernel with k32 e4m3 wgmmas, P rounded to e4m3 in registers and V transposed by the
@@ -14,12 +15,14 @@
 #include "attention_epilogue.cuh"
 #include "common/warpgroup.cuh"
 
-static_assert(kWarps == 8 && kBlockM == 128, "the warp-specialized kernel has two MMA warpgroups of 64 rows");
+static_assert((kWarps == 8 || kWarps == 12) && kBlockM == 16 * kWarps,
+              "the warp-specialized kernel has two or three MMA warpgroups of 64 rows");
 constexpr int kBlockThreads = kLoadThreads + kMmaThreads;
-// 24 * 128 + 240 * 256 = 64512 of the SM's 65536 registers; the FP8 loader, which also transposes V, keeps 40
-// (40 * 128 + 232 * 256 = 64512).
-constexpr int kLoadRegisters = FP8 ? 40 : 24;
-constexpr int kMmaRegisters = FP8 ? 232 : 240;
+// Two MMA warpgroups: 24 * 128 + 240 * 256 = 64512 of the SM's 65536 registers; the FP8 loader, which also
+// transposes V, keeps 40 (40 * 128 + 232 * 256 = 64512). Three (FlashAttention-3's hd64 shape): 32 * 128 + 160 * 384
+// = 65536; FP8 40 * 128 + 152 * 384 = 63488.
+constexpr int kLoadRegisters = FP8 ? 40 : kMmaWarpgroups == 2 ? 24 : 32;
+constexpr int kMmaRegisters = kMmaWarpgroups == 2 ? (FP8 ? 232 : 240) : (FP8 ? 152 : 160);
 
 extern "C" __global__ void __launch_bounds__(kBlockThreads, 1) fused_attention(ATTENTION_KERNEL_PARAMS) {
   extern __shared__ __align__(16) unsigned char smem[];

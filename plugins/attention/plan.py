@@ -266,9 +266,9 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
         raise ValueError(f"FusedAttention: PACK_GQA (query heads of one K/V head in one tile) needs a single-role "
                          f"kernel (WARP_SPECIALIZED=0) and static head counts with PACK_GQA = query heads / K/V heads; "
                          f"got WARP_SPECIALIZED={tune['WARP_SPECIALIZED']}, heads {heads_q}/{heads_kv}, PACK_GQA={pack}")
-    if tune["WARP_SPECIALIZED"] and (tune["WGMMA_OVERLAP"] or (block_m, warps) != (128, 8)):
-        raise ValueError("FusedAttention: the warp-specialized kernel has its own overlap (WGMMA_OVERLAP=0) and two MMA "
-                         "warpgroups (BLOCK_M=128, NUM_WARPS=8)")
+    if tune["WARP_SPECIALIZED"] and (tune["WGMMA_OVERLAP"] or (block_m, warps) not in ((128, 8), (192, 12))):
+        raise ValueError("FusedAttention: the warp-specialized kernel has its own overlap (WGMMA_OVERLAP=0) and two or "
+                         "three MMA warpgroups (BLOCK_M=128, NUM_WARPS=8 or BLOCK_M=192, NUM_WARPS=12)")
     smem = (shared_mem_bytes(dim, block_m, block_n, stages, bool(wgmma), bool(tune["WGMMA_OVERLAP"]), vdim, fp8,
                              key_groups)
             + combine_bytes(block_m, block_n, stages, dim, vdim, key_groups, tune["KV_SPLIT"], bool(wgmma)))

@@ -241,6 +241,14 @@ def _warp_specialized_cases():
                             tuning=wg3),
               AttentionCase("ws-3wg-hd128-bn64-causal-br", dim=128, len_q=300, len_kv=700, causal=1,
                             alignment="bottom_right", dtype="float16", tuning=wg3 + (("BLOCK_N", 64),))]
+    bn80 = ws + (("BLOCK_N", 80),)  # head dim 256 on 80-key tiles (two stages, 225 KB)
+    small |= {"ws-hd256-bn80-keylen"}
+    cases += [AttentionCase("ws-hd256-bn80", dim=256, len_q=300, len_kv=1000, tuning=bn80),
+              AttentionCase("ws-hd256-bn80-keylen", dim=256, len_q=7, len_kv=300, key_lengths=True, tuning=bn80),
+              AttentionCase("ws-hd256-bn80-causal-br-gqa", dim=256, heads_q=8, heads_kv=2, len_q=300, len_kv=1000,
+                            causal=1, alignment="bottom_right", dtype="float16", tuning=bn80),
+              AttentionCase("ws-hd256-bn80-causal-2100", batch=1, heads_q=2, heads_kv=2, len_q=2100, len_kv=2100,
+                            dim=256, causal=1, tuning=bn80)]  # (with a mask's loads it spills: unmasked only)
     return [replace(c, small=c.name in small) for c in cases]
 
 

@@ -28,7 +28,10 @@
 
 static_assert((kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256) && kHeadDimV == kHeadDim,
               "the wgmma mainloop serves head dims 64, 128 and 256 (the same for Q/K and V)");
-static_assert(kBlockN == 64 || kBlockN == 128, "the wgmma mainloop takes BLOCK_N 64 or 128");
+// 80-key tiles: head dim 256 on the warp-specialized kernel, where two stages of 64 fit with 35 KB to spare
+// (FlashAttention-3's hd256 tile is 128 x 80).
+static_assert(kBlockN == 64 || kBlockN == 128 || (kBlockN == 80 && !FP8 && WARP_SPECIALIZED),
+              "the wgmma mainloop takes BLOCK_N 64 or 128 (the warp-specialized kernel at 16 bits also 80)");
 static_assert(kWarpRows == 16 && kMAtoms == 1 && kWarps % 4 == 0, "the wgmma mainloop needs BLOCK_M = 16 * NUM_WARPS "
               "(one warpgroup per 64 query rows)");
 static_assert(Q_IN_REGISTERS == 0, "the wgmma mainloop reads Q from shared memory (Q_IN_REGISTERS=0)");

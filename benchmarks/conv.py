@@ -86,6 +86,10 @@ WS_ROWS_SWEEP = [(label, kw) for label, kw in WS_SWEEP if label.split()[0] == "w
 # CLUSTER_CTA_CAP and the narrowing rule, for the deep layers at small batches.
 WS_CLUSTER_SWEEP = [(label, kw) for label, kw in WS_SWEEP if label.split()[0] == "ws" and kw.get("tile") in (
     "128x64w8", "128x128w8") and kw.keys() <= {"mma", "tile", "cluster"}]
+# The unspecialized wgmma loop's ring depth on short reductions (1-9 tiles): 3 stages let a third 128x64 CTA (72 KB)
+# or a second 128x128 one (96 KB) share an SM; 4 keep more tiles in flight per CTA.
+SHORT_SWEEP = [(f"wg {t} {st}st", dict(mma="wgmma", tile=t, stages=st)) for t in ("128x64w8", "128x128w8", "128x64w4")
+               for st in (3, 4)]
 # The stem's loaders: the tap-row gather with its registers capped for 4 blocks per SM (3 stages, or 4) or 3 (4
 # stages), whatever the grid (plan constant TAP_ROWS_WAVE_COST set so that one count always wins), and the element
 # gather it replaced.
@@ -95,7 +99,7 @@ STEM_SWEEP = [("tap rows 4 blocks", dict(constants=_FOUR_BLOCKS)),
               ("tap rows 3 blocks", dict(constants=_THREE_BLOCKS)),
               ("element gather", dict(tap_rows=False))]
 SWEEPS = {"mma.sync": MMA_SYNC_SWEEP, "wgmma": WGMMA_SWEEP, "wgmma_ws": WS_SWEEP, "ws_rows": WS_ROWS_SWEEP,
-          "ws_cluster": WS_CLUSTER_SWEEP, "stem": STEM_SWEEP}
+          "ws_cluster": WS_CLUSTER_SWEEP, "short": SHORT_SWEEP, "stem": STEM_SWEEP}
 BATCHES = (1, 8, 32)
 QUICK_BATCHES = {"ResNet-50": (8, 32), "MobileNetV2": (32,)}  # --quick: the lead's one run in under 4 minutes
 # FP8 variants timed per layer: (label, plan_conv overrides); "default" is the plan's choice. "x8": X already e4m3 in
@@ -526,11 +530,11 @@ def table_rows(nets: dict, batches_of: dict, arch: str, budget_s: float | None, 
     return rows, reasons, sums
 
 
-# The previous session's rule, as the plan constants that changed since (session 5: the 192-row WS tile joined the
-# waves-times-cost choice, for FP8 with e4m3 X too; the 3-stage ring of 256-deep reductions went grid-dependent; the
-# stem took the tap-row gather): the "prev" column.
-PREVIOUS_RULE = dict(WS_TILE_COST={t: c for t, c in conv_plan.WS_TILE_COST.items() if t != "192x128w12"},
-                     THREE_STAGE_MIN_CTAS=0, TAP_ROWS_BY_DEFAULT=False)
+# The previous session's rule, as the plan constants that changed since (session 6, after the cluster sum shared by
+# every rank: clusters of 4 tiles a rank and 4-CTA clusters of up to 104 CTAs; float16/bfloat16 3x3 reductions of >= 32
+# tiles split before they narrow; 128x64 tiles take the 3-stage ring on grids of > 2 CTAs per SM): the "prev" column.
+PREVIOUS_RULE = dict(WS_MIN_RANK_TILES=8, CLUSTER_CTA_CAP={2: 132, 3: 120, 4: 96}, WS_SPLIT_FIRST_TILES=64,
+                     THREE_STAGE_MIN_CTAS={(128, 128): conv_plan.THREE_STAGE_MIN_CTAS[128, 128]})
 
 
 @contextlib.contextmanager
@@ -708,7 +712,8 @@ def main():
              "kernel (main loop: ws = the warp-specialized Hopper kernel, wgmma, mma.sync, dw = depthwise; BLOCK_MxN, "
              "cN = the reduction split over an N-CTA cluster, sw = M-tile pairs sharing the W tile, Nst = the ring's "
              "stages of the unspecialized wgmma loop, trN = the stem's tap-row gather for N blocks per SM); prev = the previous session's rule (benchmarks/conv.py "
-             "PREVIOUS_RULE: no 192-row WS tile, 3 stages on any grid, the stem on the element gather; \"=\": the same "
+             "PREVIOUS_RULE: clusters of >= 8 tiles a rank, 4-CTA clusters of <= 96 CTAs, only 3x3 reductions of >= 64 tiles "
+             "split before they narrow, 128x64 tiles on 4 stages; \"=\": the same "
              "kernel). err = |fused - base| "
              "/ |base|, graph err = |graph - base| / |base| (normwise).\n"]
     if args.quick:

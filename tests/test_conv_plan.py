@@ -559,8 +559,9 @@ def test_warp_specialized_rejections(arch, dtypes, tile, message):
 def test_warp_specialized_default_by_reduction_and_static_output_size():
     """sm_90a float16/bfloat16: the warp-specialized kernel for reductions >= 1024 (1x1: >= 512); tile by channels;
     with N*P*Q static, below half the SMs' worth of CTAs narrower tiles and then the largest reduction cluster whose
-    CTAs fit at once with >= 8 reduction tiles each; the deepest reductions split before they narrow. The expected
-    choices are the fastest measured (H100 run 2 and the conv-1 sweep)."""
+    CTAs fit at once with >= 4 reduction tiles each; float16/bfloat16 3x3 reductions of >= 32 tiles split before they
+    narrow where the split grid fills half the SMs. The expected choices are the fastest measured (H100 run 2, the
+    conv-1 sweeps of sessions 4 and 6)."""
     def choice(c, k, kernel, n=32, hw=14, dtype="float16", arch="sm_90a", stride=1):
         case = ConvCase("t", n, c, hw, hw, k, kernel, kernel, pad=kernel // 2, stride=stride, dtype=dtype)
         d = case.plan(arch).defines
@@ -576,12 +577,13 @@ def test_warp_specialized_default_by_reduction_and_static_output_size():
     assert choice(512, 2048, 1, hw=7) == (True, 128, 256, 1)      # 104 CTAs of 128x256 (a tie with 256x128: kept)
     assert choice(256, 256, 3) == (True, 128, 128, 1)             # 6272 pixels: 98 CTAs
     assert choice(128, 128, 3, n=8, hw=28) == (True, 128, 64, 1)  # 49 CTAs -> 98 narrow
-    assert choice(256, 256, 3, n=8) == (True, 128, 64, 2)         # 1568 pixels: 26 CTAs -> 52 narrow -> 104
+    assert choice(256, 256, 3, n=8) == (True, 128, 128, 4)        # 1568 pixels: 26 CTAs -> 104 on 4-CTA clusters
     assert choice(1024, 256, 1, n=8) == (True, 128, 64, 2)
     assert choice(2048, 512, 1, n=8, hw=7) == (True, 128, 64, 3)  # 392 pixels: 32 narrow CTAs -> 96 on 3-CTA clusters
     assert choice(512, 512, 3, n=8, hw=7) == (True, 128, 64, 3)   # 72 tiles, but 16 -> 32 CTAs when split: narrow
     assert choice(512, 512, 3, n=1, hw=7) == (True, 128, 64, 4)   # 8 CTAs: 32 on 4-CTA clusters fit at once
-    assert choice(1024, 256, 1, n=1) == (True, 128, 64, 2)        # 16 reduction tiles: 8 per CTA at most
+    assert choice(1024, 256, 1, n=1) == (True, 128, 64, 4)        # 16 reduction tiles: 4 per CTA at most
+    assert choice(1024, 256, 1, n=8) == (True, 128, 64, 2)        # 1x1: narrow first (52 CTAs), then split
     assert choice(512, 1024, 1, n=8, hw=28, stride=2) == (True, 128, 128, 1)  # 128x256 -> 128x128: 104 CTAs
     assert choice(512, 512, 3, hw=7) == (True, 128, 128, 2)       # 72 tiles, 52 CTAs -> 104 split, kept wide
     assert choice(1024, 512, 1) == (True, 192, 128, 1)            # wide 1x1 output: 98 CTAs of 128x256 (1.8), 132
@@ -671,6 +673,20 @@ def test_the_three_stage_ring_only_where_the_grid_outnumbers_the_sms():
     shapes = sym.shapes()
     shapes[0] = (Sym.var("n"), *shapes[0][1:])
     assert plan_conv(shapes, sym.dtypes(), sym.attrs(), "sm_90a").defines["STAGES"] == 3
+
+
+def test_the_three_stage_ring_on_128x64_tiles_where_a_third_cta_comes():
+    """128x64 tiles (72 KB at 3 stages, 96 at 4; 79 registers) take 3 stages for a 256-deep reduction only on static
+    grids of more than two CTAs per SM, where the third CTA the smaller ring makes room for comes."""
+    from trt_fusedattn.plugins.conv.plan import SM_COUNT
+
+    def plan(n):
+        return ConvCase("1x1", n, 256, 56, 56, 64, 1, 1).plan("sm_90a")
+    assert plan(32).grid[0] > 2 * SM_COUNT and plan(32).defines["STAGES"] == 3  # 784 CTAs
+    assert plan(8).grid[0] <= 2 * SM_COUNT and plan(8).defines["STAGES"] == 4   # 196 CTAs
+    d = plan(32).defines
+    assert (d["BLOCK_M"], d["BLOCK_N"], d.get("WGMMA")) == (128, 64, 1)
+    assert 3 * plan(32).shared_mem <= SHARED_LIMIT["sm_90a"] < 3 * plan(8).shared_mem
 
 
 def test_the_tap_row_gather_where_a_filter_row_fills_over_half_a_tile():

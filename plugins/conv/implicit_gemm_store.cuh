@@ -40,6 +40,8 @@ __device__ __forceinline__ void store_staged_tile(const elem_t* tile, int pass_t
   constexpr int kPasses = (kRows * kVecsPerRow + kPassThreads - 1) / kPassThreads;
   constexpr int kBatch = kPasses < 8 ? kPasses : 8;
   constexpr int kIters = (kPasses + kBatch - 1) / kBatch * kBatch;
+  // Without a cluster every index is a row of the tile: no row test (the unclustered kernels' code as before it).
+  constexpr bool kEveryRow = kRows == BLOCK_M && kIters * kPassThreads == kRows * kVecsPerRow;
 #pragma unroll 1
   for (int b = 0; b < kIters; b += kBatch) {
     ElemVec<OUT_VEC> res[kBatch];
@@ -49,7 +51,7 @@ __device__ __forceinline__ void store_staged_tile(const elem_t* tile, int pass_t
     for (int j = 0; j < kBatch; ++j) {
       const int idx = pass_tid + (b + j) * kPassThreads;
       const int row = rows.begin + idx / kVecsPerRow, col = (idx % kVecsPerRow) * OUT_VEC;
-      ok[j] = row < rows.end && m0 + row < M && n0 + col < Kg;
+      ok[j] = (kEveryRow || row < rows.end) && m0 + row < M && n0 + col < Kg;
       offset[j] = (long long)(m0 + row) * K + channel0 + col;
       if (ok[j]) load_residual<OUT_VEC>(res[j], residual, offset[j]);
     }

@@ -99,9 +99,26 @@ def test_head_dim_64_takes_the_warp_specialized_kernel_on_long_static_rows():
     def hd64(length, causal=0):
         return plan_attention([(1, length, 16, 64)] * 3 + [None, None], ["bfloat16"] * 3 + [None, None],
                               FUSED_ATTENTION.resolve({"causal": causal}), "sm_90a")
-    assert hd64(4096).source.name == "attention_sm90.cu" and hd64(4096).defines["KV_STAGES"] == 3
-    assert hd64(8192, causal=1).source.name == "attention_sm90.cu"
-    assert hd64(2048).source.name == hd64(4096, causal=1).source.name == "attention.cu"
+    assert hd64(2048).source.name == "attention_sm90.cu" and hd64(2048).defines["KV_STAGES"] == 3
+    assert hd64(2048).block == (512, 1, 1) and hd64(2048).defines["BLOCK_M"] == 192  # three MMA warpgroups
+    assert hd64(4096, causal=1).source.name == "attention_sm90.cu"
+    assert hd64(1024).source.name == hd64(2048, causal=1).source.name == "attention.cu"
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3fn"])
+def test_head_dim_64_keeps_two_mma_warpgroups_with_a_mask_or_softcap(dtype):
+    """Three MMA warpgroups (160 registers) for plain hd64 tiles; a mask's loads or the softcap spill there, so those
+    keep two (128-row tiles, 240 registers)."""
+    shape, fp8 = (2, 4096, 8, 64), dtype != "bfloat16"
+    scales = {"q_scale": 0.1, "k_scale": 0.1, "v_scale": 0.1} if fp8 else {}
+
+    def hd64(mask=None, softcap=0.0):
+        attrs = FUSED_ATTENTION.resolve({"softcap": softcap, **scales})
+        return plan_attention([shape] * 3 + [mask, None], [dtype] * 3 + [None if mask is None else "bool", None],
+                              attrs, "sm_90a", tuning={"WARP_SPECIALIZED": 1})
+    assert hd64().block == (512, 1, 1) and hd64().defines["BLOCK_M"] == 192
+    for p in (hd64(mask=(2, 1, 4096, 4096)), hd64(softcap=5.0)):
+        assert p.block == (384, 1, 1) and p.defines["BLOCK_M"] == 128
 
 
 def test_fp8_takes_the_warp_specialized_kernel_with_its_scales():

@@ -56,12 +56,16 @@ WGMMA_BY_DEFAULT = True
 # It is the default (when the tuning does not force WGMMA) where it passed the GPU tests and timed faster than the wgmma
 # mainloop at every point: head dims 128 and 256 without a mask. Head dim 64 timed about the same as the wgmma mainloop
 # and masked tiles are untimed: those stay on the wgmma mainloop (measurements: NOTES.md).
-# hd64/hd128 keep three K/V stages (115/226 KB): faster than two at hd128 at every seq >= 2k point; hd64 beats the wgmma
-# mainloop only on long rows, so it is the default there only when the lengths are static and long (non-causal >= 4k,
-# causal >= 8k; shorter rows lose).
-WARP_SPECIALIZED_TILES = {64: (128, 128, 8, 0, 3), 128: (128, 128, 8, 0, 3), 256: (128, 64, 8, 0, 2)}
-# an additive mask's loads at head dim 128 spill (40 B) with 128-key tiles at the MMA warpgroups' 240 registers
-WARP_SPECIALIZED_TILES_MASKED = {**WARP_SPECIALIZED_TILES, 128: (128, 64, 8, 0, 2)}
+# hd64/hd128 keep three K/V stages (115/226 KB): faster than two at hd128 at every seq >= 2k point. hd64 takes three MMA
+# warpgroups (192-row tiles, FlashAttention-3's hd64 shape: its softmax is longer than one warpgroup's products, so a
+# third warpgroup keeps the tensor pipe fed; H100 run attn-ws-2: +8-24% over two warpgroups non-causal 2k-16k, 1.03-1.12x
+# cuDNN from 4k); it is the default where it beat the wgmma mainloop: static lengths, non-causal >= 2k, causal >= 4k
+# (causal 2k lost, 326 vs 345 TFLOP/s). hd256 on 80-key tiles (tuning BLOCK_N=80) timed -3..+4%: not taken.
+WARP_SPECIALIZED_TILES = {64: (192, 128, 12, 0, 3), 128: (128, 128, 8, 0, 3), 256: (128, 64, 8, 0, 2)}
+# Masked or soft-capped specializations: an additive mask's loads at head dim 128 spill (40 B) with 128-key tiles at
+# the MMA warpgroups' 240 registers; hd64 keeps two MMA warpgroups (with three, at 160 registers, a mask's loads or the
+# softcap's tanh spill 36-196 B)
+WARP_SPECIALIZED_TILES_MASKED = {**WARP_SPECIALIZED_TILES, 64: (128, 128, 8, 0, 3), 128: (128, 64, 8, 0, 2)}
 WARP_SPECIALIZED_DEFAULT_HEAD_DIMS = (128, 256)
 LOAD_WARPGROUP_THREADS = 128
 # FP8 (E4M3 Q/K/V): the warp-specialized kernel with e4m3 wgmmas on sm_90a only (an sm_89 mma.sync path is not built
@@ -69,8 +73,11 @@ LOAD_WARPGROUP_THREADS = 128
 # transposes V, the FP8 wgmma's B being K-major only). P <= 1 when quantized, so the running max moves whenever it
 # grows (threshold 0). Head dim 256 takes 64-key tiles: the 128-key tile was 3-7% faster in v4's run although ptxas
 # serializes its wgmmas (C7512, insufficient registers), but it spills 72 B, over the compile test's allowance (with
-# a mask's loads, 60-160 B). Masked and unmasked specializations take the same tiles. Timings: NOTES.md.
-FP8_TILES = {64: (128, 128, 8, 0, 3), 128: (128, 128, 8, 0, 3), 256: (128, 64, 8, 0, 2)}
+# a mask's loads, 60-160 B). Head dim 64 without a mask takes three MMA warpgroups (192-row tiles; H100 run attn-ws-2: +21-41%
+# non-causal, +6-19% causal at 2k-16k, 0.85-1.03x cuDNN FP8), hd128 two (three on 64-key tiles timed equal). Masked and
+# unmasked specializations take the same tiles otherwise. Timings: NOTES.md.
+FP8_TILES = {64: (192, 128, 12, 0, 3), 128: (128, 128, 8, 0, 3), 256: (128, 64, 8, 0, 2)}
+FP8_TILES_MASKED = {**FP8_TILES, 64: (128, 128, 8, 0, 3)}  # (as WARP_SPECIALIZED_TILES_MASKED: masks/softcap spill at hd64)
 FP8_V_STAGING_TILES = 2
 FP8_RESCALE_THRESHOLD = "0.0f"
 # Every n-th n8 block of S exponentiated on the FP32 pipe instead of MUFU (attention_softmax.cuh; 0: none): every 4th
@@ -221,7 +228,7 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
         raise ValueError(f"FusedAttention: the wgmma mainloop runs on {', '.join(WGMMA_ARCHES)} for head dims "
                          f"{sorted(WGMMA_TILES)} (Q/K and V alike), not {arch} head dims {dim}/{vdim}; use WGMMA=0")
     long_rows = (dim == 64 and all(isinstance(d, int) for d in (len_q, len_kv)) and
-                 min(len_q, len_kv) >= (8192 if int(attrs.get("causal", 0)) else 4096))
+                 min(len_q, len_kv) >= (4096 if int(attrs.get("causal", 0)) else 2048))
     ws = int((tuning or {}).get("WARP_SPECIALIZED", fp8 or wgmma and "WGMMA" not in (tuning or {}) and mask_kind is None
                                 and not decode and (dim in WARP_SPECIALIZED_DEFAULT_HEAD_DIMS or long_rows)))
     if ws and not wgmma:
@@ -229,8 +236,9 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
                          f"needs WGMMA=1 ({', '.join(WGMMA_ARCHES)}, head dims {sorted(WGMMA_TILES)})")
     if fp8 and not ws:
         raise ValueError("FusedAttention FP8 runs on the warp-specialized kernel only (WGMMA=1, WARP_SPECIALIZED=1)")
-    ws_table = (FP8_TILES if fp8 else WARP_SPECIALIZED_TILES_MASKED if mask_kind is not None
-                else WARP_SPECIALIZED_TILES)
+    plain = mask_kind is None and not float(attrs.get("softcap", 0.0))  # (a negative softcap is refused below)
+    ws_table = ((FP8_TILES if plain else FP8_TILES_MASKED) if fp8
+                else WARP_SPECIALIZED_TILES if plain else WARP_SPECIALIZED_TILES_MASKED)
     block_m, block_n, warps, q_in_registers, stages = (ws_table[dim] if ws else decode.tile if decode
                                                        else WGMMA_TILES[dim] if wgmma
                                                        else table[tile_key] if tile_key else TILE_LARGE)

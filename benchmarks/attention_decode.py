@@ -1,7 +1,7 @@
 """FusedAttention decode (issue 10 item 2) beside torch SDPA's cuDNN and flash backends, one run, one GPU: 1-16
-queries x 1k-128k keys, GQA 32/8, head dim 128 (or --head-dim 64), bfloat16; ours' K/V read bandwidth against the device read measured
-in the same run, and the plan's decode tuning variants (cluster splits, key groups of warps, 32 rows a warp, the
-wgmma mainloop) as columns beside the plan's choice. Several queries attend bottom-right causally (torch gets the same
+queries x 1k-128k keys, GQA 32/8, head dim 128 (or --head-dim 64), bfloat16; ours' K/V read bandwidth against the device
+read measured in the same run, and the plan's decode tuning variants (cluster splits, wgmma key groups and K/V stages,
+the previous rule's choice) as columns beside the plan's choice. Several queries attend bottom-right causally (torch gets the same
 as a boolean mask). Timing as benchmarks/attention.py (CUDA-graph replays, median).
 
     python benchmarks/attention_decode.py --out benchmarks/results/attention_h100_decode_v4.md
@@ -10,12 +10,14 @@ as a boolean mask). Timing as benchmarks/attention.py (CUDA-graph replays, media
 from __future__ import annotations
 
 import argparse
+from unittest import mock
 
 import torch
 
 from attention import ceilings, ours, read_bandwidth, rel_err, time_ms, torch_backends, versions, write_report
 from trt_fusedattn.launcher import device_arch, precompile
 from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION
+from trt_fusedattn.plugins.attention import plan_decode
 from trt_fusedattn.plugins.attention.plan import plan_attention
 
 # (queries, keys, batch)
@@ -26,61 +28,64 @@ DECODE = tuple((lq, lkv, b) for lq in (1, 4, 16)
 DECODE_TUNING = ("WGMMA", "BLOCK_M", "BLOCK_N", "NUM_WARPS", "Q_IN_REGISTERS", "KV_STAGES", "PACK_GQA", "KV_SPLIT",
                  "WARP_SPLIT", "MIN_BLOCKS_PER_SM")
 L2_BYTES = 50 * 2 ** 20  # H100's L2: K/V smaller than this stay in it across the graph's back-to-back calls
-# key groups of warps per block (WARP_SPLIT) timed beside the plan's choice, with the K/V tile each group streams
-KEY_GROUPS = ((1, 64), (2, 32), (4, 16), (4, 32), (8, 16))
-# 64 packed rows with 32 rows a warp (two warps a key group): half the shared-memory reads of K/V per K/V byte
-ROWS32_A_WARP = "4 key groups x32, 32 rows a warp"
 # 64 packed rows on the wgmma mainloop (attention_decode_sm90.cuh): key groups of one warpgroup, K/V tile of each,
 # K/V stages of each (3: a ring with two tiles in flight while one is computed)
 WGMMA_GROUPS = ((1, 64, 2), (1, 128, 2), (2, 64, 2), (3, 64, 2), (1, 64, 3), (1, 128, 3), (2, 64, 3))
 # the plan's own tile with a third K/V stage a key group
 STAGES3 = "plan's tile, 3 K/V stages"
-# <= 16 packed rows (1-4 queries of GQA 32/8) on v4.1's 16-row mma.sync tile: four one-warp key groups of 16 keys
-ROWS16_MMA_SYNC = "16 rows, mma.sync 4 key groups x16"
+# the plan's choice by the rule before v5 (session 4's v4.2: no 3-stage split tiles, head dim 64 on mma.sync)
+PREVIOUS_RULE = "previous rule (v4.2)"
+
+
 def _wgmma_name(groups: int, block_n: int, stages: int) -> str:
     return f"wgmma {groups} key groups x{block_n}" + (f", {stages} stages" if stages != 2 else "")
 
 
-DECODE_VARIANTS = (["split 1", "split 2", "split 4", "split 8"] + [f"{w} key groups x{n}" for w, n in KEY_GROUPS]
-                   + [ROWS32_A_WARP] + [_wgmma_name(*g) for g in WGMMA_GROUPS] + [ROWS16_MMA_SYNC, STAGES3])
+DECODE_VARIANTS = (["split 1", "split 2", "split 4", "split 8"] + [_wgmma_name(*g) for g in WGMMA_GROUPS]
+                   + [STAGES3, PREVIOUS_RULE])
 
 
-def decode_variants(plan) -> dict:
-    """Tunings to time beside the plan's decode choice: each cluster split, each number of key groups of warps (at most
-    16 warps a block: 128 registers a thread) on mma.sync, for 64 packed rows warps of 32 rows, and wgmma key groups
-    of one 64-row warpgroup (each at the plan's split), and the plan's tile with three K/V stages."""
+def decode_variants(plan, previous) -> dict:
+    """Tunings to time beside the plan's decode choice: each cluster split, wgmma key groups of one 64-row warpgroup
+    (each at the plan's split), the plan's tile with three K/V stages, and ``previous`` (the previous rule's plan)."""
     base = {k: plan.defines[k] for k in DECODE_TUNING}
     variants = {f"split {s}": {**base, "KV_SPLIT": s} for s in (1, 2, 4, 8) if s != base["KV_SPLIT"]}
-    row_warps = base["NUM_WARPS"] // base["WARP_SPLIT"]
-    for w, block_n in KEY_GROUPS:
-        tuning = {**base, "WGMMA": 0, "NUM_WARPS": row_warps * w, "WARP_SPLIT": w, "BLOCK_N": block_n}
-        if tuning != base and row_warps * w <= 16:
-            variants[f"{w} key groups x{block_n}"] = tuning
-    if base["BLOCK_M"] == 64:
-        variants[ROWS32_A_WARP] = {**base, "WGMMA": 0, "NUM_WARPS": 8, "WARP_SPLIT": 4, "BLOCK_N": 32}
     for w, block_n, stages in WGMMA_GROUPS:  # (1-4 queries: a 64-row warpgroup with 4-16 packed rows)
         tuning = {**base, "WGMMA": 1, "BLOCK_M": 64, "NUM_WARPS": 4 * w, "WARP_SPLIT": w, "BLOCK_N": block_n,
                   "KV_STAGES": stages}
         if tuning != base:
             variants[_wgmma_name(w, block_n, stages)] = tuning
-    rows = plan.scalars[3] * base["PACK_GQA"]  # (scalars: batch, heads_q, heads_kv, len_q, ...)
-    tuning = {**base, "WGMMA": 0, "BLOCK_M": 16, "NUM_WARPS": 4, "WARP_SPLIT": 4, "BLOCK_N": 16}
-    if rows <= 16 and tuning != base:
-        variants[ROWS16_MMA_SYNC] = tuning
     if base["KV_STAGES"] != 3:
         variants[STAGES3] = {**base, "KV_STAGES": 3}
+    old = {k: previous.defines[k] for k in DECODE_TUNING}
+    if old != base:
+        variants[PREVIOUS_RULE] = old
     return variants
 
 
-def _decode_plans(dtype, lq: int, lkv: int, batch: int, dim: int, arch: str) -> list:
-    """The plan's choice for one decode shape, then its variants' plans."""
+def _previous_rule_plan(*args):
+    """plan_attention(*args) as the decode rule before v5 chose (its wgmma split tiles off, head dim 128 only)."""
+    with mock.patch.object(plan_decode, "wgmma_split_tile", lambda *a: None), \
+         mock.patch.object(plan_decode, "WGMMA_DECODE_HEAD_DIMS", (128,)):
+        return plan_attention(*args)
+
+
+def decode_plans(dtype, lq: int, lkv: int, batch: int, dim: int, arch: str) -> tuple:
+    """The plan's choice for one decode shape, its variants (name -> tuning) and their plans."""
     causal = int(lq > 1)
     attrs = FUSED_ATTENTION.resolve({"causal": causal, "causal_alignment": "bottom_right" if causal else "top_left"})
     shapes = [(batch, lq, 32, dim), (batch, lkv, 8, dim), (batch, lkv, 8, dim), None, None]
     dtypes = [str(dtype).removeprefix("torch.")] * 3 + [None, None]
     plan = plan_attention(shapes, dtypes, attrs, arch)
-    variants = decode_variants(plan) if plan.defines["PACK_GQA"] > 1 else {}
-    return [plan] + [plan_attention(shapes, dtypes, attrs, arch, tuning=t) for t in variants.values()]
+    previous = _previous_rule_plan(shapes, dtypes, attrs, arch)
+    variants, plans = {}, []
+    for name, tuning in (decode_variants(plan, previous) if plan.defines["PACK_GQA"] > 1 else {}).items():
+        try:
+            plans.append(plan_attention(shapes, dtypes, attrs, arch, tuning=tuning))
+            variants[name] = tuning
+        except ValueError:  # (a tile whose stages do not fit in shared memory: left out)
+            pass
+    return plan, variants, plans
 
 
 def kv_bytes(lkv: int, batch: int, dim: int, dtype) -> int:
@@ -93,7 +98,8 @@ def decode(dtype, dim: int = 128, shapes=DECODE) -> tuple[list, list, list]:
     against the measured device read bandwidth, and the variants."""
     arch = device_arch(0)
     read = read_bandwidth()
-    precompile([p for lq, lkv, b in shapes for p in _decode_plans(dtype, lq, lkv, b, dim, arch)], arch)  # in parallel
+    precompile([p for lq, lkv, b in shapes for plan, _, plans in [decode_plans(dtype, lq, lkv, b, dim, arch)]
+                for p in [plan, *plans]], arch)  # in parallel
     names = DECODE_VARIANTS
     header = ["queries", "keys", "batch", "K/V MB", "plan (rows x keys tile, warps, key groups, pack, split, wgmma)",
               "ours ms", "ours K/V TB/s", "% of read", "cuDNN ms", "flash (FA2) ms", "best torch", "ours/best",
@@ -105,7 +111,7 @@ def decode(dtype, dim: int = 128, shapes=DECODE) -> tuple[list, list, list]:
         causal = lq > 1
         out = torch.full_like(q, float("nan"))
         alignment = "bottom_right" if causal else "top_left"
-        plan = _decode_plans(dtype, lq, lkv, b, dim, arch)[0]
+        plan, variants, _ = decode_plans(dtype, lq, lkv, b, dim, arch)
         t_ours = time_ms(ours(q, k, v, out, causal, alignment=alignment))
         mask = torch.ones(lq, lkv, device="cuda", dtype=torch.bool).tril(lkv - lq) if causal else None
         times, ref = torch_backends(q, k, v, False, mask)
@@ -118,7 +124,6 @@ def decode(dtype, dim: int = 128, shapes=DECODE) -> tuple[list, list, list]:
                f"{kv / t_ours / 1e9:.2f}", f"{kv / t_ours / 1e9 / read:.0%}", f"{times['cuDNN']:.4f}",
                f"{times['flash (FA2)']:.4f}", best_name, f"{times[best_name] / t_ours:.2f}",
                f"{times['cuDNN'] / t_ours:.2f}", f"{rel_err(out, ref) if ref is not None else float('nan'):.1e}"]
-        variants = decode_variants(plan) if d["PACK_GQA"] > 1 else {}
         for n in names:
             row.append(f"{time_ms(ours(q, k, v, out, causal, variants[n], alignment=alignment)):.4f}"
                        if n in variants else "")

@@ -36,6 +36,13 @@ def _cases():
         # warpgroup on 64-key tiles (256 CTAs), 16 rows on 128-key tiles (128 CTAs)
         AttentionCase("gqa32-8-1x700-keylen-b32", batch=32, len_q=1, len_kv=700, key_lengths=True, **llama),
         AttentionCase("gqa32-8-4x2000-causal-br-b16", batch=16, len_q=4, len_kv=2000, **llama, **br),
+        # v5's split tiles (parts of >= 2k keys): two groups x three stages on clusters of 8, three groups on the
+        # 64-CTA grid of 2-CTA clusters, one group x three stages on a 128-CTA grid; head dim 64 on wgmma
+        AttentionCase("gqa32-8-1x17000", batch=1, len_q=1, len_kv=17000, **llama),
+        AttentionCase("gqa32-8-16x9000-causal-br-b4-hd64", batch=4, len_q=16, len_kv=9000, heads_q=32, heads_kv=8,
+                      dim=64, small=True, **br),
+        AttentionCase("gqa32-8-2x8200-keylen-b4-hd64-fp16", batch=4, len_q=2, len_kv=8200, heads_q=32, heads_kv=8,
+                      dim=64, dtype="float16", key_lengths=True),
         AttentionCase("mqa8-1-1x2000-bool-b11k", len_q=1, len_kv=2000, heads_q=8, heads_kv=1, dim=128, mask="bool",
                       mask_shape=(2, 1, 1, 2000), small=True),
         AttentionCase("mqa8-1-16x1000-causal-br", len_q=16, len_kv=1000, heads_q=8, heads_kv=1, dim=128,

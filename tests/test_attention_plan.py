@@ -149,39 +149,55 @@ def _decode(batch=1, lq=1, lkv=32768, hq=32, hkv=8, dim=128, arch="sm_90a", mask
                           arch)
 
 
-@pytest.mark.parametrize("batch, lq, lkv, hq, hkv, tile, groups, split, wgmma", [
-    (4, 1, 32768, 32, 8, (16, 16, 4), 4, 4, 0),    # 32 CTAs without the split: 4 per cluster give 128
-    (32, 1, 4096, 32, 8, (64, 64, 4), 1, 1, 1),    # 256 CTAs fill the GPU: no split, one wgmma group (4 of 64 rows)
-    (16, 4, 4096, 32, 8, (64, 128, 4), 1, 1, 1),   # 128 CTAs: no split, one wgmma group of 128-key tiles
-    (1, 16, 32768, 32, 8, (64, 64, 8), 2, 8, 1),   # 64 packed rows: one tile per K/V head, two wgmma groups
-    (4, 16, 32768, 32, 8, (64, 64, 8), 2, 2, 1),   # 32 one-an-SM CTAs: x4 in clusters of 4 would exceed 120 at once
-    (1, 16, 1000, 8, 1, (128, 64, 8), 1, 4, 0),    # MQA: 128 rows in one tile; 1000 keys split in 4 (>= 128 a part)
-    (8, 3, 4096, 32, 8, (16, 16, 4), 4, 2, 0),     # 12 rows in one 16-row tile; 64 CTAs x 2 give 128
-    (2, 5, 8192, 16, 2, (64, 64, 8), 2, 8, 1),     # 40 rows in a 64-row tile of 2 wgmma groups; 8 x 2 parts
+@pytest.mark.parametrize("batch, lq, lkv, hq, hkv, tile, groups, split, wgmma, stages", [
+    (4, 1, 32768, 32, 8, (64, 64, 4), 1, 4, 1, 3),   # 32 CTAs without the split: 4 per cluster give 128 (two an SM)
+    (32, 1, 4096, 32, 8, (64, 64, 4), 1, 1, 1, 2),   # 256 CTAs fill the GPU: no split, one wgmma group (4 of 64 rows)
+    (16, 4, 4096, 32, 8, (64, 128, 4), 1, 1, 1, 2),  # 128 CTAs: no split, one wgmma group of 128-key tiles
+    (1, 16, 32768, 32, 8, (64, 64, 8), 2, 8, 1, 3),  # 64 packed rows: one tile per K/V head, two wgmma groups
+    (4, 16, 32768, 32, 8, (64, 64, 12), 3, 2, 1, 2),  # 32 one-an-SM CTAs: x4 in clusters of 4 would exceed 120 at once
+    (1, 16, 1000, 8, 1, (128, 64, 8), 1, 4, 0, 2),   # MQA: 128 rows in one tile; 1000 keys split in 4 (>= 128 a part)
+    (8, 3, 4096, 32, 8, (64, 64, 4), 1, 2, 1, 3),    # 12 rows in one 64-row tile; 64 CTAs x 2 give 128
+    (2, 5, 8192, 16, 2, (64, 64, 8), 2, 8, 1, 2),    # 40 rows in a 64-row tile of 2 wgmma groups; 8 x 2 parts of 1k
+    (1, 1, 4096, 32, 8, (16, 32, 4), 4, 8, 0, 2),    # 8 x 8 parts of 512 keys (L2-resident K/V): the mma.sync tile
 ])
 def test_decode_packs_a_kv_heads_query_heads_and_splits_small_grids(batch, lq, lkv, hq, hkv, tile, groups, split,
-                                                                     wgmma):
+                                                                     wgmma, stages):
     """Issue 10 item 2: the query heads of one K/V head share a tile (rows = query x head of the group), the grid runs
     over K/V heads, the block's warps form key groups, and the keys split over a cluster until the grid has a CTA per
-    SM (while each part keeps 128 keys). At head dim 128 on sm_90a, 64-row tiles and grids that need no split run on
-    the wgmma mainloop."""
+    SM (while each part keeps 128 keys). At head dims 64/128 on sm_90a, 64-row tiles, grids that need no split and
+    (v5) split grids whose parts keep >= 2k keys run on the wgmma mainloop, the latter with three K/V stages a group
+    (except three groups on the 64-CTA grids of 2-CTA clusters)."""
     p = _decode(batch, lq, lkv, hq, hkv, causal=1, causal_alignment="bottom_right")
     assert p.source.name == "attention.cu" and p.defines["WGMMA"] == wgmma and p.defines["PACK_GQA"] == hq // hkv
     assert (p.defines["BLOCK_M"], p.defines["BLOCK_N"], p.defines["NUM_WARPS"]) == tile
     assert p.defines["WARP_SPLIT"] == groups and p.defines["KV_SPLIT"] == split and p.block == (32 * tile[2], 1, 1)
-    assert p.grid == (-(-lq * hq // hkv // tile[0]) * split, hkv, batch)
+    assert p.grid == (-(-lq * hq // hkv // tile[0]) * split, hkv, batch) and p.defines["KV_STAGES"] == stages
+
+
+def test_v5_split_tiles_fit_where_the_rule_says():
+    """v5's split tiles: two groups x three stages on clusters of 8 (one block an SM), one group x three stages on
+    grids of >= 128 CTAs (two blocks an SM: 115,696 B each plus the 1 KB the driver reserves a block, within an
+    H100/H200 SM's 233,472 B), for head dims 64 and 128 alike."""
+    for dim in (64, 128):
+        split8 = _decode(batch=1, lkv=32768, dim=dim)
+        full = _decode(batch=4, lkv=32768, dim=dim)
+        assert (split8.defines["WARP_SPLIT"], split8.defines["KV_STAGES"], split8.defines["KV_SPLIT"]) == (2, 3, 8)
+        assert (full.defines["WARP_SPLIT"], full.defines["KV_STAGES"], full.defines["KV_SPLIT"]) == (1, 3, 4)
+        assert split8.defines["WGMMA"] == full.defines["WGMMA"] == 1
+        assert full.shared_mem == (64 + 2 * 3 * 64) * dim * 2 + 1024 - 16
+    assert 2 * (_decode(batch=4, lkv=32768).shared_mem + 1024) <= 233472
 
 
 def test_decode_tile_follows_the_grid():
-    """On sm_90a at head dim 128 (wgmma): one group on 64-key tiles where the grid has two CTAs an SM without a split,
-    on 128-key tiles at one, two groups for 64 rows on split grids; elsewhere (sm_80, head dim 64) mma.sync: 64 rows
+    """On sm_90a at head dims 64 and 128 (wgmma): one group on 64-key tiles where the grid has two CTAs an SM without a
+    split, on 128-key tiles at one, two groups for 64 rows on split grids; elsewhere (sm_80) mma.sync: 64 rows
     take one group of four warps on full grids and four groups of four warps (64x32, 16 warps) below; 16 rows take
     32-key tiles below 128 CTAs."""
     from trt_fusedattn.plugins.attention.plan_decode import (DECODE_TILES_FULL_GRID, DECODE_TILES_SMALL_GRID,
                                                              DECODE_TILES_WGMMA_NO_SPLIT)
     br = dict(causal=1, causal_alignment="bottom_right")
     (_, wgmma_full, _, _), (_, wgmma_fewer, _, _) = DECODE_TILES_WGMMA_NO_SPLIT
-    for arch, dim, wgmma in (("sm_90a", 128, 1), ("sm_90a", 64, 0), ("sm_80", 128, 0)):
+    for arch, dim, wgmma in (("sm_90a", 128, 1), ("sm_90a", 64, 1), ("sm_80", 128, 0)):
         for lq in (1, 16):
             full = _decode(batch=32, lq=lq, lkv=1024, arch=arch, dim=dim, **br).defines
             tile = wgmma_full if wgmma else DECODE_TILES_FULL_GRID[64][0] if lq == 16 else (16, 16, 4)
@@ -190,7 +206,7 @@ def test_decode_tile_follows_the_grid():
         fewer = _decode(batch=16, lq=16, lkv=32768, arch=arch, dim=dim, **br).defines  # 128 CTAs
         expect = (wgmma_fewer[1], 4, 1, 1) if wgmma else (32, 16, 4, 1)
         assert (fewer["BLOCK_N"], fewer["NUM_WARPS"], fewer["WARP_SPLIT"], fewer["KV_SPLIT"]) == expect
-    small = _decode(batch=1).defines
+    small = _decode(batch=1, lkv=4096).defines  # (parts of 512 keys: v5's split tiles need 2k)
     assert (small["BLOCK_M"], small["BLOCK_N"]) == DECODE_TILES_SMALL_GRID[16][0][:2] and small["KV_SPLIT"] == 8
     assert small["WGMMA"] == 0
 
@@ -244,7 +260,7 @@ def test_key_groups_get_their_own_stages_and_combine_space():
     pitch = 128 + 8
     rows64_16 = {"WGMMA": 0, "BLOCK_M": 64, "NUM_WARPS": 16, "WARP_SPLIT": 4, "BLOCK_N": 16, "PACK_GQA": 4}
     shapes = [(1, 16, 32, 128), (1, 32768, 8, 128), (1, 32768, 8, 128), None, None]
-    for p, fits in ((_decode(batch=4), True),  # the 16x16 tile of four groups
+    for p, fits in ((_decode(batch=4, arch="sm_80"), True),  # the 16x16 tile of four groups
                     (plan_attention(shapes, ["bfloat16"] * 3 + [None] * 2, FUSED_ATTENTION.resolve({}), "sm_90a",
                                     tuning=rows64_16), False)):
         d = p.defines

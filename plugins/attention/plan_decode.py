@@ -54,10 +54,29 @@ ONE_PER_SM_CLUSTER_CTAS = 120
 #   an SM) from FULL_GRID_CTAS CTAs, 5-9% faster than the mma.sync tiles (1-4 queries too: 1.02-1.03x cuDNN at one
 #   query), of 128-key tiles (145 KB) below that, 6% faster at 128 CTAs;
 # - <= 32 rows on grids that split stay on the mma.sync tiles (the wgmma ones were equal or slower there).
-# Head dim 64 takes the wgmma tiles only as a tuning (untimed).
+# Head dim 64 takes the same tiles since v5 (session 5 run 1, `--head-dim 64`: every shape faster than its mma.sync
+# tile, e.g. 16 x 32k x 4 0.1110 ms vs 0.1488 with three groups, 1 x 32k x 16 0.3636 vs 0.4373 with one group of
+# 128-key tiles).
 DECODE_TILES_WGMMA = {64: ((64, 64, 8, 0, 2), 2, 1)}
 DECODE_TILES_WGMMA_NO_SPLIT = ((FULL_GRID_CTAS, (64, 64, 4, 0, 2), 1, 2), (SPLIT_TARGET_CTAS, (64, 128, 4, 0, 2), 1, 1))
-WGMMA_DECODE_HEAD_DIMS = (128,)
+WGMMA_DECODE_HEAD_DIMS = (64, 128)
+# v5: on grids that split, the wgmma tile of <= 64 packed rows (1-16 queries of GQA 32/8) is chosen by the grid after the
+# split (session 5 run 1, H100, variant columns at the plan's split; KV_STAGES 3: a ring of three K/V tile pairs a key
+# group, two in flight while one is computed):
+# (only where each CTA's part of the keys keeps >= V5_MIN_PART_KEYS keys: below that, e.g. 4k keys over 8 CTAs or 1k
+# over 4, L2-resident K/V, the v4.1 tiles stay: the 3-stage pair lost 9% at 1 x 4k x 1, three groups 22% at 16 x 1k x 1)
+# - clusters of SPLITS[-1] (8) CTAs on grids of <= ONE_PER_SM_CLUSTER_CTAS (batch 1 x 8 K/V heads: 64 CTAs, each alone
+#   on its SM, must pull twice its share of the read): two groups of 64-key tiles x three stages (214 KB), 5-6% faster than v4.1 at 1, 4 and 16 queries
+#   (16 x 32k x 1 0.0522 ms vs 0.0553, 85% of the read; 1 x 32k x 1 0.0512 vs mma.sync 0.0540, 1.01x cuDNN; 1 x 128k x 1
+#   0.1789 vs 0.1900);
+# - grids of >= SPLIT_TARGET_CTAS CTAs after the split: one group of 64-key tiles x three stages (115,696 B: two blocks
+#   an SM), 2-4% faster at 4k keys x batch 8 (1 x 4k x 8 0.0502 vs 0.0510), equal at 32k/128k x batch 4;
+# - fewer CTAs on smaller clusters (16 queries x 32k/128k x batch 4: 64 CTAs of a 2-CTA cluster): three groups of
+#   64-key tiles x two stages, 2-5% faster than two groups (0.1841 vs 0.1883 ms; 0.7010 vs 0.7348).
+V5_MIN_PART_KEYS = 2048
+WGMMA_SPLIT8_TILE = ((64, 64, 8, 0, 3), 2, 1)
+WGMMA_SPLIT_FULL_TILE = ((64, 64, 4, 0, 3), 1, 2)
+WGMMA_SPLIT_FEW_CTAS_TILE = ((64, 64, 12, 0, 2), 3, 1)
 
 
 class DecodeChoice(NamedTuple):
@@ -97,6 +116,18 @@ def combine_bytes(block_m: int, block_n: int, stages: int, dim: int, dim_v: int,
     return 0 if partials <= 2 * stages * block_n * (pitch_qk + pitch_v) else key_groups * partials
 
 
+def wgmma_split_tile(rows: int, ctas: int, split: int, len_kv: int):
+    """v5's wgmma decode tile (tile, key groups, blocks an SM) for ``rows`` packed rows on a grid of ``ctas`` CTAs split
+    over clusters of ``split``, or None where the v4.1 tiles stay."""
+    if len_kv < V5_MIN_PART_KEYS * split:
+        return None
+    if split == SPLITS[-1]:  # (one block an SM: only grids a wave of 8-CTA clusters holds; larger ones are untimed)
+        return WGMMA_SPLIT8_TILE if ctas * split <= ONE_PER_SM_CLUSTER_CTAS else None
+    if ctas * split >= SPLIT_TARGET_CTAS:
+        return WGMMA_SPLIT_FULL_TILE
+    return WGMMA_SPLIT_FEW_CTAS_TILE if rows > 16 else None
+
+
 def plan_decode(batch, len_q, len_kv, heads_q, heads_kv, dim: int, dim_v: int, arch: str) -> DecodeChoice | None:
     """The decode plan for these dimensions, or None when the shape is not decode (or not static enough to know)."""
     if not _static(len_q, heads_q, heads_kv) or len_q > DECODE_MAX_QUERIES:
@@ -126,6 +157,9 @@ def plan_decode(batch, len_q, len_kv, heads_q, heads_kv, dim: int, dim_v: int, a
             if other:
                 tile, warp_split, per_sm = other
                 split = decode_split(ctas, len_kv, warp_split, arch, per_sm)
+            v5 = wgmma_ok and pack > 1 and rows <= 64 and split > 1 and wgmma_split_tile(rows, ctas, split, len_kv)
+            if v5:
+                (tile, warp_split, per_sm), wgmma = v5, 1
     if pack == 1 and split == 1 and not wgmma:
         return None  # nothing decode-specific: the general tiles serve it
     return DecodeChoice(tile, pack, split, warp_split, wgmma)

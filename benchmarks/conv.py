@@ -532,9 +532,10 @@ def table_rows(nets: dict, batches_of: dict, arch: str, budget_s: float | None, 
 
 # The previous session's rule, as the plan constants that changed since (session 6, after the cluster sum shared by
 # every rank: clusters of 4 tiles a rank and 4-CTA clusters of up to 104 CTAs; float16/bfloat16 3x3 reductions of >= 32
-# tiles split before they narrow; 128x64 tiles take the 3-stage ring on grids of > 2 CTAs per SM): the "prev" column.
+# tiles split before they narrow; K/G <= 64 on grids of > 2 128x64 tiles per SM takes one warpgroup on 3 stages): the
+# "prev" column.
 PREVIOUS_RULE = dict(WS_MIN_RANK_TILES=8, CLUSTER_CTA_CAP={2: 132, 3: 120, 4: 96}, WS_SPLIT_FIRST_TILES=64,
-                     THREE_STAGE_MIN_CTAS={(128, 128): conv_plan.THREE_STAGE_MIN_CTAS[128, 128]})
+                     ONE_WARPGROUP_MIN_CTAS=1 << 30)
 
 
 @contextlib.contextmanager
@@ -713,7 +714,7 @@ def main():
              "cN = the reduction split over an N-CTA cluster, sw = M-tile pairs sharing the W tile, Nst = the ring's "
              "stages of the unspecialized wgmma loop, trN = the stem's tap-row gather for N blocks per SM); prev = the previous session's rule (benchmarks/conv.py "
              "PREVIOUS_RULE: clusters of >= 8 tiles a rank, 4-CTA clusters of <= 96 CTAs, only 3x3 reductions of >= 64 tiles "
-             "split before they narrow, 128x64 tiles on 4 stages; \"=\": the same "
+             "split before they narrow, K/G <= 64 on two warpgroups; \"=\": the same "
              "kernel). err = |fused - base| "
              "/ |base|, graph err = |graph - base| / |base| (normwise).\n"]
     if args.quick:

@@ -575,7 +575,11 @@ def test_warp_specialized_default_by_reduction_and_static_output_size():
     assert choice(512, 256, 1, hw=28) == (True, 192, 128, 1)      # 262 CTAs: two waves of 192x128 (2.8) beat three of
                                                                   # 128x128 (392 CTAs, 3.0) and two of 256x128 (3.6)
     assert choice(512, 2048, 1, hw=7) == (True, 128, 256, 1)      # 104 CTAs of 128x256 (a tie with 256x128: kept)
-    assert choice(256, 256, 3) == (True, 128, 128, 1)             # 6272 pixels: 98 CTAs
+    assert choice(256, 256, 3) == (True, 192, 128, 2)             # 6272 pixels: 98 CTAs of 128x128 (one part-filled
+                                                                  # wave) -> 132 of 192x128 on 2-CTA clusters
+    assert choice(256, 256, 3, n=64) == (True, 192, 128, 1)       # 196 CTAs of 128x128: the waves rule
+    assert choice(2048, 512, 1, hw=7) == (True, 128, 128, 2)      # 32 tiles: 26 CTAs of 128x256 -> 52 of 128x128,
+                                                                  # split before narrowing (104 CTAs)
     assert choice(128, 128, 3, n=8, hw=28) == (True, 128, 64, 1)  # 49 CTAs -> 98 narrow
     assert choice(256, 256, 3, n=8) == (True, 128, 128, 4)        # 1568 pixels: 26 CTAs -> 104 on 4-CTA clusters
     assert choice(1024, 256, 1, n=8) == (True, 128, 64, 2)
@@ -590,7 +594,7 @@ def test_warp_specialized_default_by_reduction_and_static_output_size():
                                                                   # of 192x128 (1.4)
     assert choice(1024, 512, 1, n=8) == (True, 128, 64, 1)        # 26 wide CTAs -> 104 narrow
     assert choice(1024, 2048, 1, n=8, stride=2) == (True, 128, 64, 1)
-    assert choice(256, 256, 3, dtype="bfloat16") == (True, 128, 128, 1)
+    assert choice(256, 256, 3, dtype="bfloat16") == (True, 192, 128, 2)
     assert choice(256, 256, 3, arch="sm_89")[0] is False
     # symbolic batch: the channel rule alone
     sym = ConvCase("t", 8, 256, 14, 14, 256, 3, 3, pad=1)
@@ -606,16 +610,16 @@ def test_share_w_is_an_override_off_by_default(monkeypatch):
     whole pairs); with the switch on, the default shares where N*P*Q is static and the reduction is not split."""
     from trt_fusedattn.plugins.conv import plan as conv_plan
 
-    def plan(c, k, kernel, n=32, hw=14, **overrides):
+    def plan(c, k, kernel, n=8, hw=28, **overrides):
         return ConvCase("t", n, c, hw, hw, k, kernel, kernel, pad=kernel // 2).plan("sm_90a", **overrides)
-    assert "SHARE_W" not in plan(256, 256, 3).defines
-    shared = plan(256, 256, 3, share_w=True)
+    assert "SHARE_W" not in plan(128, 128, 3).defines
+    shared = plan(128, 128, 3, share_w=True)
     assert shared.defines.get("SHARE_W") == 1 and shared.grid[0] == 50  # 49 M tiles -> 25 pairs
     monkeypatch.setattr(conv_plan, "SHARE_W_BY_DEFAULT", True)
-    assert plan(256, 256, 3).defines.get("SHARE_W") == 1
-    assert "SHARE_W" not in plan(256, 256, 3, n=8).defines               # 2-CTA reduction split
-    assert "SHARE_W" not in plan(256, 256, 3, cluster=2).defines
-    assert "SHARE_W" not in plan(256, 256, 3, share_w=False).defines
+    assert plan(128, 128, 3).defines.get("SHARE_W") == 1
+    assert "SHARE_W" not in plan(128, 128, 3, n=1).defines               # 4-CTA reduction split
+    assert "SHARE_W" not in plan(128, 128, 3, cluster=2).defines
+    assert "SHARE_W" not in plan(128, 128, 3, share_w=False).defines
     assert "SHARE_W" not in plan(64, 64, 3, hw=56).defines               # not the warp-specialized kernel
 
 
@@ -675,18 +679,25 @@ def test_the_three_stage_ring_only_where_the_grid_outnumbers_the_sms():
     assert plan_conv(shapes, sym.dtypes(), sym.attrs(), "sm_90a").defines["STAGES"] == 3
 
 
-def test_the_three_stage_ring_on_128x64_tiles_where_a_third_cta_comes():
-    """128x64 tiles (72 KB at 3 stages, 96 at 4; 79 registers) take 3 stages for a 256-deep reduction only on static
-    grids of more than two CTAs per SM, where the third CTA the smaller ring makes room for comes."""
+def test_narrow_outputs_on_large_grids_take_one_warpgroup_on_three_stages():
+    """K/G <= 64 on a static grid of more than two 128x64 tiles per SM: the one-warpgroup 128x64 tile on a 3-stage ring
+    (three CTAs an SM by shared memory); smaller grids and a symbolic batch keep two warpgroups on the plan's ring."""
     from trt_fusedattn.plugins.conv.plan import SM_COUNT
 
-    def plan(n):
-        return ConvCase("1x1", n, 256, 56, 56, 64, 1, 1).plan("sm_90a")
-    assert plan(32).grid[0] > 2 * SM_COUNT and plan(32).defines["STAGES"] == 3  # 784 CTAs
-    assert plan(8).grid[0] <= 2 * SM_COUNT and plan(8).defines["STAGES"] == 4   # 196 CTAs
-    d = plan(32).defines
-    assert (d["BLOCK_M"], d["BLOCK_N"], d.get("WGMMA")) == (128, 64, 1)
-    assert 3 * plan(32).shared_mem <= SHARED_LIMIT["sm_90a"] < 3 * plan(8).shared_mem
+    def plan(n, c=256, kernel=1):
+        return ConvCase("t", n, c, 56, 56, 64, kernel, kernel, pad=kernel // 2).plan("sm_90a")
+    for c, kernel in ((256, 1), (64, 3), (64, 1)):
+        big, small = plan(32, c, kernel), plan(8, c, kernel)
+        assert big.grid[0] > 2 * SM_COUNT >= small.grid[0]  # 784 / 196 CTAs
+        d = big.defines
+        assert (d["BLOCK_M"], d["BLOCK_N"], d["WARPS_M"] * d["WARPS_N"], d["STAGES"], d.get("WGMMA")) == (128, 64, 4, 3, 1)
+        assert big.block == (128, 1, 1) and 3 * big.shared_mem <= SHARED_LIMIT["sm_90a"]
+        assert small.defines["WARPS_M"] * small.defines["WARPS_N"] == 8
+    sym = ConvCase("t", 32, 256, 56, 56, 64, 1, 1)
+    shapes = sym.shapes()
+    shapes[0] = (Sym.var("n"), *shapes[0][1:])
+    d = plan_conv(shapes, sym.dtypes(), sym.attrs(), "sm_90a").defines
+    assert d["WARPS_M"] * d["WARPS_N"] == 8
 
 
 def test_the_tap_row_gather_where_a_filter_row_fills_over_half_a_tile():

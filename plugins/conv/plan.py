@@ -135,11 +135,15 @@ WS_MIN_CTAS = SM_COUNT // 2
 # reductions 6.3 µs on 4 CTAs of 4 tiles, 7.6 on 2 of 8).
 CLUSTER_CTA_CAP = {2: 132, 3: 120, 4: 104}
 WS_MIN_RANK_TILES = 4
-# Float16/bfloat16 filters larger than 1x1 whose reductions have at least this many tiles split a short grid's tile
-# over a cluster before narrowing it, where the split grid fills half the SMs (WS_MIN_CTAS) at once with >=
-# WS_SPLIT_FIRST_RANK_TILES tiles a rank: a narrower tile re-reads more operand bytes per MAC (conv-1's sweep at batch
-# 8: 3x3 256 @14 11.0 µs on 128x128 over 4-CTA clusters, 11.8 on 128x64 over 2; a 16-tile 1x1 reduction lost it:
-# 1x1 1024>512 @14 9.5 vs 9.1). 1x1 filters and FP8 keep narrowing first (not measured split first).
+# Float16/bfloat16 reductions of at least this many tiles split a short grid's tile (128 columns at most: a 128x256
+# tile's fp32 partial sums are twice the size, not measured) over a cluster before narrowing it, where the split grid
+# fills half the SMs (WS_MIN_CTAS) at once with >= WS_SPLIT_FIRST_RANK_TILES tiles a rank: a narrower tile re-reads more
+# operand bytes per MAC (session 6 sweeps, H100: b8 3x3 256 @14 11.0 µs on 128x128 over 4-CTA clusters, 11.8 on 128x64
+# over 2; b32 1x1 2048>512 @7 13.3 on 128x128 over 2, 15.2 on 128x64; a 16-tile 1x1 reduction lost it: 1x1 1024>512
+# @14 b8 9.5 vs 9.1). Their 3x3 filters, where 128x128 tiles make one part-filled wave, take 192-row tiles on 2-CTA
+# clusters where those fill the SMs at once (b32 3x3 256 @14 and 3x3/2 256 @28, 98 tiles of 128x128: 20.3 µs on 132
+# CTAs of 192x128 c2, 21.1-21.3 on 128x128; 1x1 1024>256 @14, 16 tiles, lost it: 13.3 vs 11.6). FP8 keeps narrowing
+# first (not measured split first).
 WS_SPLIT_FIRST_TILES = 32
 WS_SPLIT_FIRST_RANK_TILES = 8
 # The time of one CTA's tile relative to 128x128's on the WS kernel (conv-2 sweep at
@@ -148,12 +152,15 @@ WS_SPLIT_FIRST_RANK_TILES = 8
 # tiles, one wave): measured 1.44-1.58 (session 5 conv-1); 1.4 orders every measured case right, where 1.5 would tie
 # 1x1 512>256 @28 and 1x1/2 512>1024 @28 with 128x128 and keep the slower 128x128.
 WS_TILE_COST = {"128x128w8": 1.0, "256x128w8": 1.8, "128x256w8": 1.8, "128x64w8": 0.75, "192x128w12": 1.4}
-# The unspecialized wgmma loop's 3-stage ring for 256-deep reductions (gemm_tile), per (BLOCK_M, BLOCK_N): only on
-# static grids of at least this many CTAs, so that the CTA the smaller ring makes room for comes: 128x128 (96 KB
-# instead of 128: two CTAs an SM) on more CTAs than SMs (with fewer, 4 stages were ~5% faster: lead's H100 run, session
-# 4); 128x64 (72 KB instead of 96, 79 registers: three CTAs an SM instead of two) on more than two per SM (session 6:
-# 1x1 256>64 @56 at batch 32).
-THREE_STAGE_MIN_CTAS = {(128, 128): SM_COUNT + 1, (128, 64): 2 * SM_COUNT + 1}
+# The unspecialized wgmma loop's 3-stage ring for 256-deep reductions on 128x128 tiles (gemm_tile) only on static
+# grids of more CTAs than SMs: with fewer no second CTA shares an SM, and 4 stages were ~5% faster (lead's H100 run,
+# session 4).
+THREE_STAGE_MIN_CTAS = SM_COUNT + 1
+# K/G <= 64 on a static grid of more than two 128x64 tiles per SM: the one-warpgroup 128x64 tile on a 3-stage ring (72
+# KB: three CTAs an SM) instead of two warpgroups on 4 (session 6 conv-2's short sweep at batch 32, H100: 1x1 64>64 @56
+# 10.6 µs vs 12.0, 3x3 64 @56 27.2 vs 29.8, 1x1 256>64 @56 27.3 vs 28.7; at batch 8, 196 CTAs, 3x3 64 @56 was faster on
+# two warpgroups, 10.0 vs 10.5).
+ONE_WARPGROUP_MIN_CTAS = 2 * SM_COUNT + 1
 # The wgmma main loop is the default on sm_90a since its GPU tests passed and it timed faster (NOTES.md); for FP8 it is
 # the only way to Hopper's FP8 rate (ptxas lowers mma.sync e4m3 to fp16 HMMA there).
 FP8_WGMMA_BY_DEFAULT = True
@@ -213,10 +220,11 @@ def default_ws_tile(cg: int, kg: int, taps: int, pixels: int | None, block_k: in
     128x64 for K/G <= 64, 128x256 for wide 1x1 outputs, else 128x128. With the output size static (``pixels`` = N*P*Q
     an int) a tile that leaves most SMs idle narrows (128x256 -> 128x128 -> 128x64) and, still short, splits the
     reduction over the largest cluster whose CTAs all fit on the SMs at once (CLUSTER_CTA_CAP) with >= WS_MIN_RANK_TILES
-    reduction tiles each; deep float16/bfloat16 reductions over filters larger than 1x1 (>= WS_SPLIT_FIRST_TILES tiles:
-    3x3 over 256+ channels) split before they narrow where the split grid fills half the SMs, since narrower tiles
-    re-read more operand bytes per MAC from L2. A grid of enough CTAs takes the tile of the fewest waves
-    times its cost per CTA (WS_TILE_COST: 256x128 tiles win where 128x128 spill into a second wave). ``block_k``:
+    reduction tiles each; deep float16/bfloat16 reductions (>= WS_SPLIT_FIRST_TILES tiles: 3x3 over 256+ channels,
+    1x1 over 2048) split before they narrow where the split grid fills half the SMs, since narrower tiles re-read more
+    operand bytes per MAC from L2. A grid of enough CTAs takes the tile of the fewest waves times its cost per CTA
+    (WS_TILE_COST: 256x128 tiles win where 128x128 spill into a second wave); a deep 3x3 reduction whose 128x128 tiles
+    make one part-filled wave takes 192x128 on 2-CTA clusters where those fill the SMs. ``block_k``:
     reduction elements per tile (FP8 with e4m3 X: 128 over >= 256 channels, the same 128-byte rows as float16's 64).
     ``small_grids_only``: None unless the output is static and too small for the channel tile, and the tile is split
     over a cluster or the reduction is below 4096, or the waves rule picks 192x128 (FP8 with e4m3 X: where the WS
@@ -228,15 +236,18 @@ def default_ws_tile(cg: int, kg: int, taps: int, pixels: int | None, block_k: in
     if not isinstance(pixels, int):
         return None if small_grids_only else (tile, 1)
     ctas = lambda name: output_tiles(pixels, kg, *GEMM_TILES[name][:2])  # noqa: E731
+    k_tiles = -(-reduction // block_k)
+    deep = not small_grids_only and k_tiles >= WS_SPLIT_FIRST_TILES
     if ctas(tile) >= WS_MIN_CTAS:
+        if deep and taps > 1 and tile == "128x128w8" and ctas(tile) <= SM_COUNT \
+                and 2 * ctas("192x128w12") <= CLUSTER_CTA_CAP[2]:
+            return "192x128w12", 2  # one part-filled wave of 128x128: 192-row tiles on 2-CTA clusters fill the SMs
         waves = lambda name: -(-ctas(name) // SM_COUNT) * WS_TILE_COST[name]  # noqa: E731
         best = min([tile] + [t for t in WS_TILE_COST if t != tile and GEMM_TILES[t][1] <= kg], key=waves)
         if small_grids_only and best not in WS_ONLY_TILES:
             return None  # FP8 e4m3 X: of the large-grid WS tiles only 192x128 beat the unspecialized loop (conv-1)
         return best, 1
-    k_tiles = -(-reduction // block_k)
-    deep = taps > 1 and not small_grids_only and k_tiles >= WS_SPLIT_FIRST_TILES
-    split_first = lambda name: deep and any(  # noqa: E731
+    split_first = lambda name: deep and GEMM_TILES[name][1] <= 128 and any(  # noqa: E731
         WS_MIN_CTAS <= ctas(name) * c <= cap and k_tiles >= WS_SPLIT_FIRST_RANK_TILES * c
         for c, cap in CLUSTER_CTA_CAP.items())
     for narrower in ("128x128w8", "128x64w8"):
@@ -325,6 +336,10 @@ def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, b
     wants_wgmma = (mma in ("wgmma", "wgmma_ws") or (mma is None and by_default)) and arch in WGMMA_ARCHES \
         and in_vec == 8
     choice = (ws_choice or default_wgmma_tile(cg, kg, taps)) if wants_wgmma and tile is None else None
+    one_warpgroup = (choice == ("128x64w8", 1) and not ws_choice and not fp8 and isinstance(pixels, int)
+                     and output_tiles(pixels, kg, 128, 64) >= ONE_WARPGROUP_MIN_CTAS)
+    if one_warpgroup:
+        choice = ("128x64w4", 1)
     if choice:
         (default_tile, default_cluster), default_block_k = choice, None
         cluster = cluster or default_cluster
@@ -365,12 +380,13 @@ def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, b
     depth = max(min_stages, min(stages or (4 if fp8 or block_k == 32 or wgmma else 3), k_tiles + wgmma))
     if warp_specialized:  # the deepest ring that fits (cut below), no deeper than the CTA's tiles need
         depth = max(min_stages, min(stages or WS_MAX_STAGES, k_tiles + 1))
-    elif wgmma and not fp8 and stages is None and block_k == 64 and k_tiles == 4 \
-            and (block_m, block_n) in THREE_STAGE_MIN_CTAS and warps_m * warps_n == 8 and (
-                pixels is None or output_tiles(pixels, kg, block_m, block_n) >= THREE_STAGE_MIN_CTAS[block_m, block_n]):
-        depth = 3  # a 256-deep reduction: 3 stages let one more CTA share an SM, one's epilogue under the other's
-                   # loads; 4 held the whole reduction (H100 sweep conv-3: 15-22% faster on 128x128). Only where the
-                   # grid brings that CTA (or is not static): else it never comes (~5% slower, lead's run)
+    elif wgmma and not fp8 and stages is None and (block_m, block_n, block_k) == (128, 128, 64) and k_tiles == 4 \
+            and (pixels is None or output_tiles(pixels, kg, block_m, block_n) >= THREE_STAGE_MIN_CTAS):
+        depth = 3  # a 256-deep reduction: 3 stages (96 KB) let two CTAs share an SM, one's epilogue under the other's
+                   # loads; 4 (128 KB) held the whole reduction for one (H100 sweep conv-3: 15-22% faster). Only where
+                   # the grid outnumbers the SMs (or is not static): else no second CTA comes (~5% slower, lead's run)
+    elif one_warpgroup and stages is None:
+        depth = 3  # three CTAs an SM (ONE_WARPGROUP_MIN_CTAS)
     config = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, WARPS_M=warps_m, WARPS_N=warps_n,
                   SPLIT_K=split, STAGES=depth, IN_VEC=in_vec, OUT_VEC=_largest_vector(kg))
     if fp8:

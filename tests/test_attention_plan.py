@@ -269,3 +269,22 @@ def test_key_groups_get_their_own_stages_and_combine_space():
         assert d["WARP_SPLIT"] > 1 and (partials <= group_stages) == fits
         assert p.shared_mem == (d["BLOCK_M"] * pitch * 2 + d["WARP_SPLIT"] * group_stages
                                 + (0 if fits else d["WARP_SPLIT"] * partials))
+
+
+def test_head_dim_64_takes_64_row_tiles_at_four_blocks_an_sm_with_few_keys():
+    """Head dim 64 on the single-role wgmma mainloop with <= WGMMA_SHORT_KEYS static keys and no mask (ViT-L, BERT
+    with key lengths, SD cross attention): 64-row tiles at four blocks an SM; more keys, a mask, a softcap, a tuning or
+    head dim 128 keep the 128-row tiles."""
+    from trt_fusedattn.plugins.attention.plan import WGMMA_SHORT_KEYS
+
+    def plan(lkv, dim=64, mask=None, attrs=None, tuning=None):
+        return plan_attention([(32, 197, 16, dim), (32, lkv, 16, dim), (32, lkv, 16, dim), mask, None],
+                              ["bfloat16"] * 3 + [None if mask is None else "bool", None],
+                              FUSED_ATTENTION.resolve(attrs or {}), "sm_90a", tuning=tuning)
+    for lkv in (77, 197, WGMMA_SHORT_KEYS):
+        p = plan(lkv)
+        assert (p.defines["BLOCK_M"], p.defines["NUM_WARPS"], p.defines["MIN_BLOCKS_PER_SM"]) == (64, 4, 4)
+        assert p.defines["WGMMA"] == 1 and p.defines["WARP_SPECIALIZED"] == 0 and p.grid == (4, 16, 32)
+    for p in (plan(WGMMA_SHORT_KEYS + 1), plan(197, mask=(32, 1, 1, 197)), plan(197, dim=128),
+              plan(197, attrs={"softcap": 30.0}), plan(197, tuning={"WGMMA": 1})):
+        assert p.defines["BLOCK_M"] == 128

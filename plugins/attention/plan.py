@@ -65,8 +65,10 @@ WGMMA_BY_DEFAULT = True
 # hd64/hd128 keep three K/V stages (115/226 KB): faster than two at hd128 at every seq >= 2k point. hd64 takes three MMA
 # warpgroups (192-row tiles, FlashAttention-3's hd64 shape: its softmax is longer than one warpgroup's products, so a
 # third warpgroup keeps the tensor pipe fed; H100 run attn-ws-2: +8-24% over two warpgroups non-causal 2k-16k, 1.03-1.12x
-# cuDNN from 4k); it is the default where it beat the wgmma mainloop: static lengths, non-causal >= 2k, causal >= 4k
-# (causal 2k lost, 326 vs 345 TFLOP/s). hd256 on 80-key tiles (tuning BLOCK_N=80) timed -3..+4%: not taken.
+# cuDNN from 4k); it is the default where it beat the wgmma mainloop: static lengths, non-causal >= 1500, causal >= 4k
+# (causal 2k lost, 326 vs 345 TFLOP/s; non-causal: Whisper 8x1500 0.2268 ms vs 0.2528 on the wgmma mainloop, 1.07x cuDNN,
+# H100 run attn-decode-2's deployment table, while BERT's 512 rows lost 28%; 513-1499 untimed). hd256 on 80-key tiles
+# (tuning BLOCK_N=80) timed -3..+4%: not taken.
 WARP_SPECIALIZED_TILES = {64: (192, 128, 12, 0, 3), 128: (128, 128, 8, 0, 3), 256: (128, 64, 8, 0, 2)}
 # Masked or soft-capped specializations: an additive mask's loads at head dim 128 spill (40 B) with 128-key tiles at
 # the MMA warpgroups' 240 registers; hd64 keeps two MMA warpgroups (with three, at 160 registers, a mask's loads or the
@@ -234,7 +236,7 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
         raise ValueError(f"FusedAttention: the wgmma mainloop runs on {', '.join(WGMMA_ARCHES)} for head dims "
                          f"{sorted(WGMMA_TILES)} (Q/K and V alike), not {arch} head dims {dim}/{vdim}; use WGMMA=0")
     long_rows = (dim == 64 and all(isinstance(d, int) for d in (len_q, len_kv)) and
-                 min(len_q, len_kv) >= (4096 if int(attrs.get("causal", 0)) else 2048))
+                 min(len_q, len_kv) >= (4096 if int(attrs.get("causal", 0)) else 1500))
     ws = int((tuning or {}).get("WARP_SPECIALIZED", fp8 or wgmma and "WGMMA" not in (tuning or {}) and mask_kind is None
                                 and not decode and (dim in WARP_SPECIALIZED_DEFAULT_HEAD_DIMS or long_rows)))
     if ws and not wgmma:

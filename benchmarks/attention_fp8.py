@@ -34,11 +34,12 @@ def quantize(x: torch.Tensor, scale: float) -> torch.Tensor:
 
 
 def real_inputs(shape, outliers: bool, gen) -> torch.Tensor:
-    x = torch.randn(shape, device="cuda", generator=gen)
+    """Inputs on the generator's device: N(0, 1), or heavy-tailed with outliers (also the CPU accuracy study's)."""
+    x = torch.randn(shape, device=gen.device, generator=gen)
     if outliers:  # heavy-tailed (normal scale mixture) with 0.1% outliers of magnitude 20-35
-        x = x * torch.exp(0.7 * torch.randn(shape, device="cuda", generator=gen))
-        hit = torch.rand(shape, device="cuda", generator=gen) < 1e-3
-        x = torch.where(hit, torch.sign(x) * (20 + 15 * torch.rand(shape, device="cuda", generator=gen)), x)
+        x = x * torch.exp(0.7 * torch.randn(shape, device=gen.device, generator=gen))
+        hit = torch.rand(shape, device=gen.device, generator=gen) < 1e-3
+        x = torch.where(hit, torch.sign(x) * (20 + 15 * torch.rand(shape, device=gen.device, generator=gen)), x)
     return x
 
 

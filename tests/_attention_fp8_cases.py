@@ -111,6 +111,19 @@ def _cases():
         FP8Case("fp8-3wg-hd128-heavy-additive", dim=128, data="heavy", mask="additive", len_q=500, len_kv=500,
                 tuning=wg3 + (("BLOCK_N", 64),)),
     ]
+    # head dim 128 on 192-key tiles (V^T in three 64-byte-swizzled column blocks); masks spill there (bool: 96 B)
+    n192 = (("BLOCK_N", 192),)
+    cases += [
+        FP8Case("fp8-n192-hd128-e4m3-out", dim=128, len_q=300, len_kv=700, **e4m3_out, tuning=n192, small=True),
+        FP8Case("fp8-n192-hd128-keylen-causal-br", dim=128, key_lengths=True, len_q=1000, len_kv=1000, causal=1,
+                alignment="bottom_right", tuning=n192, small=True),
+        FP8Case("fp8-n192-hd128-causal-top-left-100x300", dim=128, len_q=100, len_kv=300, causal=1, tuning=n192),
+        FP8Case("fp8-n192-hd128-heavy-gqa", dim=128, data="heavy", heads_q=8, heads_kv=2, len_q=500, len_kv=1500,
+                tuning=n192),
+        FP8Case("fp8-n192-hd128-long-kv-7x16534", batch=1, heads_q=2, heads_kv=2, len_q=7, len_kv=16534, dim=128,
+                tuning=n192),
+        FP8Case("fp8-n192-hd128-2stages", dim=128, len_q=700, len_kv=1100, tuning=n192 + (("KV_STAGES", 2),)),
+    ]
     two_stages = (("KV_STAGES", 2),)  # the benchmark's alternatives
     cases += [replace(c, name=c.name + "-2stages", tuning=two_stages, small=False)
               for c in cases if c.name in ("fp8-hd64", "fp8-hd128", "fp8-causal-bottom_right-100x300-hd128")]

@@ -30,8 +30,12 @@ static_assert((kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256) && kHeadDim
               "the wgmma mainloop serves head dims 64, 128 and 256 (the same for Q/K and V)");
 // 80-key tiles: head dim 256 on the warp-specialized kernel, where two stages of 64 fit with 35 KB to spare
 // (FlashAttention-3's hd256 tile is 128 x 80).
-static_assert(kBlockN == 64 || kBlockN == 128 || (kBlockN == 80 && !FP8 && WARP_SPECIALIZED),
-              "the wgmma mainloop takes BLOCK_N 64 or 128 (the warp-specialized kernel at 16 bits also 80)");
+// 192-key tiles: FP8 head dim 128 (FlashAttention-3's FP8 hd128 tile is 128 x 224): 1.5x the keys per tile's fixed
+// costs, S 96 + P 24 + O 64 registers a thread.
+static_assert(kBlockN == 64 || kBlockN == 128 || (kBlockN == 80 && !FP8 && WARP_SPECIALIZED) ||
+                  (kBlockN == 192 && FP8 && kHeadDim == 128),
+              "the wgmma mainloop takes BLOCK_N 64 or 128 (the warp-specialized kernel at 16 bits also 80, FP8 head "
+              "dim 128 also 192)");
 static_assert(kWarpRows == 16 && kMAtoms == 1 && kWarps % 4 == 0, "the wgmma mainloop needs BLOCK_M = 16 * NUM_WARPS "
               "(one warpgroup per 64 query rows)");
 static_assert(Q_IN_REGISTERS == 0, "the wgmma mainloop reads Q from shared memory (Q_IN_REGISTERS=0)");
@@ -44,6 +48,9 @@ constexpr int kSwizzleChunks = kSwizzleRowBytes / 16;  // 16-byte chunks per swi
 constexpr int kChunkElems = 16 / sizeof(qkv_t);         // elements per 16-byte chunk
 constexpr int kQKSteps = kHeadDim * sizeof(qkv_t) / 32;  // 32-byte k-steps of Q K^T (k16, FP8 k32)
 constexpr int kPVSteps = kBlockN * sizeof(qkv_t) / 32;   // 32-byte k-steps of P V over the keys
+// FP8 V^T tiles: column blocks of kVtRowBytes keys ([HEAD_DIM rows][kVtRowBytes] each, one swizzle row a head-dim
+// row), 128 where BLOCK_N is a multiple of 128, else 64 (192 keys: three blocks of 64)
+constexpr int kVtRowBytes = kBlockN % 128 == 0 ? 128 : 64;
 constexpr int kQTileElems = kBlockM * kHeadDim;
 constexpr int kKTileElems = kBlockN * kHeadDim;
 constexpr int kVTileElems = kKTileElems;
@@ -155,16 +162,20 @@ __device__ __forceinline__ void pack_p(uint32_t (&a)[kPVSteps][4], const float (
 }
 
 // Issue O += P V as one wgmma group; O and P stay owned by it until the caller's wait. FP8: sV is a V^T tile
-// ([HEAD_DIM][BLOCK_N] bytes, BLOCK_N-byte swizzle rows, 8-row groups at 8 * BLOCK_N B), K-major, a k32 step 32 B on.
+// (BLOCK_N / kVtRowBytes column blocks of [HEAD_DIM][kVtRowBytes] bytes, 8-row groups at 8 * kVtRowBytes B), K-major,
+// a k32 step 32 B on inside a block, the next block HEAD_DIM * kVtRowBytes B on.
 __device__ __forceinline__ void gemm_pv_issue(float (&o)[1][kDTiles][4], uint32_t (&a)[kPVSteps][4],
                                               const qkv_t* sV) {
   if constexpr (FP8) {
-    const uint64_t vt_desc = smem_desc<kBlockN>(smem_addr(sV), 16, 8 * kBlockN);
+    const uint64_t vt_desc = smem_desc<kVtRowBytes>(smem_addr(sV), 16, 8 * kVtRowBytes);
     fence_operands(a);
     fence_operands(o[0]);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kPVSteps; ++kk) wgmma_rs_e4m3<kHeadDim>(o[0], a[kk], vt_desc + ((kk * 32) >> 4));
+    for (int kk = 0; kk < kPVSteps; ++kk) {
+      const uint32_t b_bytes = (kk * 32 / kVtRowBytes) * (kHeadDim * kVtRowBytes) + (kk * 32) % kVtRowBytes;
+      wgmma_rs_e4m3<kHeadDim>(o[0], a[kk], vt_desc + (b_bytes >> 4));
+    }
   } else {
     const uint64_t v_desc = smem_desc<128>(smem_addr(sV), kBlockN * kSwizzleRowBytes, kSwizzleAtomBytes);
     fence_operands(a);

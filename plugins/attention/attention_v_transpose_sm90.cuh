@@ -1,7 +1,8 @@
 // FP8 P V: the V^T tiles the load warpgroup writes, and why P needs no shuffle on its way from S to the A operand.
 //
 // FP8 wgmma takes B only K-major (no transpose flag), so P V needs V^T: [HEAD_DIM rows][BLOCK_N keys] bytes, keys
-// contiguous, each row a BLOCK_N-byte swizzle row (128: 16-byte chunk c of row d at c ^ (d % 8); 64: c ^ ((d/2) % 4)).
+// contiguous, each row a BLOCK_N-byte swizzle row (128: 16-byte chunk c of row d at c ^ (d % 8); 64: c ^ ((d/2) % 4));
+// 192 keys: three column blocks of 64 keys, each [HEAD_DIM][64] bytes in the 64-byte swizzle (kVtRowBytes).
 // The loader copies V as it copies K (cp.async into the K layout, a staging buffer) and transposes it here.
 //
 // Why the key order inside V^T is permuted. P reaches the second product from the fp32 accumulator of S = Q K^T:
@@ -30,13 +31,15 @@
 #include "common/ldmatrix.cuh"
 
 static_assert(FP8, "V^T tiles are for the FP8 P V");
-static_assert(kBlockN == 64 || kBlockN == 128, "V^T rows are one 64- or 128-byte swizzle row of keys");
+static_assert(kBlockN % kVtRowBytes == 0, "V^T rows are whole 64- or 128-byte swizzle rows of keys");
 constexpr int kVtTileBytes = kHeadDim * kBlockN;
 
-// Shared address of the chunk of keys 16 g .. 16 g + 15 in V^T row d.
+// Shared address of the chunk of keys 16 g .. 16 g + 15 in V^T row d: column block g / (kVtRowBytes / 16) (a block
+// of 64 or 128 keys), chunk g % (kVtRowBytes / 16) of that block's row d.
 __device__ __forceinline__ uint32_t vt_chunk(uint32_t tile, int d, int g) {
-  const int swizzle = kBlockN == 128 ? d % 8 : (d / 2) % 4;
-  return tile + d * kBlockN + ((g ^ swizzle) * 16);
+  constexpr int kChunks = kVtRowBytes / 16;
+  const int swizzle = kVtRowBytes == 128 ? d % 8 : (d / 2) % 4;
+  return tile + d * kVtRowBytes + (((g % kChunks) ^ swizzle) * 16) + (g / kChunks) * (kHeadDim * kVtRowBytes);
 }
 
 // V (a [kBlockN keys][kHeadDim] e4m3 tile in the K layout at `v`) -> V^T (at `vt`), by the kThreadsT threads of the

@@ -6,6 +6,7 @@ scales amax / 448 and an e4m3 output, as benchmarks/attention_fp8.py times it).
 
     ncu --profile-from-start off --clock-control none --section SpeedOfLight ... \
         python benchmarks/profile_attention.py --dtype bfloat16 --dim 128 --seq 2048 [--causal] [--cudnn]
+            [--tuning BLOCK_N=176+KV_STAGES=2]
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import argparse
 import torch
 from torch.nn.attention import SDPBackend
 
-from attention import HIDDEN, TOKENS, ours, sdpa
+from attention import HIDDEN, TOKENS, ours, parse_variants, sdpa
 from attention_fp8 import FP8Problem, cudnn_fp8, ours_fp8
 from trt_fusedattn.launcher import device_arch
 
@@ -30,7 +31,8 @@ def call_for(args):
     q, k, v = (torch.randn(batch, args.seq, heads, args.dim, device="cuda", dtype=dtype) for _ in range(3))
     if args.cudnn:
         return sdpa(q, k, v, args.causal, SDPBackend.CUDNN_ATTENTION)
-    return ours(q, k, v, torch.empty_like(q), args.causal)
+    tuning = parse_variants(f"{args.dim}:{args.tuning}")[args.dim][0] if args.tuning else None
+    return ours(q, k, v, torch.empty_like(q), args.causal, tuning)
 
 
 def main():
@@ -40,6 +42,7 @@ def main():
     parser.add_argument("--seq", type=int, default=2048)
     parser.add_argument("--causal", action="store_true")
     parser.add_argument("--cudnn", action="store_true", help="cuDNN's kernel (torch SDPA / frontend sdpa_fp8) instead")
+    parser.add_argument("--tuning", default="", help="plan tuning overrides of ours, e.g. BLOCK_N=176+KV_STAGES=2")
     parser.add_argument("--calls", type=int, default=1, help="profiled calls after the warm-up")
     args = parser.parse_args()
     fn = call_for(args)

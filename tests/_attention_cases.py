@@ -249,6 +249,18 @@ def _warp_specialized_cases():
                             causal=1, alignment="bottom_right", dtype="float16", tuning=bn80),
               AttentionCase("ws-hd256-bn80-causal-2100", batch=1, heads_q=2, heads_kv=2, len_q=2100, len_kv=2100,
                             dim=256, causal=1, tuning=bn80)]  # (with a mask's loads it spills: unmasked only)
+    for bn in (176, 192):  # head dim 128 on 176/192-key tiles, two K/V stages (FlashAttention-3's hd128 tile: 128 x 176)
+        wide = ws + (("BLOCK_N", bn), ("KV_STAGES", 2))
+        small |= {f"ws-hd128-bn{bn}-keylen"}
+        cases += [AttentionCase(f"ws-hd128-bn{bn}", dim=128, len_q=300, len_kv=1000, tuning=wide),
+                  AttentionCase(f"ws-hd128-bn{bn}-keylen", dim=128, len_q=7, len_kv=300, key_lengths=True,
+                                tuning=wide),
+                  AttentionCase(f"ws-hd128-bn{bn}-causal-br-gqa", dim=128, heads_q=8, heads_kv=2, len_q=300,
+                                len_kv=1000, causal=1, alignment="bottom_right", dtype="float16", tuning=wide),
+                  AttentionCase(f"ws-hd128-bn{bn}-causal-2100", batch=1, heads_q=2, heads_kv=2, len_q=2100,
+                                len_kv=2100, dim=128, causal=1, tuning=wide),
+                  AttentionCase(f"ws-hd128-bn{bn}-long-kv-16534", batch=1, heads_q=2, heads_kv=2, len_q=200,
+                                len_kv=16534, dim=128, tuning=wide)]
     return [replace(c, small=c.name in small) for c in cases]
 
 

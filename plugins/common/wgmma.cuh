@@ -78,6 +78,12 @@ __device__ __forceinline__ void fence_operands(uint32_t (&a)[N][4]) {
     "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, " \
     "%41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, " \
     "%61, %62, %63}"
+#define WGMMA_REGS_88                                                                                   \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
+    "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, " \
+    "%41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, " \
+    "%61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, " \
+    "%81, %82, %83, %84, %85, %86, %87}"
 #define WGMMA_REGS_96                                                                                   \
     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
     "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, " \
@@ -97,6 +103,7 @@ __device__ __forceinline__ void fence_operands(uint32_t (&a)[N][4]) {
 #define WGMMA_ACC_N64(j) WGMMA_ACC_N32(j), WGMMA_ACC_N32(j + 4)
 #define WGMMA_ACC_N80(j) WGMMA_ACC_N64(j), WGMMA_ACC4(j + 8), WGMMA_ACC4(j + 9)
 #define WGMMA_ACC_N128(j) WGMMA_ACC_N64(j), WGMMA_ACC_N64(j + 8)
+#define WGMMA_ACC_N176(j) WGMMA_ACC_N128(j), WGMMA_ACC_N32(j + 16), WGMMA_ACC4(j + 20), WGMMA_ACC4(j + 21)
 #define WGMMA_ACC_N192(j) WGMMA_ACC_N128(j), WGMMA_ACC_N64(j + 16)
 #define WGMMA_ACC_N256(j) WGMMA_ACC_N128(j), WGMMA_ACC_N128(j + 16)
 // One m64nN k-step, A and B from descriptors: the accumulators are operands 0..N/2-1, the descriptors IA and IB,
@@ -111,6 +118,7 @@ __device__ __forceinline__ void fence_operands(uint32_t (&a)[N][4]) {
   else if constexpr (N == 64) WGMMA_SS(64, WGMMA_REGS_32, WGMMA_ACC_N64(0), 32, 33, 34, SCALE_D);    \
   else if constexpr (N == 80) WGMMA_SS(80, WGMMA_REGS_40, WGMMA_ACC_N80(0), 40, 41, 42, SCALE_D);    \
   else if constexpr (N == 128) WGMMA_SS(128, WGMMA_REGS_64, WGMMA_ACC_N128(0), 64, 65, 66, SCALE_D);  \
+  else if constexpr (N == 176) WGMMA_SS(176, WGMMA_REGS_88, WGMMA_ACC_N176(0), 88, 89, 90, SCALE_D);  \
   else if constexpr (N == 192) WGMMA_SS(192, WGMMA_REGS_96, WGMMA_ACC_N192(0), 96, 97, 98, SCALE_D);  \
   else WGMMA_SS(256, WGMMA_REGS_128, WGMMA_ACC_N256(0), 128, 129, 130, SCALE_D)
 
@@ -118,8 +126,8 @@ __device__ __forceinline__ void fence_operands(uint32_t (&a)[N][4]) {
 // 32-byte k-step. kAccumulate >= 0 fixes the flag at compile time; -1 (default) takes it from `accumulate`.
 template <int N, int kAccumulate = -1>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t a_desc, uint64_t b_desc, int accumulate = 1) {
-  static_assert(N == 32 || N == 64 || N == 80 || N == 128 || N == 192 || N == 256,
-                "wgmma_ss: N must be 32, 64, 80, 128, 192 or 256");
+  static_assert(N == 32 || N == 64 || N == 80 || N == 128 || N == 176 || N == 192 || N == 256,
+                "wgmma_ss: N must be 32, 64, 80, 128, 176, 192 or 256");
   if constexpr (kAccumulate >= 0) {
     WGMMA_SS_EVERY_N("n"(kAccumulate));
   } else {

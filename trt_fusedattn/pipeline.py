@@ -17,7 +17,7 @@ from trt_fusedattn.calibration import (DEFAULT_SOURCE, FLOAT8_IR_VERSION, Method
 from trt_fusedattn.contract import DOMAIN
 from trt_fusedattn.errors import InputError
 from trt_fusedattn.plugins import CONTRACTS
-from trt_fusedattn.plugins.conv.tensorrt_choice import table_arch
+from trt_fusedattn.plugins.tensorrt_choice import table_arch
 from trt_fusedattn.qdq import declare_opset, unabsorbed_quantizers
 from trt_fusedattn.report import Report
 from trt_fusedattn.rewrites import FAMILIES, run_all

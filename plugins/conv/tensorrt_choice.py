@@ -10,11 +10,13 @@ import argparse
 import json
 import math
 import pprint
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from trt_fusedattn.plugins.conv.tensorrt_choice_measured import MEASURED
+from trt_fusedattn.plugins.tensorrt_choice import Choice, table_arch
+
+OP = "conv"  # what the report says TensorRT's own fusion runs instead
 
 # Class rules per arch, first match wins, used where no measured row has the shape. A rule matches on precision
 # ("fp16" covers float16/bfloat16 FusedConvs, "fp8" the e4m3 ones), depthwise (groups == channels > 1), and
@@ -58,30 +60,6 @@ class ConvShape:
         return self.groups > 1 and self.groups == self.channels
 
 
-@dataclass(frozen=True)
-class Choice:
-    """The decision for one conv on one arch and the evidence behind it."""
-
-    arch: str
-    to_tensorrt: bool
-    evidence: str
-
-    @property
-    def reason(self) -> str:
-        """The report's line for a Conv left to TensorRT."""
-        return f"left to TensorRT: its fused conv is faster for this shape on {self.arch} ({self.evidence})"
-
-
-def table_arch(target: str) -> str:
-    """The table key of a target: "sm_90a", "sm_90", "90" or "9.0" -> "sm_90" (the arch-specific suffix does not
-    change which conv is faster)."""
-    text = str(target).strip().lower()
-    found = re.fullmatch(r"(\d+)\.(\d)", text) or re.fullmatch(r"(?:sm_?|compute_)?(\d+)(\d)[af]?", text)
-    if not found:
-        raise ValueError(f"target {target!r} is not a GPU arch; give one like sm_90a, sm_89 or 9.0")
-    return f"sm_{found.group(1)}{found.group(2)}"
-
-
 def known_archs() -> list[str]:
     """Arches with evidence (rules or measured rows); a target outside them fuses every conv it can."""
     return sorted(set(RULES) | set(MEASURED))
@@ -97,8 +75,8 @@ def choose(shape: ConvShape, target: str) -> Choice | None:
         return measured
     for rule in RULES.get(arch, []):
         if _rule_matches(rule, shape):
-            return Choice(arch, rule["choice"] == "tensorrt", rule["evidence"])
-    return Choice(arch, False, "no measurement or rule covers this shape: fused")
+            return Choice(arch, rule["choice"] == "tensorrt", rule["evidence"], OP)
+    return Choice(arch, False, "no measurement or rule covers this shape: fused", OP)
 
 
 def _rule_matches(rule: dict, shape: ConvShape) -> bool:
@@ -126,7 +104,7 @@ def _measured_choice(shape: ConvShape, arch: str) -> Choice | None:
     worst = min(rows, key=lambda r: r["tensorrt_us"] / r["fused_us"])
     return Choice(arch, worst["tensorrt_us"] < worst["fused_us"],
                   f"{worst['tensorrt_by']} {worst['tensorrt_us']:.1f} µs vs FusedConv {worst['fused_us']:.1f} µs at "
-                  f"batch {worst['batch']}; {worst['source']}")
+                  f"batch {worst['batch']}; {worst['source']}", OP)
 
 
 # What stands for TensorRT's own conv in an anchor row: (row key, how the report names it).

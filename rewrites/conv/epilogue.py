@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from trt_fusedattn.plugins.conv.tensorrt_choice import Choice
+from trt_fusedattn.plugins.tensorrt_choice import Choice
 from trt_fusedattn.rewrites._graph import consumers, folded_value, is_op, is_standard, other_operand, sole_consumer
 from trt_fusedattn.rewrites.conv.activation import NO_ACTIVATION, Activation
 

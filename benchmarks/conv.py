@@ -98,8 +98,17 @@ STEM_SWEEP = [("tap rows 4 blocks", dict(constants=_FOUR_BLOCKS)),
               ("tap rows 4 blocks 4st", dict(constants=_FOUR_BLOCKS, stages=4)),
               ("tap rows 3 blocks", dict(constants=_THREE_BLOCKS)),
               ("element gather", dict(tap_rows=False))]
+# Short grids (b8): two warp-specialized blocks per SM (x2) on reduction clusters beside one (1x1 1024>256 @14 makes 52
+# tiles of 128x64, whose 4-CTA clusters, 208 CTAs, fit at once only two an SM): each block's ring fill and cluster sum
+# under the other's MMAs, at 80 registers a thread and half the shared memory; and 128x128 on 4-CTA clusters with a
+# 5-stage ring, which leaves room for the pushed sums past it (6 stages do not).
+SHORT_GRID_SWEEP = [(f"ws 128x64w8 x{ctas}" + (f" c{c}" if c > 1 else ""),
+                     dict(mma="wgmma_ws", tile="128x64w8", ws_ctas=ctas, **({"cluster": c} if c > 1 else {})))
+                    for ctas in (1, 2) for c in (1, 2, 3, 4)]
+SHORT_GRID_SWEEP += [(f"ws 128x128w8 c4 {st}st", dict(mma="wgmma_ws", tile="128x128w8", cluster=4, stages=st))
+                     for st in (5, 6)] + [("default, sums in the ring", dict(constants=dict(PUSHED_PAST_RING=False)))]
 SWEEPS = {"mma.sync": MMA_SYNC_SWEEP, "wgmma": WGMMA_SWEEP, "wgmma_ws": WS_SWEEP, "ws_rows": WS_ROWS_SWEEP,
-          "ws_cluster": WS_CLUSTER_SWEEP, "short": SHORT_SWEEP, "stem": STEM_SWEEP}
+          "ws_cluster": WS_CLUSTER_SWEEP, "short": SHORT_SWEEP, "stem": STEM_SWEEP, "short_grids": SHORT_GRID_SWEEP}
 BATCHES = (1, 8, 32)
 QUICK_BATCHES = {"ResNet-50": (8, 32), "MobileNetV2": (32,)}  # --quick: the lead's one run in under 4 minutes
 # FP8 variants timed per layer: (label, plan_conv overrides); "default" is the plan's choice. "x8": X already e4m3 in
@@ -116,7 +125,10 @@ FP8_VARIANTS = [("default", dict()), ("x8 default", dict(x_e4m3=True))] + [
 FP8_VARIANTS += [(f"x8 ws {label}", dict(mma="wgmma_ws", tile=label.split()[0], x_e4m3=True, **kw)) for label, kw in [
     ("128x128w8", {}), ("256x128w8", {}), ("128x256w8", {}), ("128x64w8", {}), ("128x128w8 c2", dict(cluster=2)),
     ("128x64w8 c2", dict(cluster=2)), ("128x64w8 c3", dict(cluster=3)), ("192x128w12", {}),
-    ("192x128w12 c2", dict(cluster=2))]]
+    ("192x128w12 c2", dict(cluster=2)),
+    # wide tiles split before narrowing (float16's rule for deep reductions, not yet FP8's): b8 on 256 channels, b32 on 512
+    ("128x128w8 c3", dict(cluster=3)), ("128x128w8 c4", dict(cluster=4)), ("128x256w8 c2", dict(cluster=2)),
+    ("128x256w8 c4", dict(cluster=4))]]
 
 
 @dataclass(frozen=True)
@@ -318,8 +330,8 @@ def fp8_table(layers: list, batches: list, arch: str, only: str | None = None) -
     if arch_number(arch) < 89:
         return [f"\nFP8 FusedConv needs sm_89+ (e4m3 tensor cores); this GPU is {arch}: no FP8 table."]
     scale_x = FP8_SCALE_X
-    variants = {(lay, label): plan for lay in layers for label, kw in fp8_variants
-                for plan in [_plan_or_none(lay, arch, scale_x, **kw)] if plan is not None}
+    variants = {(lay, label, n): plan for lay in layers for n in batches for label, kw in fp8_variants
+                for plan in [_plan_or_none(lay, arch, scale_x, n=n, **kw)] if plan is not None}
     precompile(variants.values(), arch, workers=16)  # nvcc and the driver's JIT, in parallel, before timing
     labels = [label for label, _ in fp8_variants]
     lines = ["\n## FP8 (E4M3) FusedConv on the ResNet-50 3x3 layers\n",
@@ -338,10 +350,10 @@ def fp8_table(layers: list, batches: list, arch: str, only: str | None = None) -
             x8, ptrs = fp8_operands(case, scale_x)
             times, errs = {}, {}
             for label, kw in fp8_variants:
-                if (lay, label) not in variants:
+                if (lay, label, n) not in variants:
                     times[label], errs[label] = float("inf"), float("nan")
                     continue
-                plan = layer_plan(lay, n, arch, scale_x, **kw)
+                plan = variants[lay, label, n]
                 args = [x8.data_ptr(), *ptrs[1:]] if kw.get("x_e4m3") else ptrs
                 fn = lambda plan=plan, args=args: launch(  # noqa: E731
                     plan, arch, args, [case.out.data_ptr()], stream=torch.cuda.current_stream().cuda_stream)
@@ -416,11 +428,11 @@ def environment() -> str:
             f"arch {device_arch(0)}; {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
 
 
-def _plan_or_none(lay: Layer, arch: str, input_scale: float = 0.0, **tile):
-    """layer_plan at batch 1, or None where the layer cannot take these overrides (wgmma asked for but not
+def _plan_or_none(lay: Layer, arch: str, input_scale: float = 0.0, n: int = 1, **tile):
+    """layer_plan at batch n, or None where the layer cannot take these overrides (wgmma asked for but not
     possible: the element gather)."""
     try:
-        plan = layer_plan(lay, 1, arch, input_scale, **tile)
+        plan = layer_plan(lay, n, arch, input_scale, **tile)
     except ValueError:
         return None
     return None if tile.get("mma") in ("wgmma", "wgmma_ws") and "WGMMA" not in plan.defines else plan
@@ -439,8 +451,8 @@ def sweep(nets: dict, batches: list, arch: str, variants: list, only: list[str] 
     time, best variant and its time and its speed over the graph, all times."""
     nets = {net: [(lay, count) for lay, count in layers if lay.groups == 1 and (not only or lay.name in only)]
             for net, layers in nets.items()}
-    plans = {(lay, label): plan for layers in nets.values() for lay, _ in layers
-             for label, kw in variants for plan in [_plan_or_none(lay, arch, **kw)] if plan is not None}
+    plans = {(lay, label, n): plan for layers in nets.values() for lay, _ in layers for n in batches
+             for label, kw in variants for plan in [_plan_or_none(lay, arch, n=n, **kw)] if plan is not None}
     precompile(plans.values(), arch, workers=16)  # nvcc and the driver's JIT, in parallel, before timing
     lines = ["\n## Sweep (implicit-GEMM layers; µs)\n",
              "| net | layer | batch | base | graph | default | best | best variant | best vs graph | all (variant: µs) |",
@@ -457,9 +469,9 @@ def sweep(nets: dict, batches: list, arch: str, variants: list, only: list[str] 
                 want = case.baseline().float()
                 times = {}
                 for label, kw in variants:
-                    if (lay, label) not in plans:
+                    if (lay, label, n) not in plans:
                         continue
-                    fn = plan_call(case, layer_plan(lay, n, arch, **kw), arch)
+                    fn = plan_call(case, plans[lay, label, n], arch)
                     case.out.fill_(float("nan"))
                     fn()
                     err = float((case.out.float() - want).norm() / want.norm())
@@ -530,12 +542,9 @@ def table_rows(nets: dict, batches_of: dict, arch: str, budget_s: float | None, 
     return rows, reasons, sums
 
 
-# The previous session's rule, as the plan constants that changed since (session 6, after the cluster sum shared by
-# every rank: clusters of 4 tiles a rank and 4-CTA clusters of up to 104 CTAs; float16/bfloat16 3x3 reductions of >= 32
-# tiles split before they narrow; K/G <= 64 on grids of > 2 128x64 tiles per SM takes one warpgroup on 3 stages): the
-# "prev" column.
-PREVIOUS_RULE = dict(WS_MIN_RANK_TILES=8, CLUSTER_CTA_CAP={2: 132, 3: 120, 4: 96}, WS_SPLIT_FIRST_TILES=64,
-                     ONE_WARPGROUP_MIN_CTAS=1 << 30)
+# The previous session's rule, as the plan constants that changed since (session 7: clusters of 2 tiles a rank, the
+# warp-specialized kernel's pushed cluster sums past its ring): the "prev" column.
+PREVIOUS_RULE = dict(WS_MIN_RANK_TILES=4, PUSHED_PAST_RING=False)
 
 
 @contextlib.contextmanager
@@ -656,8 +665,8 @@ def main():
     parser.add_argument("--sweep-variants", choices=sorted(SWEEPS), default="mma.sync",
                         help="which sweep: mma.sync tiles, or the wgmma tiles / cluster / taps-inner variants")
     parser.add_argument("--sweep-only", action="store_true", help="only the sweep (no per-layer tables)")
-    parser.add_argument("--sweep-layers", help="';'-separated layer names the sweep is limited to (e.g. "
-                        "'3x3 512>512 @7;1x1 2048>512 @7')")
+    parser.add_argument("--sweep-layers", help="';'-separated layer names the sweep and the FP8 table are limited to "
+                        "(e.g. '3x3 512>512 @7;1x1 2048>512 @7')")
     parser.add_argument("--fp8", action="store_true", help="add the FP8 table (ResNet-50 3x3 layers, sm_89+)")
     parser.add_argument("--fp8-only", action="store_true", help="only the FP8 table")
     parser.add_argument("--fp8-batches", default="8,32", help="batches of the FP8 table")
@@ -679,8 +688,8 @@ def main():
     arch = device_arch(0)
     nets = {name: layers for name, layers in (("ResNet-50", resnet50()), ("MobileNetV2", mobilenet_v2()))
             if name in args.nets.split(",")}
-    resnet_3x3 = [lay for lay, _ in resnet50() if lay.kernel == 3]
     only = args.sweep_layers.split(";") if args.sweep_layers else None
+    resnet_3x3 = [lay for lay, _ in resnet50() if lay.kernel == 3 and (not only or lay.name in only)]
     fp8_batches = [int(b) for b in args.fp8_batches.split(",")]
     if args.fp8_chain_only:
         from conv_fp8_chain import chain_table
@@ -713,8 +722,8 @@ def main():
              "kernel (main loop: ws = the warp-specialized Hopper kernel, wgmma, mma.sync, dw = depthwise; BLOCK_MxN, "
              "cN = the reduction split over an N-CTA cluster, sw = M-tile pairs sharing the W tile, Nst = the ring's "
              "stages of the unspecialized wgmma loop, trN = the stem's tap-row gather for N blocks per SM); prev = the previous session's rule (benchmarks/conv.py "
-             "PREVIOUS_RULE: clusters of >= 8 tiles a rank, 4-CTA clusters of <= 96 CTAs, only 3x3 reductions of >= 64 tiles "
-             "split before they narrow, K/G <= 64 on two warpgroups; \"=\": the same "
+             "PREVIOUS_RULE: clusters of >= 4 tiles a rank, the cluster sums pushed into the ring's bytes after a "
+             "cluster barrier; \"=\": the same "
              "kernel). err = |fused - base| "
              "/ |base|, graph err = |graph - base| / |base| (normwise).\n"]
     if args.quick:

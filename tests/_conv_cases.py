@@ -252,8 +252,13 @@ WS_CASES = [
     _ws(ConvCase("1x1_c64_k128_share_one_tile", 2, 64, 9, 9, 128, 1, 1, residual=True), "128x256w8", share_w=True),
     _ws(ConvCase("3x3_c96_k128_share_3stages", 2, 96, 8, 8, 128, 3, 3, pad=1, scale=True), "256x128w8", share_w=True,
         stages=3),
-    # 3-CTA reduction clusters (uneven slices: 23 tiles of 32 as 7, 8, 8)
+    # 3-CTA reduction clusters (uneven slices: 23 tiles of 32 as 7, 8, 8), two blocks per SM on them (4 tiles as 1, 1,
+    # 2: the pushed sums past a 3-stage ring; 8 as 2, 3, 3: in a 4-stage ring's bytes)
     _ws(ConvCase("3x3_c80_k64_b1", 1, 80, 9, 9, 64, 3, 3, pad=1, residual=True), "128x64w8", cluster=3),
+    _ws(ConvCase("1x1_c256_k96_2ctas_c3", 1, 256, 9, 9, 96, 1, 1, residual=True, post_activation="relu"), "128x64w8",
+        ws_ctas=2, cluster=3),
+    _ws(ConvCase("1x1_c512_k64_2ctas_c3_bf16", 2, 512, 7, 7, 64, 1, 1, scale=True, **_WGMMA_BF16), "128x64w8",
+        ws_ctas=2, cluster=3),
     # FP8 with e4m3 X (A and W as bytes, wgmma k32 e4m3): BLOCK_K 128 over 256 channels, 64 with W shared, a 3-CTA
     # reduction cluster
     _ws(ConvCase("x8_3x3_c256_k192", 2, 256, 7, 9, 192, 3, 3, pad=1, scale=True, input_scale=FP8_INPUT_SCALE,

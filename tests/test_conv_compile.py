@@ -176,6 +176,10 @@ def test_warp_specialized_kernel_ptx(tuned):
     assert "mma.sync" not in ptx
     assert (".reqnctapercluster" in ptx) == ("CLUSTER_K" in d or "SHARE_W" in d)
     assert ("barrier.cluster.wait" in ptx) == ("CLUSTER_K" in d or "SHARE_W" in d)
+    # cluster sums past the ring: arrived on at kernel start, one release barrier after the pushes (else two)
+    assert ("barrier.cluster.arrive.relaxed" in ptx) == ("PUSHED_OFFSET" in d)
+    if "CLUSTER_K" in d:  # the MMA and the load warpgroups' paths
+        assert ptx.count("barrier.cluster.arrive.release") == (2 if "PUSHED_OFFSET" in d else 4)
     for instruction in ("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32", "mbarrier.expect_tx",
                         "mbarrier.arrive.shared::cluster.b64", "fence.mbarrier_init.release.cluster"):
         assert (instruction in ptx) == ("SHARE_W" in d), f"{instruction} in {tuned.name}'s PTX"

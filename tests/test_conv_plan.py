@@ -261,7 +261,9 @@ def test_e4m3_x_moves_bytes_and_writes_float16():
     ws = plan_conv(case.shapes(), dtypes, case.attrs(), "sm_90a")
     w = ws.defines
     assert ws.kernel == "fused_conv_implicit_gemm_sm90" and w["X_E4M3"] == 1 and w["BLOCK_K"] == 128
-    assert ws.shared_mem == 1024 + w["STAGES"] * (w["BLOCK_M"] + w["BLOCK_N"]) * w["BLOCK_K"]
+    ring = w["STAGES"] * (w["BLOCK_M"] + w["BLOCK_N"]) * w["BLOCK_K"]  # one byte per operand element
+    pushed = (w["CLUSTER_K"] - 1) * math.ceil(w["BLOCK_M"] // 16 / w["CLUSTER_K"]) * 16 * w["BLOCK_N"] * 4
+    assert w["PUSHED_OFFSET"] == ring and ws.shared_mem == 1024 + ring + pushed  # cluster sums past the ring
     x8 = plan_conv(case.shapes(), dtypes, case.attrs(), "sm_90a", block_k=64, mma="wgmma")
     quantized = plan_conv(case.shapes(), case.dtypes(), case.attrs(), "sm_90a", block_k=64)
     q = quantized.defines
@@ -492,6 +494,8 @@ def test_warp_specialized_case_plans(tuned: TunedCase):
     assert ctas == tuned.overrides.get("ws_ctas", 1) and plan.shared_mem == gemm_shared_bytes(d) <= limit
     stage = (d["BLOCK_M"] + d["BLOCK_N"]) * d["BLOCK_K"] * (1 if case.x_e4m3 else 2)  # operand bytes
     assert plan.shared_mem >= 1024 + d["STAGES"] * stage
+    if "PUSHED_OFFSET" in d:  # the cluster sums past the ring and the staged tile
+        assert d.get("CLUSTER_K", 1) > 1 and d["PUSHED_OFFSET"] >= max(d["STAGES"] * stage, d["BLOCK_M"] * (d["BLOCK_N"] + 8) * 2)
     tiles = math.ceil(case.kh * case.kw * case.c // case.groups / d["BLOCK_K"] / d.get("CLUSTER_K", 1))
     assert 3 <= d["STAGES"] <= max(3, min(tuned.overrides.get("stages", 6), tiles + 1))
     assert plan.shared_mem + stage > limit or d["STAGES"] == max(3, min(tuned.overrides.get("stages", 6), tiles + 1))
@@ -514,6 +518,8 @@ def test_warp_specialized_cases_cover_what_they_claim():
     assert any((t.case.k // t.case.groups) % d["BLOCK_N"] for t, d in plans)
     tiles = lambda t, d: math.ceil(t.case.kh * t.case.kw * t.case.c // t.case.groups / d["BLOCK_K"])  # noqa: E731
     assert any(tiles(t, d) < d["CLUSTER_K"] for t, d in plans if "CLUSTER_K" in d)
+    for ctas in (1, 2):  # cluster sums past the ring and in its bytes (no room past it), one and two blocks per SM
+        assert {"PUSHED_OFFSET" in d for _, d in plans if "CLUSTER_K" in d and d.get("WS_CTAS", 1) == ctas} == {True, False}
     assert any(d["STAGES"] == 3 for _, d in plans) and len({t.name for t in WS_CASES}) == len(WS_CASES)
     shared = [(t, d) for t, d in plans if d.get("SHARE_W")]
     assert {d["BLOCK_N"] for _, d in shared} == {64, 128, 256} and {d["BLOCK_K"] for _, d in shared} == {32, 64}
@@ -587,6 +593,8 @@ def test_warp_specialized_default_by_reduction_and_static_output_size():
     assert choice(512, 512, 3, n=8, hw=7) == (True, 128, 64, 3)   # 72 tiles, but 16 -> 32 CTAs when split: narrow
     assert choice(512, 512, 3, n=1, hw=7) == (True, 128, 64, 4)   # 8 CTAs: 32 on 4-CTA clusters fit at once
     assert choice(1024, 256, 1, n=1) == (True, 128, 64, 4)        # 16 reduction tiles: 4 per CTA at most
+    assert choice(512, 128, 1, n=1, hw=28) == (True, 128, 64, 4)  # 8 tiles, 14 CTAs: 2 per CTA on 56 (session 7)
+    assert choice(512, 256, 1, n=1, hw=28) == (True, 128, 64, 3)  # 28 CTAs: 4-CTA clusters (112) over the cap
     assert choice(1024, 256, 1, n=8) == (True, 128, 64, 2)        # 1x1: narrow first (52 CTAs), then split
     assert choice(512, 1024, 1, n=8, hw=28, stride=2) == (True, 128, 128, 1)  # 128x256 -> 128x128: 104 CTAs
     assert choice(512, 512, 3, hw=7) == (True, 128, 128, 2)       # 72 tiles, 52 CTAs -> 104 split, kept wide

@@ -15,6 +15,14 @@ __device__ __forceinline__ void cluster_sync_relaxed() {
   asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
 }
 
+// The two halves of a cluster barrier: every thread arrives (relaxed: nothing it wrote is ordered by it) and waits for
+// that phase later, between them doing work that needs no other CTA, e.g. arriving at kernel start so that a later wait
+// proves every CTA of the cluster has started (its shared memory may be written through DSMEM) at no cost.
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory"); }
+
 // The shared::cluster address of the same variable in the cluster's CTA ``rank``.
 __device__ __forceinline__ uint32_t cluster_address(const void* local, int rank) {
   uint32_t remote;

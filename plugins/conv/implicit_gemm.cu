@@ -36,6 +36,7 @@
 #include "implicit_gemm_load.cuh"
 #include "implicit_gemm_reduction.cuh"
 #include "implicit_gemm_store.cuh"
+static_assert(!kPushedPastRing, "PUSHED_OFFSET is the warp-specialized kernel's (implicit_gemm_sm90.cu)");
 #if WGMMA
 #include "implicit_gemm_mainloop_sm90.cuh"
 #else

@@ -69,9 +69,28 @@ constexpr int kOwnedRowsMax = CLUSTER_K > 1 ? 16 * kOwnedBlocksMax : BLOCK_M;  /
 constexpr int kBlockFloats = 16 * BLOCK_N;  // one row block's partial sums
 // The pushed partials lie after the staged output tile (implicit_gemm_store.cuh), so that the owner stages its rows
 // while others in its CTA still read pushed sums: (CLUSTER_K - 1) senders x kOwnedBlocksMax blocks (the plan's
-// gemm_shared_bytes counts them).
+// gemm_shared_bytes counts them). Where shared memory allows without a shallower ring, the plan puts them past the
+// warp-specialized kernel's ring as well (PUSHED_OFFSET, bytes from the ring's start): no other CTA then writes a byte
+// this CTA's loads or MMAs use, so a rank pushes as soon as its own MMAs are done, without the cluster barrier that
+// waited for every rank's ring to drain (racecheck reported a 3-CTA cluster's pushes against the ring's cp.async
+// writes, ordered by that barrier in the code; session 6 conv-3).
+#ifdef PUSHED_OFFSET
+constexpr bool kPushedPastRing = true;
+constexpr int kPushedOffset = PUSHED_OFFSET;
+#else
+constexpr bool kPushedPastRing = false;
 constexpr int kPushedOffset = BLOCK_M * kCStride * int(sizeof(elem_t));
+#endif
 static_assert(CLUSTER_K <= kRowBlocks && kPushedOffset % 16 == 0, "each rank owns a 16-row block of the tile");
+static_assert(kPushedOffset >= BLOCK_M * kCStride * int(sizeof(elem_t)), "the pushed sums lie past the staged tile");
+
+// PUSHED_OFFSET: every thread arrives on a cluster barrier at kernel start; sum_cluster_partials waits on that phase
+// before its first push, which proves every CTA of the cluster has started (DSMEM may be written) at no cost.
+__device__ __forceinline__ void arrive_cluster_started() {
+#if CLUSTER_K > 1
+  if constexpr (kPushedPastRing) cluster_arrive_relaxed();
+#endif
+}
 __device__ __forceinline__ int first_row_block(int rank) { return rank * kRowBlocks / CLUSTER_K; }
 __device__ __forceinline__ int row_block_owner(int block) { return ((block + 1) * CLUSTER_K - 1) / kRowBlocks; }
 // Float index of float4 j of a thread's pushed partial: sender slot, the block's index among the owner's, the
@@ -89,7 +108,11 @@ __device__ __forceinline__ TileRows sum_cluster_partials(float (&acc)[kMI][kNI][
 #if CLUSTER_K > 1
   float* pushed = reinterpret_cast<float*>(smem + kPushedOffset);
   const int part = col_base / (kNI * 8);
-  cluster_sync();  // no CTA's ring is still in use: partials may land there
+  if constexpr (kPushedPastRing) {
+    cluster_wait();  // every CTA has started (arrive_cluster_started); no push lands in a ring
+  } else {
+    cluster_sync();  // no CTA's ring is still in use: partials may land there
+  }
   if (holder)
 #pragma unroll
     for (int mi = 0; mi < kMI; ++mi) {
@@ -130,7 +153,11 @@ __device__ __forceinline__ TileRows sum_cluster_partials(float (&acc)[kMI][kNI][
 // load warpgroup): every thread of the cluster takes part in both.
 __device__ __forceinline__ void join_cluster_sum() {
 #if CLUSTER_K > 1
-  cluster_sync();
+  if constexpr (kPushedPastRing) {
+    cluster_wait();
+  } else {
+    cluster_sync();
+  }
   cluster_sync();
 #endif
 }

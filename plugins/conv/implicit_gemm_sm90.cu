@@ -71,6 +71,7 @@ fused_conv_implicit_gemm_sm90(const x_t* __restrict__ x, const op_t* __restrict_
   } else {
     __syncthreads();
   }
+  arrive_cluster_started();
 
   // Each role is one branch (setmaxnreg: the load warpgroup never runs code that holds the accumulators).
   if (threadIdx.x < kLoadThreads) {

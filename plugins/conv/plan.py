@@ -131,10 +131,15 @@ WS_MIN_CTAS = SM_COUNT // 2
 # CTAs of a reduction split over N-CTA clusters that run at once on an H100 / H200 SXM (132 SMs in GPCs of 16-18; a
 # cluster takes SMs of one GPC): beyond this the grid runs in two waves (H100 sweeps: 32 4-CTA clusters took twice the
 # time of 8, 52 3-CTA clusters twice that of 32; 26 4-CTA clusters ran in one wave, session 6 conv-1), and the least
-# reduction tiles each CTA keeps: 4 since every rank shares the cluster sum (conv-1's sweep at batch 1: 16-tile 1x1
-# reductions 6.3 µs on 4 CTAs of 4 tiles, 7.6 on 2 of 8).
+# reduction tiles each CTA keeps: 2 since every rank shares the cluster sum (session 6 sweeps at batch 1, H100: 16-tile
+# 1x1 reductions 6.3 µs on 4 CTAs of 4 tiles, 7.6 on 2 of 8; 8-tile ones, 1x1 512>128 @28, 5.6 on 4 CTAs of 2, 5.9 on
+# 3, 6.2 on 2 of 4).
 CLUSTER_CTA_CAP = {2: 132, 3: 120, 4: 104}
-WS_MIN_RANK_TILES = 4
+WS_MIN_RANK_TILES = 2
+# The cluster ranks' pushed sums past the warp-specialized ring where that costs no stage (PUSHED_OFFSET,
+# implicit_gemm_reduction.cuh): a rank pushes once its own MMAs are done, one cluster barrier instead of two, and no
+# other CTA writes into a ring (session 7).
+PUSHED_PAST_RING = True
 # Float16/bfloat16 reductions of at least this many tiles split a short grid's tile (128 columns at most: a 128x256
 # tile's fp32 partial sums are twice the size, not measured) over a cluster before narrowing it, where the split grid
 # fills half the SMs (WS_MIN_CTAS) at once with >= WS_SPLIT_FIRST_RANK_TILES tiles a rank: a narrower tile re-reads more
@@ -414,6 +419,10 @@ def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, b
     if gemm_shared_bytes(config) > limit:
         raise ValueError(f"implicit-GEMM tile {name} needs {gemm_shared_bytes(config)} bytes of "
                          f"shared memory; {arch} allows {limit}: pick a smaller tile")
+    if PUSHED_PAST_RING and warp_specialized and cluster > 1:
+        past_ring = {**config, "PUSHED_OFFSET": gemm_shared_bytes({**config, "CLUSTER_K": 1}) - WS_RING_OFFSET}
+        if gemm_shared_bytes(past_ring) <= limit:
+            config = past_ring
     return config
 
 
@@ -421,7 +430,8 @@ def gemm_shared_bytes(tile: dict) -> int:
     """Dynamic shared memory of implicit_gemm.cu: every group's pipeline stages (FP8 with 16-byte loads: A staged
     as 2-byte elements, plus a ring of quantized e4m3 A tiles: two, three under wgmma), reused after the main loop
     for the split groups' partial sums (fp32), and then for the staged output tile followed by the partial sums the
-    other cluster ranks push for this CTA's rows (implicit_gemm_reduction.cuh)."""
+    other cluster ranks push for this CTA's rows (implicit_gemm_reduction.cuh; at PUSHED_OFFSET past the ring where
+    the warp-specialized kernel has them there)."""
     operand = 1 if tile.get("FP8") else 2
     quantize_a = bool(tile.get("FP8")) and tile["IN_VEC"] == 8 and not tile.get("X_E4M3")
     a_stage = tile["BLOCK_M"] * tile["BLOCK_K"] * (2 if quantize_a else operand)
@@ -435,7 +445,7 @@ def gemm_shared_bytes(tile: dict) -> int:
     owned_blocks = -(-tile["BLOCK_M"] // 16 // cluster)
     pushed = (cluster - 1) * owned_blocks * 16 * tile["BLOCK_N"] * 4
     ring_offset = WS_RING_OFFSET if tile.get("WARP_SPECIALIZED") else 0
-    return ring_offset + max(stages, partials, staged + pushed)
+    return ring_offset + max(stages, partials, tile.get("PUSHED_OFFSET", staged) + pushed)
 
 
 def depthwise_tile(c: int, k: int) -> dict:

@@ -38,7 +38,8 @@ FAMILIES = ("attention", "conv")  # the order the driver runs them in
 def run_all(graph, only=None, conv_options: dict | None = None, attention_options: dict | None = None) -> list[Site]:
     """Run each family's rewrite on ``graph`` (all, or those named in ``only``); the sites of all, in order.
     ``conv_options``: the conv rewrite's keywords (target arch and precision of its TensorRT choice);
-    ``attention_options``: the attention rewrite's (the FP8 kernel's arch, calibrated amax)."""
+    ``attention_options``: the attention rewrite's (target arch of its FP8 kernel and TensorRT choice, calibrated
+    amax)."""
     from trt_fusedattn.rewrites import attention, conv  # here: they import Site from this module
     from trt_fusedattn.rewrites._folding import fold_cast_likes, fold_constants
 

@@ -74,8 +74,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--report", metavar="JSON", help="write the report (sites, verification) as JSON")
     p.add_argument("--engine", metavar="PATH", help="build a TensorRT engine of the fused model (needs TensorRT)")
     p.add_argument("--target", metavar="ARCH",
-                   help="GPU arch the engine is for (e.g. sm_90a): convs that TensorRT's own fused conv runs faster "
-                        "there are left to it (default: every conv fused; with --engine, this GPU's arch)")
+                   help="GPU arch the engine is for (e.g. sm_90a): convs and attention sites that TensorRT's own "
+                        "fusion runs faster there are left to it (default: every site fused; with --engine, this "
+                        "GPU's arch)")
     precision = p.add_mutually_exclusive_group()
     for name in [precision for precision in PRECISIONS if precision != "fp32"]:
         precision.add_argument(f"--{name}", dest="precision", action="store_const", const=name,

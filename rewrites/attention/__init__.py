@@ -6,8 +6,9 @@ and ``onnx_attention`` (the opset-23 op). ``operands`` traces Q, K, V and the ou
 ``scale``, Kᵀ forms and K/V head repeats undone, head split/merge Transposes absorbed); ``masks`` turns causal
 triangles into ``causal`` and passes the rest; ``checks`` holds what the contract needs of the dims and dtypes;
 ``emission`` writes the node in the layout needing the fewest new Transposes; ``fp8`` gives a site FP8 scales (its
-FP8 Q/DQ pairs', or calibrated ones) where the FP8 kernel takes it. A site whose checks fail is left as it was and
-reported with one reason.
+FP8 Q/DQ pairs', or calibrated ones) where the FP8 kernel takes it; ``choice`` leaves a site to TensorRT where its
+own fused attention is faster on the target arch. A site whose checks fail is left as it was and reported with one
+reason.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from trt_fusedattn.rewrites import CannotFuse, Site
 from trt_fusedattn.rewrites._graph import is_op, names_in_use, numpy_dtype
 from trt_fusedattn.rewrites._shapes import TensorShapes
 from trt_fusedattn.rewrites.attention.checks import check, sequence_lengths
+from trt_fusedattn.rewrites.attention.choice import site_choice
 from trt_fusedattn.rewrites.attention.emission import replace
 from trt_fusedattn.rewrites.attention.fp8 import (FP8_ARCH, Fp8Scales, calibrated_scales, fp8_attributes, plan_problem,
                                                   qdq_scales)
@@ -76,19 +78,28 @@ def _fp8_scales(match: Match, calibrated, heads: tuple, dims: tuple, arch: str) 
 
 
 def _fuse(anchor: gs.Node, graph: gs.Graph, shared: Shared, shapes: TensorShapes, arch: str,
-          calibrated=None) -> Site:
+          calibrated=None, target: str | None = None) -> Site:
     """Match, check and replace the site ``anchor`` starts; the Site says what was done or the one reason not.
-    ``calibrated``: the site's calibrated FP8 scales (or why it has none), None without calibration."""
+    ``calibrated``: the site's calibrated FP8 scales (or why it has none), None without calibration; ``target``:
+    the GPU arch whose evidence decides between our plugin and TensorRT's own attention (None: fuse)."""
     site = Site(family=FAMILY, anchor=anchor.name, fused=False)
     try:
         match = _rule(anchor)(anchor, graph, shapes)
         site.shapes = _site_shapes(match, shapes)
-        classify_masks(match, *sequence_lengths(match, shapes), shared, shapes)
+        lengths = sequence_lengths(match, shapes)
+        classify_masks(match, *lengths, shared, shapes)
         heads, dims = check(match, shapes)
-        node = replace(match, graph, shared, _fp8_scales(match, calibrated, heads, dims, arch))
+        scales = _fp8_scales(match, calibrated, heads, dims, arch)
+        choice = site_choice(match, dims, lengths, shapes, scales, target)
+        if choice is not None and choice.to_tensorrt:
+            site.reason, site.details = choice.reason, {"left_to": "TensorRT", "target": choice.arch}
+            return site
+        node = replace(match, graph, shared, scales)
     except CannotFuse as reason:
         site.reason = str(reason)
         return site
+    if choice is not None:
+        match.details["faster_than_tensorrt"] = f"{choice.arch}: {choice.evidence}"
     site.fused, site.op, site.node, site.details = True, FUSED_ATTENTION.qualified_name, node.name, match.details
     tensors = dict(zip(("Q", "K", "V", "mask", "key_lengths"), node.inputs), O=node.outputs[0])
     site.shapes = _reported(tensors, shapes)
@@ -113,11 +124,13 @@ def rewrite(graph: gs.Graph, arch: str | None = None, amax: Callable | None = No
     """Fuse every attention site of ``graph`` in place; one Site per ONNX Attention node and per Softmax whose
     probabilities weight values (a Softmax that does not, such as a MoE router or a classifier head, is no site).
     Sites with FP8 Q/DQ pairs become FP8 nodes (``fp8``); ``amax`` (tensor names -> their calibrated amax) makes
-    every other site FP8 too where the FP8 kernel of ``arch`` (default sm_90a) takes it."""
+    every other site FP8 too where the FP8 kernel of ``arch`` (default sm_90a) takes it. A given ``arch`` is also the
+    target: sites TensorRT's own fused attention runs faster there are left to it (``choice``)."""
     shared = Shared(names_in_use(graph))
     anchors = [n for n in graph.nodes if is_op(n, "Attention") or is_op(n, "Softmax") and weights_values(n)]
     if not anchors:
         return []
     shapes = TensorShapes(graph, symbolic=True)
     calibrated = _calibrated(anchors, graph, shapes, amax) if amax is not None else {}
-    return [_fuse(anchor, graph, shared, shapes, arch or FP8_ARCH, calibrated.get(anchor.name)) for anchor in anchors]
+    return [_fuse(anchor, graph, shared, shapes, arch or FP8_ARCH, calibrated.get(anchor.name), arch)
+            for anchor in anchors]

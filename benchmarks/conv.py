@@ -107,8 +107,11 @@ SHORT_GRID_SWEEP = [(f"ws 128x64w8 x{ctas}" + (f" c{c}" if c > 1 else ""),
                     for ctas in (1, 2) for c in (1, 2, 3, 4)]
 SHORT_GRID_SWEEP += [(f"ws 128x128w8 c4 {st}st", dict(mma="wgmma_ws", tile="128x128w8", cluster=4, stages=st))
                      for st in (5, 6)] + [("default, sums in the ring", dict(constants=dict(PUSHED_PAST_RING=False)))]
+# Depthwise: output pixels per thread (more pixels per block re-read fewer halo rows of X from L2).
+DEPTHWISE_SWEEP = [(f"dw {p} px", dict(dw_pixels=p)) for p in (1, 2, 4)]
 SWEEPS = {"mma.sync": MMA_SYNC_SWEEP, "wgmma": WGMMA_SWEEP, "wgmma_ws": WS_SWEEP, "ws_rows": WS_ROWS_SWEEP,
-          "ws_cluster": WS_CLUSTER_SWEEP, "short": SHORT_SWEEP, "stem": STEM_SWEEP, "short_grids": SHORT_GRID_SWEEP}
+          "ws_cluster": WS_CLUSTER_SWEEP, "short": SHORT_SWEEP, "stem": STEM_SWEEP, "short_grids": SHORT_GRID_SWEEP,
+          "depthwise": DEPTHWISE_SWEEP}
 BATCHES = (1, 8, 32)
 QUICK_BATCHES = {"ResNet-50": (8, 32), "MobileNetV2": (32,)}  # --quick: the lead's one run in under 4 minutes
 # FP8 variants timed per layer: (label, plan_conv overrides); "default" is the plan's choice. "x8": X already e4m3 in
@@ -446,11 +449,13 @@ def plan_call(case: "Case", plan, arch: str):
 
 
 def sweep(nets: dict, batches: list, arch: str, variants: list, only: list[str] | None = None) -> list[str]:
-    """Time every variant (label, plan_conv overrides) on every non-depthwise layer (``only``: the layers of these
-    names): the data behind the plan's default choices. Rows: layer, batch, base, the cuDNN fused graph, default's
-    time, best variant and its time and its speed over the graph, all times."""
-    nets = {net: [(lay, count) for lay, count in layers if lay.groups == 1 and (not only or lay.name in only)]
-            for net, layers in nets.items()}
+    """Time every variant (label, plan_conv overrides) on every non-depthwise layer, or every depthwise one for
+    depthwise variants (``only``: the layers of these names): the data behind the plan's default choices. Rows:
+    layer, batch, base, the cuDNN fused graph, default's time, best variant and its time and its speed over the
+    graph, all times."""
+    depthwise = all("dw_pixels" in kw for _, kw in variants)
+    nets = {net: [(lay, count) for lay, count in layers if (lay.groups > 1 and lay.groups == lay.c) == depthwise
+                  and (not only or lay.name in only)] for net, layers in nets.items()}
     plans = {(lay, label, n): plan for layers in nets.values() for lay, _ in layers for n in batches
              for label, kw in variants for plan in [_plan_or_none(lay, arch, n=n, **kw)] if plan is not None}
     precompile(plans.values(), arch, workers=16)  # nvcc and the driver's JIT, in parallel, before timing
@@ -460,8 +465,6 @@ def sweep(nets: dict, batches: list, arch: str, variants: list, only: list[str] 
     stream = torch.cuda.Stream()
     for net, layers in nets.items():
         for lay, _ in layers:
-            if lay.groups != 1:
-                continue
             for n in batches:
                 case = Case(lay, n)
                 row = time_layer(case, stream)

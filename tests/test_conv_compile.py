@@ -51,6 +51,18 @@ def test_the_four_block_tap_row_kernels_compile_without_spills(monkeypatch):
         assert spills and not any(spills), f"{case.name} spills at 4 blocks per SM: {report}"
 
 
+def test_depthwise_threads_of_several_pixels_compile_without_spills(monkeypatch):
+    """The depthwise cases at 2 and 4 pixels a thread (DW_PIX, as test_conv_gpu runs them): no spills on sm_90a."""
+    from trt_fusedattn.plugins.conv import plan as conv_plan
+    for pixels in (2, 4):
+        monkeypatch.setattr(conv_plan, "DEPTHWISE_PIXELS", pixels)
+        for case in (c for c in CASES if c.groups == c.c > 1 and not c.name.startswith("dw_act")):
+            plan = case.plan("sm_90a")
+            report = comp.compile_cubin(plan.source, "sm_90a", plan.defines)[1]
+            spills = [int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", report)]
+            assert spills and not any(spills), f"{case.name} at {pixels} pixels a thread spills: {report}"
+
+
 @pytest.mark.parametrize("arch", ["sm_80", "sm_89", "sm_90a"])
 def test_every_tested_specialization_compiles_without_spills(arch):
     specs = _specializations(arch)

@@ -154,6 +154,21 @@ def test_tap_row_gather_at_either_register_cap(case, blocks, monkeypatch):
     check(case, got, want, seed)
 
 
+@pytest.mark.parametrize("pixels", [2, 4])
+@pytest.mark.parametrize("case", [c for c in CASES if c.groups == c.c > 1 and not c.name.startswith("dw_act")],
+                         ids=lambda c: c.name)
+def test_depthwise_threads_of_several_pixels(case, pixels, monkeypatch):
+    """The depthwise kernel with each thread on 2 and 4 output pixels (DW_PIX; the last block's threads have pixels
+    past N*P*Q), stride 2, a 5x5 filter, a channel multiplier, odd channels, a residual."""
+    from trt_fusedattn.plugins.conv import plan as conv_plan
+    from trt_fusedattn.launcher.launch import device_arch
+    monkeypatch.setattr(conv_plan, "DEPTHWISE_PIXELS", pixels)
+    assert case.plan(device_arch(0)).defines["DW_PIX"] == pixels
+    seed = random.SystemRandom().randrange(2 ** 31)
+    got, want, _ = run_case(case, seed)
+    check(case, got, want, seed)
+
+
 @pytest.mark.parametrize("mma", ["mma.sync", "wgmma"])
 @pytest.mark.parametrize("case", FP8_CASES, ids=lambda c: c.name)
 def test_fp8_matches_float64_reference(case, mma, monkeypatch):

@@ -62,7 +62,8 @@ def test_plan_sizes_grid_and_scalars(case: ConvCase):
     if case.groups == case.c and case.groups > 1:
         assert plan.source == DEPTHWISE and plan.block == (256, 1, 1)
         per_block = plan.defines["CHUNKS"] * plan.defines["DW_VEC"]
-        assert plan.grid == (math.ceil(pixels * plan.defines["CHUNKS"] / 256), math.ceil(case.k / per_block), 1)
+        block_pixels = 256 // plan.defines["CHUNKS"] * plan.defines["DW_PIX"]
+        assert plan.grid == (math.ceil(pixels / block_pixels), math.ceil(case.k / per_block), 1)
     else:
         d = plan.defines
         ws = bool(d.get("WARP_SPECIALIZED"))
@@ -654,6 +655,9 @@ def test_depthwise_chunks_cover_the_channels_without_an_idle_quarter():
     of the last column's threads idle); counts that 8 chunks divide, or that no power of two >= 2 divides, keep 8."""
     from trt_fusedattn.plugins.conv.plan import depthwise_tile
     assert depthwise_tile(144, 144)["CHUNKS"] == 2 and depthwise_tile(96, 96)["CHUNKS"] == 4
+    assert depthwise_tile(144, 144, 4)["DW_PIX"] == 4
+    with pytest.raises(ValueError, match="dw_pixels=3"):
+        depthwise_tile(144, 144, 3)
     assert depthwise_tile(192, 192)["CHUNKS"] == 8 and depthwise_tile(40, 40)["CHUNKS"] == 8
     for c in (32, 96, 144, 192, 384, 576, 960):
         t = depthwise_tile(c, c)

@@ -180,6 +180,8 @@ TAP_ROWS_BY_DEFAULT = True
 # (784: two waves either way) and b1 (98) 3 were faster (25.6 vs 28.2, 10.7 vs 11.5). 4 blocks run 3 stages (never
 # slower in the same sweep: 90.2, 28.2, 11.1). Older arches keep 3 (at 4 the 3x3 over 6 channels spills on sm_80).
 TAP_ROWS_WAVE_COST = {3: 1.0, 4: 1.2}
+# Output pixels per depthwise thread (depthwise.cu DW_PIX): 1 until a sweep times more (session 7).
+DEPTHWISE_PIXELS = 1
 
 
 def default_gemm_tile(cg: int, kg: int, taps: int) -> tuple[str, int | None]:
@@ -448,16 +450,20 @@ def gemm_shared_bytes(tile: dict) -> int:
     return ring_offset + max(stages, partials, tile.get("PUSHED_OFFSET", staged) + pushed)
 
 
-def depthwise_tile(c: int, k: int) -> dict:
-    """Depthwise block: CHUNKS channel chunks of DW_VEC channels. Up to 8 chunks (32 without vectors), as few as
-    cover the channels; where that leaves a block of the last column part-empty (144 channels = 18 chunks of 8 on
-    blocks of 8: a quarter of the threads idle), the largest power of two >= 2 that divides the chunk count."""
+def depthwise_tile(c: int, k: int, pixels: int | None = None) -> dict:
+    """Depthwise block: CHUNKS channel chunks of DW_VEC channels, DW_PIX pixels a thread. Up to 8 chunks (32 without
+    vectors), as few as cover the channels; where that leaves a block of the last column part-empty (144 channels = 18
+    chunks of 8 on blocks of 8: a quarter of the threads idle), the largest power of two >= 2 that divides the chunk
+    count. ``pixels``: DW_PIX override (1, 2 or 4; default DEPTHWISE_PIXELS)."""
     mult = k // c
     vec = _largest_vector(c) if mult == 1 else 1
     groups_of_vec = -(-k // vec)
     chunks = min(8 if vec > 1 else 32, 1 << max(0, groups_of_vec - 1).bit_length())
     dividing = max(d for d in (1, 2, 4, 8, 16, 32) if d <= chunks and groups_of_vec % d == 0)
-    return dict(CH_MULT=mult, DW_VEC=vec, CHUNKS=dividing if dividing >= 2 else chunks)
+    if pixels not in (None, 1, 2, 4):
+        raise ValueError(f"dw_pixels={pixels}: a depthwise thread computes 1, 2 or 4 pixels")
+    return dict(CH_MULT=mult, DW_VEC=vec, CHUNKS=dividing if dividing >= 2 else chunks,
+                DW_PIX=pixels or DEPTHWISE_PIXELS)
 
 
 def output_shape_conv(input_shapes, attrs) -> tuple:
@@ -526,7 +532,7 @@ def check_output_scale(output_scale: float, arch: str) -> None:
 def plan_conv(input_shapes, input_dtypes, attrs, arch: str, *, formats=None, tile: str | None = None,
               block_k: int | None = None, stages: int | None = None, mma: str | None = None,
               cluster: int | None = None, taps_inner: bool | None = None, ws_ctas: int | None = None,
-              share_w: bool | None = None, tap_rows: bool | None = None) -> LaunchPlan:
+              share_w: bool | None = None, tap_rows: bool | None = None, dw_pixels: int | None = None) -> LaunchPlan:
     """The FusedConv launch (kernel arguments: ``X, W, shift?, scale?, residual?``, then int32
     ``N, H, W, C, K, P, Q, pad_h, pad_w, x_stride``, then ``Y``; ``x_stride`` is X's pixel stride: C, or C padded
     to 8 / 16 in TensorRT's HWC8 / HWC16). ``formats``: TensorRT's tensor formats (contract inputs, then Y; None
@@ -534,7 +540,8 @@ def plan_conv(input_shapes, input_dtypes, attrs, arch: str, *, formats=None, til
     ``tile``/``block_k``/``stages``/``mma``/``cluster``/``taps_inner``/``ws_ctas``/``share_w``: implicit-GEMM
     overrides (a ``GEMM_TILES`` name, BLOCK_K, pipeline depth, main loop, cluster split of the reduction, reduction
     order, warp-specialized blocks per SM, W tiles shared by M-tile pairs), for tuning only: see ``gemm_tile``;
-    ``tap_rows``: the tap-row gather on or off (default: where ``tap_rows_fit`` and the row fills over half a tile)."""
+    ``tap_rows``: the tap-row gather on or off (default: where ``tap_rows_fit`` and the row fills over half a tile);
+    ``dw_pixels``: output pixels per depthwise thread (``depthwise_tile``)."""
     x_shape, w_shape, shift_shape, scale_shape, residual_shape = (list(input_shapes) + [None] * 5)[:5]
     x_dtype, w_dtype = input_dtypes[0], input_dtypes[1]
     input_scale = float(attrs["input_scale"])
@@ -583,8 +590,8 @@ def plan_conv(input_shapes, input_dtypes, attrs, arch: str, *, formats=None, til
         if fp8:
             raise ValueError("FP8 FusedConv has no depthwise kernel (group == C); run depthwise layers in "
                              "float16/bfloat16 (input_scale 0)")
-        dw = depthwise_tile(geo["C"], geo["K"])
-        block_pixels, block_channels = 256 // dw["CHUNKS"], dw["CHUNKS"] * dw["DW_VEC"]
+        dw = depthwise_tile(geo["C"], geo["K"], dw_pixels)
+        block_pixels, block_channels = 256 // dw["CHUNKS"] * dw["DW_PIX"], dw["CHUNKS"] * dw["DW_VEC"]
         return LaunchPlan(source=DEPTHWISE, kernel="fused_conv_depthwise", defines={**defines, **dw},
                           grid=((pixels + block_pixels - 1) // block_pixels,
                                 (geo["K"] + block_channels - 1) // block_channels, 1),

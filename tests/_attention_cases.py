@@ -265,6 +265,22 @@ def _warp_specialized_cases():
                                 len_kv=2100, dim=128, causal=1, tuning=wide),
                   AttentionCase(f"ws-hd128-{tag}-long-kv-16534", batch=1, heads_q=2, heads_kv=2, len_q=200,
                                 len_kv=16534, dim=128, tuning=wide)]
+    # the 16-bit loader keeping 2 or 3 copy groups in flight before publishing (KV_LOAD_LAG; 3 needs three stages)
+    lag2, lag3 = ws + (("KV_LOAD_LAG", 2),), ws + (("KV_LOAD_LAG", 3),)
+    small |= {"ws-hd128-lag3-keylen", "ws-hd128-lag2-len1x1", "ws-3wg-hd64-lag3-500x700"}
+    cases += [AttentionCase("ws-hd128-lag2", dim=128, len_q=300, len_kv=1000, tuning=lag2),
+              AttentionCase("ws-hd128-lag3-keylen", dim=128, len_q=7, len_kv=300, key_lengths=True, tuning=lag3),
+              AttentionCase("ws-hd128-lag2-len1x1", dim=128, len_q=1, len_kv=1, dtype="float16", tuning=lag2),
+              AttentionCase("ws-hd128-lag3-causal-2100", batch=1, heads_q=2, heads_kv=2, len_q=2100, len_kv=2100,
+                            dim=128, causal=1, tuning=lag3),
+              AttentionCase("ws-hd128-lag3-long-kv-16534", batch=1, heads_q=2, heads_kv=2, len_q=200, len_kv=16534,
+                            dim=128, tuning=lag3),
+              AttentionCase("ws-hd256-lag2-causal-br-gqa", dim=256, heads_q=8, heads_kv=2, len_q=300, len_kv=1000,
+                            causal=1, alignment="bottom_right", dtype="float16", tuning=lag2),
+              AttentionCase("ws-hd256-lag2-keylen", dim=256, len_q=7, len_kv=300, key_lengths=True, tuning=lag2),
+              AttentionCase("ws-3wg-hd64-lag3-500x700", len_q=500, len_kv=700, tuning=wg3 + (("KV_LOAD_LAG", 3),)),
+              AttentionCase("ws-3wg-hd64-lag3-causal-2100", batch=1, heads_q=2, heads_kv=2, len_q=2100, len_kv=2100,
+                            causal=1, tuning=wg3 + (("KV_LOAD_LAG", 3),))]
     return [replace(c, small=c.name in small) for c in cases]
 
 

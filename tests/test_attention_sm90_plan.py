@@ -178,3 +178,12 @@ def test_default_warp_specialized_tiles_keep_their_wgmmas_asynchronous(dtype, di
     assert p.source.name == "attention_sm90.cu"
     report = compile_cubin(p.source, "sm_90a", p.defines)[1]
     assert "serialized" not in report, report
+
+
+def test_loader_lag_is_a_tuning_of_the_16_bit_warp_specialized_kernel():
+    """KV_LOAD_LAG (copy groups the loader keeps in flight) is set on the 16-bit warp-specialized kernel only."""
+    assert plan(128).defines["KV_LOAD_LAG"] == plan_module.WARP_SPECIALIZED_LOAD_LAG
+    assert plan(128, tuning={"KV_LOAD_LAG": 3}).defines["KV_LOAD_LAG"] == 3
+    assert "KV_LOAD_LAG" not in plan(128, tuning={"WGMMA": 1}).defines
+    with pytest.raises(ValueError, match="unknown tuning defines"):
+        plan(128, tuning={"WGMMA": 1, "KV_LOAD_LAG": 2})

@@ -76,6 +76,43 @@ __device__ __forceinline__ void load_q_and_kv(const KVPipeline& pipe, qkv_t* sQ,
   }
 }
 #else
+// Copy groups a 16-bit loader thread keeps in flight before it publishes the oldest (tuning KV_LOAD_LAG): with 1 it
+// waits for K(i) right after issuing V(i), so at most about one K/V tile pair is in flight an SM and every tile costs
+// the loader one L2 latency; 2 (K(i) published once K(i + 1) is issued) or 3 keep more bytes in flight. The consumer
+// never waits on itself: group g - lag is published after group g is issued, whose stage the MMA warpgroups freed
+// at least one tile before they need group g - lag (3 needs three stages).
+#ifndef KV_LOAD_LAG
+#define KV_LOAD_LAG 1
+#endif
+constexpr int kLoadLag = KV_LOAD_LAG;
+static_assert(kLoadLag >= 1 && kLoadLag <= 3 && (kLoadLag < 3 || kStages >= 3), "KV_LOAD_LAG: 1-3 (3 with 3 stages)");
+
+// The full barrier of copy group h: Q (h = 0), then K(i) (h = 1 + 2i) and V(i) (h = 2 + 2i).
+__device__ __forceinline__ uint32_t group_full_barrier(const KVPipeline& pipe, int h) {
+  return h == 0 ? pipe.full_q() : h % 2 ? pipe.full_k(KVPipeline::stage(h / 2)) : pipe.full_v(KVPipeline::stage(h / 2 - 1));
+}
+
+// Group `newest` was just committed: publish group newest - kLoadLag (all but the kLoadLag newest have landed).
+__device__ __forceinline__ void publish_lagging(const KVPipeline& pipe, int newest) {
+  if (newest < kLoadLag) return;
+  cp_async_wait<kLoadLag>();
+  fence_async_proxy();
+  mbarrier_arrive(group_full_barrier(pipe, newest - kLoadLag));
+}
+
+// After the last group (`last`): publish the kLoadLag - 1 .. 0 newest, oldest first.
+__device__ __forceinline__ void publish_remaining(const KVPipeline& pipe, int last) {
+#pragma unroll
+  for (int pending = kLoadLag - 1; pending >= 0; --pending) {
+    if (last - pending < 0) continue;
+    if (pending == 2) cp_async_wait<2>();
+    else if (pending == 1) cp_async_wait<1>();
+    else cp_async_wait<0>();
+    fence_async_proxy();
+    mbarrier_arrive(group_full_barrier(pipe, last - pending));
+  }
+}
+
 // The loader's whole job for one thread block: Q, then K and V of tiles n_tiles - 1 down to 0 (the order the MMA
 // warpgroups visit them).
 __device__ __forceinline__ void load_q_and_kv(const KVPipeline& pipe, qkv_t* sQ, qkv_t* sK, qkv_t* sV,
@@ -91,14 +128,12 @@ __device__ __forceinline__ void load_q_and_kv(const KVPipeline& pipe, qkv_t* sQ,
     pipe.acquire_k(step);
     load_tile_swizzled<kBlockN, kLoadThreads>(sK + s * kKTileElems, k_base, k_stride, n0, len_kv, tid);
     cp_async_commit();
-    publish_all_but_newest(step == 0 ? pipe.full_q() : pipe.full_v(KVPipeline::stage(step - 1)));
+    publish_lagging(pipe, 1 + 2 * step);
     pipe.acquire_v(step);
     load_tile_swizzled<kBlockN, kLoadThreads>(sV + s * kVTileElems, v_base, v_stride, n0, len_kv, tid);
     cp_async_commit();
-    publish_all_but_newest(pipe.full_k(s));
+    publish_lagging(pipe, 2 + 2 * step);
   }
-  cp_async_wait<0>();
-  fence_async_proxy();
-  mbarrier_arrive(n_tiles == 0 ? pipe.full_q() : pipe.full_v(KVPipeline::stage(n_tiles - 1)));
+  publish_remaining(pipe, 2 * n_tiles);
 }
 #endif

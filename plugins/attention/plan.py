@@ -76,6 +76,8 @@ WARP_SPECIALIZED_TILES = {64: (192, 128, 12, 0, 3), 128: (128, 128, 8, 0, 3), 25
 WARP_SPECIALIZED_TILES_MASKED = {**WARP_SPECIALIZED_TILES, 64: (128, 128, 8, 0, 3), 128: (128, 64, 8, 0, 2)}
 WARP_SPECIALIZED_DEFAULT_HEAD_DIMS = (128, 256)
 LOAD_WARPGROUP_THREADS = 128
+# Copy groups a 16-bit loader thread keeps in flight before publishing the oldest (attention_load_sm90.cuh).
+WARP_SPECIALIZED_LOAD_LAG = 1
 # FP8 (E4M3 Q/K/V): the warp-specialized kernel with e4m3 wgmmas on sm_90a only (an sm_89 mma.sync path is not built
 # yet), for these head dims (D_qk == D_v), plus two staging tiles of V as copied (attention_load_sm90.cuh: the loader
 # transposes V, the FP8 wgmma's B being K-major only). P <= 1 when quantized, so the running max moves whenever it
@@ -259,6 +261,8 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
             else WGMMA_MIN_BLOCKS_PER_SM[dim] if wgmma and not ws and not decode and mask_kind is None else 1,
             "WGMMA_OVERLAP": WGMMA_OVERLAP[dim] if wgmma and not ws else 0, "KV_SPLIT": decode.split if decode else 1,
             "PACK_GQA": decode.pack if decode else 1, "WARP_SPLIT": decode.warp_split if decode else 1}
+    if ws and not fp8:
+        tune["KV_LOAD_LAG"] = WARP_SPECIALIZED_LOAD_LAG
     if fp8:
         tune["EXP2_FMA_EVERY"] = FP8_EXP2_FMA_EVERY
     unknown = set(tuning or ()) - set(tune)

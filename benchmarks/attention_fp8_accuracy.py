@@ -17,6 +17,7 @@ import datetime
 import numpy as np
 import torch
 
+from attention import write_report
 from attention_fp8 import real_inputs
 from trt_fusedattn.fp8 import E4M3_MAX, quantize_e4m3, to_e4m3
 from trt_fusedattn.plugins.attention.contract import fused_attention_reference
@@ -110,21 +111,15 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     header, body, checks = table(args.heads, args.rows, [int(d) for d in args.dims.split(",")], args.seed)
-    lines = ["# FP8 attention: error of each Q/K scaling option (CPU emulation)", "",
-             f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, numpy {np.__version__}; {args.heads} "
-             f"heads x {args.rows} queries x {args.rows} keys, non-causal, seed {args.seed}; inputs as "
-             "benchmarks/attention_fp8.py (N(0, 1), or heavy-tailed with 0.1% outliers of magnitude 20-35); scales "
-             "amax / 448; V per tensor and P with p_scale 1/448 in every option; RMSE of O against float64 attention "
-             "of the unquantized inputs.", "",
-             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(map(str, r)) + " |" for r in body]
-    lines += ["", f"The per-tensor emulation matches the contract's numpy reference (trt_fusedattn) to "
-                  f"{max(checks):.1e} at most on these inputs."]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+    head = ("# FP8 attention: error of each Q/K scaling option (CPU emulation)\n\n"
+            f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, numpy {np.__version__}; {args.heads} "
+            f"heads x {args.rows} queries x {args.rows} keys, non-causal, seed {args.seed}; inputs as "
+            "benchmarks/attention_fp8.py (N(0, 1), or heavy-tailed with 0.1% outliers of magnitude 20-35); scales "
+            "amax / 448; V per tensor and P with p_scale 1/448 in every option; RMSE of O against float64 attention "
+            "of the unquantized inputs.\n\n")
+    summary = [f"The per-tensor emulation matches the contract's numpy reference (trt_fusedattn) to {max(checks):.1e} "
+               "at most on these inputs."]
+    print(write_report(head, header, body, summary, args.out))
 
 
 if __name__ == "__main__":

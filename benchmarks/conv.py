@@ -107,11 +107,17 @@ SHORT_GRID_SWEEP = [(f"ws 128x64w8 x{ctas}" + (f" c{c}" if c > 1 else ""),
                     for ctas in (1, 2) for c in (1, 2, 3, 4)]
 SHORT_GRID_SWEEP += [(f"ws 128x128w8 c4 {st}st", dict(mma="wgmma_ws", tile="128x128w8", cluster=4, stages=st))
                      for st in (5, 6)] + [("default, sums in the ring", dict(constants=dict(PUSHED_PAST_RING=False)))]
+# Small grids (batch 1) on the unspecialized wgmma loop: 64-row tiles (twice the CTAs of 128-row ones; cuDNN's kernel
+# for b1 1x1 128>512 @28 +res runs 52 CTAs of 64x128, ours 28 of 128x128) and reduction clusters.
+SMALL_GRID_SWEEP = [(f"wg {label}", dict(mma="wgmma", tile=label.split()[0], **kw)) for label, kw in [
+    ("128x128w8", {}), ("128x64w8", {}), ("128x64w4", {}), ("64x128w4", {}), ("64x256w4", {}),
+    ("64x128w4 c2", dict(cluster=2)), ("128x128w8 c2", dict(cluster=2)), ("128x64w8 c2", dict(cluster=2)),
+    ("64x128w4 c4", dict(cluster=4))]]
 # Depthwise: output pixels per thread (more pixels per block re-read fewer halo rows of X from L2).
 DEPTHWISE_SWEEP = [(f"dw {p} px", dict(dw_pixels=p)) for p in (1, 2, 4)]
 SWEEPS = {"mma.sync": MMA_SYNC_SWEEP, "wgmma": WGMMA_SWEEP, "wgmma_ws": WS_SWEEP, "ws_rows": WS_ROWS_SWEEP,
           "ws_cluster": WS_CLUSTER_SWEEP, "short": SHORT_SWEEP, "stem": STEM_SWEEP, "short_grids": SHORT_GRID_SWEEP,
-          "depthwise": DEPTHWISE_SWEEP}
+          "depthwise": DEPTHWISE_SWEEP, "small_grids": SMALL_GRID_SWEEP}
 BATCHES = (1, 8, 32)
 QUICK_BATCHES = {"ResNet-50": (8, 32), "MobileNetV2": (32,)}  # --quick: the lead's one run in under 4 minutes
 # FP8 variants timed per layer: (label, plan_conv overrides); "default" is the plan's choice. "x8": X already e4m3 in

@@ -162,7 +162,7 @@ def test_depthwise_threads_of_several_pixels(case, pixels, monkeypatch):
     past N*P*Q), stride 2, a 5x5 filter, a channel multiplier, odd channels, a residual."""
     from trt_fusedattn.plugins.conv import plan as conv_plan
     from trt_fusedattn.launcher.launch import device_arch
-    monkeypatch.setattr(conv_plan, "DEPTHWISE_PIXELS", pixels)
+    monkeypatch.setattr(conv_plan, "depthwise_pixels", lambda tile, geo, n_p_q: pixels)
     assert case.plan(device_arch(0)).defines["DW_PIX"] == pixels
     seed = random.SystemRandom().randrange(2 ** 31)
     got, want, _ = run_case(case, seed)

@@ -656,6 +656,11 @@ def test_depthwise_chunks_cover_the_channels_without_an_idle_quarter():
     from trt_fusedattn.plugins.conv.plan import depthwise_tile
     assert depthwise_tile(144, 144)["CHUNKS"] == 2 and depthwise_tile(96, 96)["CHUNKS"] == 4
     assert depthwise_tile(144, 144, 4)["DW_PIX"] == 4
+    # two pixels a thread: stride 1 where the grid keeps >= 132 blocks (conv-2 sweep); stride 2 and small grids one
+    dw = lambda n, c, hw, stride=1: ConvCase("dw", n, c, hw, hw, c, 3, 3, stride=stride, pad=1,  # noqa: E731
+                                             groups=c).plan("sm_90a").defines["DW_PIX"]
+    assert dw(32, 192, 28) == dw(8, 144, 56) == dw(8, 576, 14) == dw(32, 960, 7) == 2
+    assert dw(32, 144, 56, stride=2) == dw(8, 960, 7) == dw(1, 144, 56) == 1
     with pytest.raises(ValueError, match="dw_pixels=3"):
         depthwise_tile(144, 144, 3)
     assert depthwise_tile(192, 192)["CHUNKS"] == 8 and depthwise_tile(40, 40)["CHUNKS"] == 8

@@ -136,10 +136,14 @@ WS_MIN_CTAS = SM_COUNT // 2
 # 3, 6.2 on 2 of 4).
 CLUSTER_CTA_CAP = {2: 132, 3: 120, 4: 104}
 WS_MIN_RANK_TILES = 2
-# The cluster ranks' pushed sums past the warp-specialized ring where that costs no stage (PUSHED_OFFSET,
-# implicit_gemm_reduction.cuh): a rank pushes once its own MMAs are done, one cluster barrier instead of two, and no
-# other CTA writes into a ring (session 7).
+# The cluster ranks' pushed sums past the warp-specialized ring (PUSHED_OFFSET, implicit_gemm_reduction.cuh): a rank
+# pushes once its own MMAs are done, one cluster barrier instead of two, and no other CTA writes into a ring. Where
+# shared memory holds them with a ring of at least PUSHED_MIN_STAGES stages (one fewer than the 6 a 128x128 tile on
+# 4-CTA clusters takes otherwise). Session 7 conv-1 sweep (H100, same run): every clustered layer 0.4-0.6 µs faster
+# (b1 1x1 512>2048 +res 6.0 -> 5.4, b8 1x1 1024>256 @14 7.6 -> 7.1, 3x3 512 @7 13.2 -> 12.7); 128x128 c4 on 5 stages
+# with them vs 6 without: b8 3x3 256 @14 10.1 vs 10.7, b1 3x3 128 @28 8.0 vs 8.7.
 PUSHED_PAST_RING = True
+PUSHED_MIN_STAGES = 5
 # Float16/bfloat16 reductions of at least this many tiles split a short grid's tile (128 columns at most: a 128x256
 # tile's fp32 partial sums are twice the size, not measured) over a cluster before narrowing it, where the split grid
 # fills half the SMs (WS_MIN_CTAS) at once with >= WS_SPLIT_FIRST_RANK_TILES tiles a rank: a narrower tile re-reads more
@@ -180,8 +184,12 @@ TAP_ROWS_BY_DEFAULT = True
 # (784: two waves either way) and b1 (98) 3 were faster (25.6 vs 28.2, 10.7 vs 11.5). 4 blocks run 3 stages (never
 # slower in the same sweep: 90.2, 28.2, 11.1). Older arches keep 3 (at 4 the 3x3 over 6 channels spills on sm_80).
 TAP_ROWS_WAVE_COST = {3: 1.0, 4: 1.2}
-# Output pixels per depthwise thread (depthwise.cu DW_PIX): 1 until a sweep times more (session 7).
-DEPTHWISE_PIXELS = 1
+# Output pixels per depthwise thread (depthwise.cu DW_PIX) for stride-1 filters on static grids that keep at least
+# SM_COUNT blocks with them: 2 (session 7 conv-2 sweep, H100: dw 192 @28 b32 20.5 -> 16.5 µs, dw 576 @14 b32 16.5 ->
+# 12.6, dw 32 @112 b32 42.3 -> 39.2, b8 dw 144 @56 13.4 -> 12.0; dw 960 @7 b8, 105 blocks at 2 pixels, lost: 4.8 vs
+# 5.2; dw 144 @56 b32 46.8 vs 47.2). Stride 2 lost at every size (dw/2 96 @112 b32 53.3 vs 67.3), 4 pixels on most
+# (won only dw 192 @28 and dw 384 @14 at b32, 15.5 / 9.6 vs 16.5 / 11.1 at 2, and dw 32 @112 b8): 1 there.
+DEPTHWISE_PIXELS = 2
 
 
 def default_gemm_tile(cg: int, kg: int, taps: int) -> tuple[str, int | None]:
@@ -422,9 +430,12 @@ def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, b
         raise ValueError(f"implicit-GEMM tile {name} needs {gemm_shared_bytes(config)} bytes of "
                          f"shared memory; {arch} allows {limit}: pick a smaller tile")
     if PUSHED_PAST_RING and warp_specialized and cluster > 1:
-        past_ring = {**config, "PUSHED_OFFSET": gemm_shared_bytes({**config, "CLUSTER_K": 1}) - WS_RING_OFFSET}
-        if gemm_shared_bytes(past_ring) <= limit:
-            config = past_ring
+        for depth in range(config["STAGES"], min(config["STAGES"], max(PUSHED_MIN_STAGES, min_stages)) - 1, -1):
+            past_ring = {**config, "STAGES": depth}
+            past_ring["PUSHED_OFFSET"] = gemm_shared_bytes({**past_ring, "CLUSTER_K": 1}) - WS_RING_OFFSET
+            if gemm_shared_bytes(past_ring) <= limit:
+                config = past_ring
+                break
     return config
 
 
@@ -454,7 +465,7 @@ def depthwise_tile(c: int, k: int, pixels: int | None = None) -> dict:
     """Depthwise block: CHUNKS channel chunks of DW_VEC channels, DW_PIX pixels a thread. Up to 8 chunks (32 without
     vectors), as few as cover the channels; where that leaves a block of the last column part-empty (144 channels = 18
     chunks of 8 on blocks of 8: a quarter of the threads idle), the largest power of two >= 2 that divides the chunk
-    count. ``pixels``: DW_PIX override (1, 2 or 4; default DEPTHWISE_PIXELS)."""
+    count. ``pixels``: DW_PIX (1, 2 or 4; the plan's default: ``depthwise_pixels``)."""
     mult = k // c
     vec = _largest_vector(c) if mult == 1 else 1
     groups_of_vec = -(-k // vec)
@@ -462,8 +473,16 @@ def depthwise_tile(c: int, k: int, pixels: int | None = None) -> dict:
     dividing = max(d for d in (1, 2, 4, 8, 16, 32) if d <= chunks and groups_of_vec % d == 0)
     if pixels not in (None, 1, 2, 4):
         raise ValueError(f"dw_pixels={pixels}: a depthwise thread computes 1, 2 or 4 pixels")
-    return dict(CH_MULT=mult, DW_VEC=vec, CHUNKS=dividing if dividing >= 2 else chunks,
-                DW_PIX=pixels or DEPTHWISE_PIXELS)
+    return dict(CH_MULT=mult, DW_VEC=vec, CHUNKS=dividing if dividing >= 2 else chunks, DW_PIX=pixels or 1)
+
+
+def depthwise_pixels(tile: dict, geo: dict, pixels) -> int:
+    """DW_PIX of the default depthwise plan: DEPTHWISE_PIXELS for stride-1 filters where the static output (``pixels``
+    = N*P*Q, an int) keeps >= SM_COUNT blocks at that count, else 1."""
+    blocks = lambda per_thread: (-(-pixels // (256 // tile["CHUNKS"] * per_thread))  # noqa: E731
+                                 * -(-geo["K"] // (tile["CHUNKS"] * tile["DW_VEC"])))
+    stride_one = tuple(geo["strides"]) == (1, 1)
+    return DEPTHWISE_PIXELS if stride_one and isinstance(pixels, int) and blocks(DEPTHWISE_PIXELS) >= SM_COUNT else 1
 
 
 def output_shape_conv(input_shapes, attrs) -> tuple:
@@ -591,6 +610,8 @@ def plan_conv(input_shapes, input_dtypes, attrs, arch: str, *, formats=None, til
             raise ValueError("FP8 FusedConv has no depthwise kernel (group == C); run depthwise layers in "
                              "float16/bfloat16 (input_scale 0)")
         dw = depthwise_tile(geo["C"], geo["K"], dw_pixels)
+        if dw_pixels is None:
+            dw["DW_PIX"] = depthwise_pixels(dw, geo, pixels)
         block_pixels, block_channels = 256 // dw["CHUNKS"] * dw["DW_PIX"], dw["CHUNKS"] * dw["DW_VEC"]
         return LaunchPlan(source=DEPTHWISE, kernel="fused_conv_depthwise", defines={**defines, **dw},
                           grid=((pixels + block_pixels - 1) // block_pixels,

@@ -552,8 +552,8 @@ def table_rows(nets: dict, batches_of: dict, arch: str, budget_s: float | None, 
 
 
 # The previous session's rule, as the plan constants that changed since (session 7: clusters of 2 tiles a rank, the
-# warp-specialized kernel's pushed cluster sums past its ring): the "prev" column.
-PREVIOUS_RULE = dict(WS_MIN_RANK_TILES=4, PUSHED_PAST_RING=False)
+# warp-specialized kernel's pushed cluster sums past its ring, two pixels per depthwise thread): the "prev" column.
+PREVIOUS_RULE = dict(WS_MIN_RANK_TILES=4, PUSHED_PAST_RING=False, DEPTHWISE_PIXELS=1)
 
 
 @contextlib.contextmanager
@@ -732,7 +732,7 @@ def main():
              "cN = the reduction split over an N-CTA cluster, sw = M-tile pairs sharing the W tile, Nst = the ring's "
              "stages of the unspecialized wgmma loop, trN = the stem's tap-row gather for N blocks per SM); prev = the previous session's rule (benchmarks/conv.py "
              "PREVIOUS_RULE: clusters of >= 4 tiles a rank, the cluster sums pushed into the ring's bytes after a "
-             "cluster barrier; \"=\": the same "
+             "cluster barrier, one pixel per depthwise thread; \"=\": the same "
              "kernel). err = |fused - base| "
              "/ |base|, graph err = |graph - base| / |base| (normwise).\n"]
     if args.quick:

@@ -124,6 +124,20 @@ def _cases():
                 tuning=n192),
         FP8Case("fp8-n192-hd128-2stages", dim=128, len_q=700, len_kv=1100, tuning=n192 + (("KV_STAGES", 2),)),
     ]
+    # the loader publishing tile i while tiles i + 1, i + 2 (lag 2) are in flight: three V staging tiles
+    lag2 = (("KV_LOAD_LAG", 2),)
+    cases += [
+        FP8Case("fp8-lag2-hd128-keylen-causal-br", dim=128, key_lengths=True, len_q=300, len_kv=700, causal=1,
+                alignment="bottom_right", tuning=lag2, small=True),
+        FP8Case("fp8-lag2-hd64-gqa-500x700", heads_q=8, heads_kv=2, len_q=500, len_kv=700, tuning=lag2, small=True),
+        FP8Case("fp8-lag2-hd256-3stages-e4m3-out", dim=256, len_q=300, len_kv=1000, **e4m3_out,
+                tuning=lag2 + (("KV_STAGES", 3),), small=True),
+        FP8Case("fp8-lag2-hd128-long-kv-7x16534", batch=1, heads_q=2, heads_kv=2, len_q=7, len_kv=16534, dim=128,
+                tuning=lag2),
+        FP8Case("fp8-lag2-hd128-1x1", len_q=1, len_kv=1, dim=128, tuning=lag2),  # fewer tiles than the lag
+        FP8Case("fp8-lag2-hd256-3stages-additive-heavy", dim=256, data="heavy", mask="additive", len_q=200, len_kv=500,
+                tuning=lag2 + (("KV_STAGES", 3),)),
+    ]
     two_stages = (("KV_STAGES", 2),)  # the benchmark's alternatives
     cases += [replace(c, name=c.name + "-2stages", tuning=two_stages, small=False)
               for c in cases if c.name in ("fp8-hd64", "fp8-hd128", "fp8-causal-bottom_right-100x300-hd128")]

@@ -17,15 +17,21 @@
 #include "attention_v_transpose_sm90.cuh"
 #endif
 
-constexpr int kVStagingTiles = FP8 ? 2 : 0;  // V tiles as copied, before the FP8 transpose
-
-// This loader thread's copies so far, all but the newest group, have landed: make them visible to wgmma, then
-// count this thread's arrival on `full`.
-__device__ __forceinline__ void publish_all_but_newest(uint32_t full) {
-  cp_async_wait<1>();
-  fence_async_proxy();
-  mbarrier_arrive(full);
-}
+// Copy groups a loader thread keeps in flight before it publishes the oldest (tuning KV_LOAD_LAG). 16-bit: with 1 it
+// waits for K(i) right after issuing V(i), so at most about one K/V tile pair is in flight an SM and every tile costs
+// the loader one L2 latency; 2 (K(i) published once K(i + 1) is issued) or 3 keep more bytes in flight. The consumer
+// never waits on itself: group g - lag is published after group g is issued, whose stage the MMA warpgroups freed
+// at least one tile before they need group g - lag (3 needs three stages). FP8: a group is one tile's K and V, so
+// lag 1 holds two tiles in flight while tile i - 1 is published and transposed, lag 2 three (V needs lag + 1 staging
+// tiles; K(i) reuses the stage of K(i - kStages), which is published before, so lag < kStages).
+#ifndef KV_LOAD_LAG
+#define KV_LOAD_LAG 1
+#endif
+constexpr int kLoadLag = KV_LOAD_LAG;
+static_assert(FP8 ? kLoadLag >= 1 && kLoadLag <= 3 && kLoadLag < kStages
+                  : kLoadLag >= 1 && kLoadLag <= 3 && (kLoadLag < 3 || kStages >= 3),
+              "KV_LOAD_LAG: 1-3 (16-bit: 3 with 3 stages; FP8: below KV_STAGES)");
+constexpr int kVStagingTiles = FP8 ? kLoadLag + 1 : 0;  // V tiles as copied, before the FP8 transpose
 
 #if FP8
 // the load warpgroup's own named barrier (1..kMmaWarpgroups are the MMA warpgroups' turns)
@@ -41,13 +47,26 @@ __device__ __forceinline__ void publish_k_and_transpose_v(const KVPipeline& pipe
   mbarrier_arrive(pipe.full_k(KVPipeline::stage(step)));
   named_barrier_sync<kLoadThreads>(kLoaderBarrier);  // V(step) is in the staging tile, all of it
   pipe.acquire_v(step);
-  transpose_v_tile<kLoadThreads>(staging + (step % 2) * kVTileElems, sV + KVPipeline::stage(step) * kVTileElems, tid);
+  transpose_v_tile<kLoadThreads>(staging + (step % kVStagingTiles) * kVTileElems,
+                                 sV + KVPipeline::stage(step) * kVTileElems, tid);
   fence_async_proxy();  // stmatrix writes are generic-proxy; wgmma reads V^T through the async proxy
   mbarrier_arrive(pipe.full_v(KVPipeline::stage(step)));
 }
 
+// Copy group g (0: Q, 1 + i: tile i's K and V) has landed, all but the newest kNewest groups: hand it over.
+template <int kNewest>
+__device__ __forceinline__ void publish_group(const KVPipeline& pipe, const qkv_t* staging, qkv_t* sV, int g, int tid) {
+  if (g == 0) {
+    cp_async_wait<kNewest>();
+    fence_async_proxy();
+    mbarrier_arrive(pipe.full_q());
+  } else {
+    publish_k_and_transpose_v<kNewest>(pipe, staging, sV, g - 1, tid);
+  }
+}
+
 // The FP8 loader: Q, then per tile K into its stage and V into a staging tile; tile t's K and V^T are handed over
-// while tile t + 1's copies are in flight.
+// while the copies of tiles t + 1 .. t + kLoadLag are in flight.
 __device__ __forceinline__ void load_q_and_kv(const KVPipeline& pipe, qkv_t* sQ, qkv_t* sK, qkv_t* sV,
                                               const qkv_t* q_base, int64_t q_stride, int m0, int len_q,
                                               const qkv_t* k_base, int64_t k_stride, const qkv_t* v_base,
@@ -62,30 +81,21 @@ __device__ __forceinline__ void load_q_and_kv(const KVPipeline& pipe, qkv_t* sQ,
     load_tile_swizzled<kBlockN, kLoadThreads>(sK + KVPipeline::stage(step) * kKTileElems, k_base, k_stride, n0,
                                               len_kv, tid);
     named_barrier_sync<kLoadThreads>(kLoaderBarrier);  // every loader thread is done transposing out of this staging tile
-    load_tile_swizzled<kBlockN, kLoadThreads>(staging + (step % 2) * kVTileElems, v_base, v_stride, n0, len_kv, tid);
-    cp_async_commit();
-    if (step == 0) publish_all_but_newest(pipe.full_q());
-    else publish_k_and_transpose_v<1>(pipe, staging, sV, step - 1, tid);
+    load_tile_swizzled<kBlockN, kLoadThreads>(staging + (step % kVStagingTiles) * kVTileElems, v_base, v_stride, n0,
+                                              len_kv, tid);
+    cp_async_commit();  // group 1 + step
+    if (step + 1 >= kLoadLag) publish_group<kLoadLag>(pipe, staging, sV, step + 1 - kLoadLag, tid);
   }
-  if (n_tiles == 0) {
-    cp_async_wait<0>();
-    fence_async_proxy();
-    mbarrier_arrive(pipe.full_q());
-  } else {
-    publish_k_and_transpose_v<0>(pipe, staging, sV, n_tiles - 1, tid);
+#pragma unroll
+  for (int pending = kLoadLag - 1; pending >= 0; --pending) {  // groups n_tiles - pending, oldest first
+    const int g = n_tiles - pending;
+    if (g < 0) continue;
+    if (pending == 2) publish_group<2>(pipe, staging, sV, g, tid);
+    else if (pending == 1) publish_group<1>(pipe, staging, sV, g, tid);
+    else publish_group<0>(pipe, staging, sV, g, tid);
   }
 }
 #else
-// Copy groups a 16-bit loader thread keeps in flight before it publishes the oldest (tuning KV_LOAD_LAG): with 1 it
-// waits for K(i) right after issuing V(i), so at most about one K/V tile pair is in flight an SM and every tile costs
-// the loader one L2 latency; 2 (K(i) published once K(i + 1) is issued) or 3 keep more bytes in flight. The consumer
-// never waits on itself: group g - lag is published after group g is issued, whose stage the MMA warpgroups freed
-// at least one tile before they need group g - lag (3 needs three stages).
-#ifndef KV_LOAD_LAG
-#define KV_LOAD_LAG 1
-#endif
-constexpr int kLoadLag = KV_LOAD_LAG;
-static_assert(kLoadLag >= 1 && kLoadLag <= 3 && (kLoadLag < 3 || kStages >= 3), "KV_LOAD_LAG: 1-3 (3 with 3 stages)");
 
 // The full barrier of copy group h: Q (h = 0), then K(i) (h = 1 + 2i) and V(i) (h = 2 + 2i).
 __device__ __forceinline__ uint32_t group_full_barrier(const KVPipeline& pipe, int h) {

@@ -44,21 +44,31 @@ __device__ __forceinline__ uint32_t vt_chunk(uint32_t tile, int d, int g) {
 
 // V (a [kBlockN keys][kHeadDim] e4m3 tile in the K layout at `v`) -> V^T (at `vt`), by the kThreadsT threads of the
 // calling warps (this one is `tid`); the caller orders it after the copies into `v` landed and before wgmma reads `vt`.
+// A warp takes kUnitsPerWarp consecutive units in batches of kBatch: the batch's ldmatrix loads are all issued before
+// its first stmatrix (the "memory" clobbers keep program order, so without batching each prmt waited the full
+// shared-memory latency of its own ldmatrix: the loader's top stall at hd256, 9% of all samples, NOTES.md).
 template <int kThreadsT>
 __device__ __forceinline__ void transpose_v_tile(const qkv_t* v, qkv_t* vt, int tid) {
   constexpr int kKeyGroups = kBlockN / 16, kUnits = kKeyGroups * (kHeadDim / 32), kWarpsT = kThreadsT / 32;
   static_assert(kUnits % kWarpsT == 0, "whole units per warp");
+  constexpr int kUnitsPerWarp = kUnits / kWarpsT;
+  constexpr int kBatch = kUnitsPerWarp % 2 == 0 ? 2 : 1;  // (4 spills 8-44 B at 40 registers)
   const int warp = tid / 32, lane = tid % 32, m = lane / 8, j = lane % 8;
   const uint32_t v_tile = smem_addr(v), vt_tile = smem_addr(vt);
-#pragma unroll 1  // addresses computed per unit: unrolled, ptxas keeps all of them live and the loader spills
-  for (int unit = warp; unit < kUnits; unit += kWarpsT) {
-    const int g = unit % kKeyGroups, col32 = unit / kKeyGroups;
-    uint32_t r[4], x[4];
-    ldmatrix_x4_trans(r, swizzled_chunk<kBlockN>(v_tile, 16 * g + 8 * (m % 2) + j, 2 * col32 + m / 2));
-    x[0] = __byte_perm(r[0], r[1], 0x6420);
-    x[1] = __byte_perm(r[0], r[1], 0x7531);
-    x[2] = __byte_perm(r[2], r[3], 0x6420);
-    x[3] = __byte_perm(r[2], r[3], 0x7531);
-    stmatrix_x4(x, vt_chunk(vt_tile, 32 * col32 + 16 * (m / 2) + 2 * j + m % 2, g));
+#pragma unroll 1  // batches: more in flight would spill the loader's 40 registers
+  for (int i0 = 0; i0 < kUnitsPerWarp; i0 += kBatch) {
+    uint32_t r[kBatch][4];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int unit = warp * kUnitsPerWarp + i0 + b, g = unit % kKeyGroups, col32 = unit / kKeyGroups;
+      ldmatrix_x4_trans(r[b], swizzled_chunk<kBlockN>(v_tile, 16 * g + 8 * (m % 2) + j, 2 * col32 + m / 2));
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int unit = warp * kUnitsPerWarp + i0 + b, g = unit % kKeyGroups, col32 = unit / kKeyGroups;
+      const uint32_t x[4] = {__byte_perm(r[b][0], r[b][1], 0x6420), __byte_perm(r[b][0], r[b][1], 0x7531),
+                             __byte_perm(r[b][2], r[b][3], 0x6420), __byte_perm(r[b][2], r[b][3], 0x7531)};
+      stmatrix_x4(x, vt_chunk(vt_tile, 32 * col32 + 16 * (m / 2) + 2 * j + m % 2, g));
+    }
   }
 }

@@ -88,7 +88,9 @@ WARP_SPECIALIZED_LOAD_LAG = 1
 # unmasked specializations take the same tiles otherwise. Timings: NOTES.md.
 FP8_TILES = {64: (192, 128, 12, 0, 3), 128: (128, 128, 8, 0, 3), 256: (128, 64, 8, 0, 2)}
 FP8_TILES_MASKED = {**FP8_TILES, 64: (128, 128, 8, 0, 3)}  # (as WARP_SPECIALIZED_TILES_MASKED: masks/softcap spill at hd64)
-FP8_V_STAGING_TILES = 2
+# Tiles of K and V an FP8 loader thread keeps in flight before it publishes the oldest (KV_LOAD_LAG; V takes lag + 1
+# staging tiles as copied, before its transpose).
+FP8_LOAD_LAG = 1
 FP8_RESCALE_THRESHOLD = "0.0f"
 # Every n-th n8 block of S exponentiated on the FP32 pipe instead of MUFU (attention_softmax.cuh; 0: none): every 4th
 # was 3-9% slower at every point on the H100 (FP8 run 3, NOTES.md).
@@ -106,12 +108,12 @@ RESCALE_THRESHOLD = "8.0f"
 
 def shared_mem_bytes(head_dim: int, block_m: int, block_n: int, stages: int, wgmma: bool = False,
                      overlap: bool = False, head_dim_v: int | None = None, fp8: bool = False,
-                     key_groups: int = 1) -> int:
+                     key_groups: int = 1, load_lag: int = 1) -> int:
     """Q tile + ``stages`` K and V tiles (what attention.cu lays out): for mma.sync rows of the head dim padded to
     16, plus 16 bytes (and at least the output staging, kBlockM rows of V's pitch, which reuses them); unpadded
     (swizzled) for wgmma, plus the slack that aligns them to 1024 bytes, and a third V tile with WGMMA_OVERLAP."""
-    if fp8:  # one-byte tiles: Q, K and V^T stages, V staging tiles
-        return (block_m + (2 * stages + FP8_V_STAGING_TILES) * block_n) * head_dim + WGMMA_SMEM_ALIGN - 16
+    if fp8:  # one-byte tiles: Q, K and V^T stages, load_lag + 1 V staging tiles
+        return (block_m + (2 * stages + load_lag + 1) * block_n) * head_dim + WGMMA_SMEM_ALIGN - 16
     if wgmma:  # (decode: WARP_SPLIT key groups each have their own K/V stages)
         return ((block_m + key_groups * (2 * stages + int(overlap)) * block_n) * head_dim * 2
                 + WGMMA_SMEM_ALIGN - 16)
@@ -261,8 +263,8 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
             else WGMMA_MIN_BLOCKS_PER_SM[dim] if wgmma and not ws and not decode and mask_kind is None else 1,
             "WGMMA_OVERLAP": WGMMA_OVERLAP[dim] if wgmma and not ws else 0, "KV_SPLIT": decode.split if decode else 1,
             "PACK_GQA": decode.pack if decode else 1, "WARP_SPLIT": decode.warp_split if decode else 1}
-    if ws and not fp8:
-        tune["KV_LOAD_LAG"] = WARP_SPECIALIZED_LOAD_LAG
+    if ws:
+        tune["KV_LOAD_LAG"] = FP8_LOAD_LAG if fp8 else WARP_SPECIALIZED_LOAD_LAG
     if fp8:
         tune["EXP2_FMA_EVERY"] = FP8_EXP2_FMA_EVERY
     unknown = set(tuning or ()) - set(tune)
@@ -292,8 +294,11 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
     if tune["WARP_SPECIALIZED"] and (tune["WGMMA_OVERLAP"] or (block_m, warps) not in ((128, 8), (192, 12))):
         raise ValueError("FusedAttention: the warp-specialized kernel has its own overlap (WGMMA_OVERLAP=0) and two or "
                          "three MMA warpgroups (BLOCK_M=128, NUM_WARPS=8 or BLOCK_M=192, NUM_WARPS=12)")
+    if fp8 and not 1 <= tune["KV_LOAD_LAG"] < min(stages, 4):
+        raise ValueError(f"FusedAttention FP8: KV_LOAD_LAG (tiles in flight past the one handed over) must be 1-3 and "
+                         f"below KV_STAGES={stages}, got {tune['KV_LOAD_LAG']}")
     smem = (shared_mem_bytes(dim, block_m, block_n, stages, bool(wgmma), bool(tune["WGMMA_OVERLAP"]), vdim, fp8,
-                             key_groups)
+                             key_groups, tune.get("KV_LOAD_LAG", 1))
             + combine_bytes(block_m, block_n, stages, dim, vdim, key_groups, tune["KV_SPLIT"], bool(wgmma)))
     while not wgmma and smem > shared_limit(arch) and not {"BLOCK_N", "KV_STAGES"} & set(tuning or {}):
         # GPUs with 99 KB per block (sm_86, sm_89, sm_120): halve the K/V tile until the stages fit (hd128: 128x32,

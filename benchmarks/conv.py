@@ -115,9 +115,14 @@ SMALL_GRID_SWEEP = [(f"wg {label}", dict(mma="wgmma", tile=label.split()[0], **k
     ("64x128w4 c4", dict(cluster=4))]]
 # Depthwise: output pixels per thread (more pixels per block re-read fewer halo rows of X from L2).
 DEPTHWISE_SWEEP = [(f"dw {p} px", dict(dw_pixels=p)) for p in (1, 2, 4)]
+# Depthwise channel chunks per block: every chunk of a 96/144/192-channel layer in one block (12/18/24 chunks of 8: a
+# warp's loads then cover whole pixels, contiguous in NHWC; 256 % CHUNKS threads idle) beside the plan's default.
+DEPTHWISE_CHUNK_SWEEP = [("dw default", dict(dw_pixels=None))] + [
+    (f"dw {c} chunks {p} px", dict(dw_chunks=c, dw_pixels=p)) for c in (12, 18, 24) for p in (1, 2)]
 SWEEPS = {"mma.sync": MMA_SYNC_SWEEP, "wgmma": WGMMA_SWEEP, "wgmma_ws": WS_SWEEP, "ws_rows": WS_ROWS_SWEEP,
           "ws_cluster": WS_CLUSTER_SWEEP, "short": SHORT_SWEEP, "stem": STEM_SWEEP, "short_grids": SHORT_GRID_SWEEP,
-          "depthwise": DEPTHWISE_SWEEP, "small_grids": SMALL_GRID_SWEEP}
+          "depthwise": DEPTHWISE_SWEEP, "small_grids": SMALL_GRID_SWEEP,
+          "depthwise_chunks": DEPTHWISE_CHUNK_SWEEP}
 BATCHES = (1, 8, 32)
 QUICK_BATCHES = {"ResNet-50": (8, 32), "MobileNetV2": (32,)}  # --quick: the lead's one run in under 4 minutes
 # FP8 variants timed per layer: (label, plan_conv overrides); "default" is the plan's choice. "x8": X already e4m3 in

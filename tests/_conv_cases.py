@@ -107,6 +107,11 @@ _ACTIVATION_SWEEP = [
              post_activation=a) for a in ("gelu", "hard_swish", "leaky_relu")]
 
 CASES = _BASE + [replace(c, name=c.name + "_bf16", dtype="bfloat16") for c in _BASE] + _ACTIVATION_SWEEP
+# Depthwise blocks of channel chunk counts that need not divide 256 (dw_chunks) at 1 and 2 pixels a thread (dw_pixels):
+# (case, plan overrides), run by the GPU test and compiled by the compile test.
+DEPTHWISE_CHUNK_PLANS = [(c, dict(dw_chunks=chunks, dw_pixels=pixels)) for c in CASES
+                         if c.name in ("dw3x3_s2_c144_batch32", "dw3x3_c96_bf16", "dw5x5_c40_residual", "dw3x3_c13_odd")
+                         for chunks, pixels in ((18, 1), (18, 2), (12, 2), (24, 1))]
 
 # FP8 (E4M3, sm_89+): X ~ N(0, 1) quantized with a per-tensor scale that saturates its tail (|x| > 448 * 0.0123
 # = 5.5 is rare but reachable), W e4m3 with per-output-channel scales; 16-byte loads, the element gather (odd C, and

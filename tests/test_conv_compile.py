@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from _conv_cases import CASES, FP8_CASES, WGMMA_CASES, WS_CASES, X_E4M3_CASES
+from _conv_cases import CASES, DEPTHWISE_CHUNK_PLANS, FP8_CASES, WGMMA_CASES, WS_CASES, X_E4M3_CASES
 from _fp8_chain_cases import PRODUCER_CASES
 from trt_fusedattn.launcher import compile as comp
 
@@ -52,7 +52,8 @@ def test_the_four_block_tap_row_kernels_compile_without_spills(monkeypatch):
 
 
 def test_depthwise_threads_of_several_pixels_compile_without_spills(monkeypatch):
-    """The depthwise cases at 2 and 4 pixels a thread (DW_PIX, as test_conv_gpu runs them): no spills on sm_90a."""
+    """The depthwise cases at 2 and 4 pixels a thread (DW_PIX) and the chunk-count plans, as test_conv_gpu runs them: no
+    spills on sm_90a."""
     from trt_fusedattn.plugins.conv import plan as conv_plan
     for pixels in (2, 4):
         monkeypatch.setattr(conv_plan, "depthwise_pixels", lambda tile, geo, n_p_q: pixels)
@@ -61,6 +62,11 @@ def test_depthwise_threads_of_several_pixels_compile_without_spills(monkeypatch)
             report = comp.compile_cubin(plan.source, "sm_90a", plan.defines)[1]
             spills = [int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", report)]
             assert spills and not any(spills), f"{case.name} at {pixels} pixels a thread spills: {report}"
+    for case, overrides in DEPTHWISE_CHUNK_PLANS:  # chunk counts that need not divide 256
+        plan = case.plan("sm_90a", **overrides)
+        report = comp.compile_cubin(plan.source, "sm_90a", plan.defines)[1]
+        spills = [int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", report)]
+        assert spills and not any(spills), f"{case.name} with {overrides} spills: {report}"
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_89", "sm_90a"])

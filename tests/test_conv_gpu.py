@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from _conv_cases import CASES, FP8_CASES, WGMMA_CASES, WS_CASES, X_E4M3_CASES, ConvCase
+from _conv_cases import CASES, DEPTHWISE_CHUNK_PLANS, FP8_CASES, WGMMA_CASES, WS_CASES, X_E4M3_CASES, ConvCase
 from _fp8_chain_cases import PRODUCER_CASES, ProducerCase, e4m3_mismatch
 from trt_fusedattn.plugins.conv.contract import FUSED_CONV, fused_conv_reference
 
@@ -199,13 +199,32 @@ def test_wgmma_variants_match_float64_reference(tuned):
     """The sm_90a wgmma main loop and the warp-specialized kernel (WS_CASES, mma="wgmma_ws") forced onto every
     warpgroup tile, cluster split and taps-inner order (plan overrides the default may not pick), launched as
     TensorRT would from the plan, against float64."""
-    from trt_fusedattn.launcher.launch import device_arch, launch
+    from trt_fusedattn.launcher.launch import device_arch
     arch = device_arch(0)
     if arch != "sm_90a":
         pytest.skip(f"the wgmma main loop is sm_90a's; this GPU is {arch}")
     plan = tuned.plan(arch)
     assert plan.defines.get("WGMMA") == 1, f"{tuned.name}: the plan fell back to mma.sync"
-    case, seed = tuned.case, random.SystemRandom().randrange(2 ** 31)
+    check_plan(tuned.case, plan, arch)
+
+
+@pytest.mark.parametrize("case, overrides", DEPTHWISE_CHUNK_PLANS,
+                         ids=[f"{c.name}_chunks{o['dw_chunks']}_px{o['dw_pixels']}" for c, o in DEPTHWISE_CHUNK_PLANS])
+def test_depthwise_blocks_of_any_chunk_count(case, overrides):
+    """Depthwise blocks of channel chunk counts that do not divide 256 (the last 256 % CHUNKS threads only load taps),
+    more chunks than the layer has (whole idle columns), at 1 and 2 pixels a thread."""
+    from trt_fusedattn.launcher.launch import device_arch
+    arch = device_arch(0)
+    plan = case.plan(arch, **overrides)
+    assert (plan.defines["CHUNKS"], plan.defines["DW_PIX"]) == (overrides["dw_chunks"], overrides["dw_pixels"])
+    check_plan(case, plan, arch)
+
+
+def check_plan(case: ConvCase, plan, arch: str):
+    """Launch ``plan`` (a tuning override of the case's default plan) on fresh inputs into a NaN-poisoned output, as
+    TensorRT would, and check it against float64."""
+    from trt_fusedattn.launcher.launch import launch
+    seed = random.SystemRandom().randrange(2 ** 31)
     inputs = make_inputs(case, torch.Generator(device="cuda").manual_seed(seed))
     out = channels_last(torch.full((case.n, case.k, *case.out_hw), float("nan"), device="cuda",
                                    dtype=getattr(torch, case.dtype)))

@@ -663,6 +663,9 @@ def test_depthwise_chunks_cover_the_channels_without_an_idle_quarter():
     assert dw(32, 144, 56, stride=2) == dw(8, 960, 7) == dw(1, 144, 56) == 1
     with pytest.raises(ValueError, match="dw_pixels=3"):
         depthwise_tile(144, 144, 3)
+    assert depthwise_tile(144, 144, chunk_override=18)["CHUNKS"] == 18  # 14 pixels a pass, 4 threads idle
+    with pytest.raises(ValueError, match="dw_chunks=0"):
+        depthwise_tile(144, 144, chunk_override=0)
     assert depthwise_tile(192, 192)["CHUNKS"] == 8 and depthwise_tile(40, 40)["CHUNKS"] == 8
     for c in (32, 96, 144, 192, 384, 576, 960):
         t = depthwise_tile(c, c)

@@ -20,9 +20,10 @@
 constexpr int kThreads = 256;
 constexpr int kTaps = KH * KW;
 constexpr int kChannels = CHUNKS * DW_VEC;     // channels per block
-constexpr int kPassPixels = kThreads / CHUNKS;  // output pixels the block's threads cover at once
+constexpr int kPassPixels = kThreads / CHUNKS;  // output pixels the block's threads cover at once (CHUNKS not
+                                                // dividing 256: the last kThreads % CHUNKS threads only load taps)
 constexpr int kPixels = kPassPixels * DW_PIX;  // output pixels per block
-static_assert(kThreads % CHUNKS == 0, "CHUNKS divides 256");
+static_assert(CHUNKS <= kThreads, "a block covers at least one pixel");
 static_assert(DW_VEC == 1 || CH_MULT == 1, "vector loads need one output channel per input channel");
 
 extern "C" __global__ void __launch_bounds__(kThreads)
@@ -41,7 +42,7 @@ fused_conv_depthwise(const elem_t* __restrict__ x, const elem_t* __restrict__ w 
   const int chunk = tid % CHUNKS;
   const int k = k_block + chunk * DW_VEC;
   const int M = N * P * Q, m_first = blockIdx.x * kPixels + tid / CHUNKS;
-  if (m_first >= M || k >= K) return;
+  if (tid >= kPassPixels * CHUNKS || m_first >= M || k >= K) return;
   const FastDivmod pq_div(P * Q), q_div(Q);
   const int channel = CH_MULT == 1 ? k : k / CH_MULT;
   // Pixel j: m_first + j * kPassPixels; one past M computes pixel M - 1 again and stores nothing.

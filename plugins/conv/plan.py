@@ -461,11 +461,13 @@ def gemm_shared_bytes(tile: dict) -> int:
     return ring_offset + max(stages, partials, tile.get("PUSHED_OFFSET", staged) + pushed)
 
 
-def depthwise_tile(c: int, k: int, pixels: int | None = None) -> dict:
+def depthwise_tile(c: int, k: int, pixels: int | None = None, chunk_override: int | None = None) -> dict:
     """Depthwise block: CHUNKS channel chunks of DW_VEC channels, DW_PIX pixels a thread. Up to 8 chunks (32 without
     vectors), as few as cover the channels; where that leaves a block of the last column part-empty (144 channels = 18
     chunks of 8 on blocks of 8: a quarter of the threads idle), the largest power of two >= 2 that divides the chunk
-    count. ``pixels``: DW_PIX (1, 2 or 4; the plan's default: ``depthwise_pixels``)."""
+    count. ``pixels``: DW_PIX (1, 2 or 4; the plan's default: ``depthwise_pixels``); ``chunk_override``: CHUNKS (1-256,
+    need not divide 256: the block then leaves 256 % CHUNKS threads without a pixel), e.g. every chunk of the
+    channels in one block so that a warp's loads cover whole pixels."""
     mult = k // c
     vec = _largest_vector(c) if mult == 1 else 1
     groups_of_vec = -(-k // vec)
@@ -473,7 +475,10 @@ def depthwise_tile(c: int, k: int, pixels: int | None = None) -> dict:
     dividing = max(d for d in (1, 2, 4, 8, 16, 32) if d <= chunks and groups_of_vec % d == 0)
     if pixels not in (None, 1, 2, 4):
         raise ValueError(f"dw_pixels={pixels}: a depthwise thread computes 1, 2 or 4 pixels")
-    return dict(CH_MULT=mult, DW_VEC=vec, CHUNKS=dividing if dividing >= 2 else chunks, DW_PIX=pixels or 1)
+    if chunk_override is not None and not 1 <= chunk_override <= 256:
+        raise ValueError(f"dw_chunks={chunk_override}: a depthwise block has 1 to 256 channel chunks")
+    return dict(CH_MULT=mult, DW_VEC=vec, CHUNKS=chunk_override or (dividing if dividing >= 2 else chunks),
+                DW_PIX=pixels or 1)
 
 
 def depthwise_pixels(tile: dict, geo: dict, pixels) -> int:
@@ -551,7 +556,8 @@ def check_output_scale(output_scale: float, arch: str) -> None:
 def plan_conv(input_shapes, input_dtypes, attrs, arch: str, *, formats=None, tile: str | None = None,
               block_k: int | None = None, stages: int | None = None, mma: str | None = None,
               cluster: int | None = None, taps_inner: bool | None = None, ws_ctas: int | None = None,
-              share_w: bool | None = None, tap_rows: bool | None = None, dw_pixels: int | None = None) -> LaunchPlan:
+              share_w: bool | None = None, tap_rows: bool | None = None, dw_pixels: int | None = None,
+              dw_chunks: int | None = None) -> LaunchPlan:
     """The FusedConv launch (kernel arguments: ``X, W, shift?, scale?, residual?``, then int32
     ``N, H, W, C, K, P, Q, pad_h, pad_w, x_stride``, then ``Y``; ``x_stride`` is X's pixel stride: C, or C padded
     to 8 / 16 in TensorRT's HWC8 / HWC16). ``formats``: TensorRT's tensor formats (contract inputs, then Y; None
@@ -560,7 +566,7 @@ def plan_conv(input_shapes, input_dtypes, attrs, arch: str, *, formats=None, til
     overrides (a ``GEMM_TILES`` name, BLOCK_K, pipeline depth, main loop, cluster split of the reduction, reduction
     order, warp-specialized blocks per SM, W tiles shared by M-tile pairs), for tuning only: see ``gemm_tile``;
     ``tap_rows``: the tap-row gather on or off (default: where ``tap_rows_fit`` and the row fills over half a tile);
-    ``dw_pixels``: output pixels per depthwise thread (``depthwise_tile``)."""
+    ``dw_pixels``, ``dw_chunks``: output pixels per depthwise thread, channel chunks per block (``depthwise_tile``)."""
     x_shape, w_shape, shift_shape, scale_shape, residual_shape = (list(input_shapes) + [None] * 5)[:5]
     x_dtype, w_dtype = input_dtypes[0], input_dtypes[1]
     input_scale = float(attrs["input_scale"])
@@ -609,7 +615,7 @@ def plan_conv(input_shapes, input_dtypes, attrs, arch: str, *, formats=None, til
         if fp8:
             raise ValueError("FP8 FusedConv has no depthwise kernel (group == C); run depthwise layers in "
                              "float16/bfloat16 (input_scale 0)")
-        dw = depthwise_tile(geo["C"], geo["K"], dw_pixels)
+        dw = depthwise_tile(geo["C"], geo["K"], dw_pixels, dw_chunks)
         if dw_pixels is None:
             dw["DW_PIX"] = depthwise_pixels(dw, geo, pixels)
         block_pixels, block_channels = 256 // dw["CHUNKS"] * dw["DW_PIX"], dw["CHUNKS"] * dw["DW_VEC"]

@@ -124,6 +124,19 @@ def _cases():
                 tuning=n192),
         FP8Case("fp8-n192-hd128-2stages", dim=128, len_q=700, len_kv=1100, tuning=n192 + (("KV_STAGES", 2),)),
     ]
+    # head dim 128 on three MMA warpgroups with 96-key tiles (V^T in three 32-byte-swizzled column blocks)
+    wg3_n96 = (("BLOCK_M", 192), ("NUM_WARPS", 12), ("BLOCK_N", 96))
+    cases += [
+        FP8Case("fp8-3wg-n96-hd128-e4m3-out", dim=128, len_q=300, len_kv=700, **e4m3_out, tuning=wg3_n96, small=True),
+        FP8Case("fp8-3wg-n96-hd128-keylen-causal-br", dim=128, key_lengths=True, len_q=500, len_kv=1000, causal=1,
+                alignment="bottom_right", tuning=wg3_n96, small=True),
+        FP8Case("fp8-3wg-n96-hd128-heavy-gqa", dim=128, data="heavy", heads_q=8, heads_kv=2, len_q=500, len_kv=1500,
+                tuning=wg3_n96),
+        FP8Case("fp8-3wg-n96-hd128-long-kv-7x16534", batch=1, heads_q=2, heads_kv=2, len_q=7, len_kv=16534, dim=128,
+                tuning=wg3_n96),
+        FP8Case("fp8-3wg-n96-hd128-causal-4100-lag2", batch=1, heads_q=2, heads_kv=2, len_q=4100, len_kv=4100,
+                dim=128, causal=1, tuning=wg3_n96 + (("KV_LOAD_LAG", 2),)),
+    ]
     # the loader publishing tile i while tiles i + 1, i + 2 (lag 2) are in flight: three V staging tiles
     lag2 = (("KV_LOAD_LAG", 2),)
     cases += [

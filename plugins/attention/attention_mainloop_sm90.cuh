@@ -34,13 +34,14 @@ static_assert((kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256) && kHeadDim
 // (FlashAttention-3's hd256 tile is 128 x 80).
 // 192-key tiles: FP8 head dim 128 (FlashAttention-3's FP8 hd128 tile is 128 x 224): 1.5x the keys per tile's fixed
 // costs, S 96 + P 24 + O 64 registers a thread.
+// 96-key tiles: FP8 head dim 128 on three MMA warpgroups (192 x 96), S 48 + P 12 + O 64 registers in 152.
 // 176- and 192-key tiles at 16 bits: head dim 128 on the warp-specialized kernel with two K/V stages (FlashAttention-3's
 // non-causal hd128 tile is 128 x 176): S 88/96 + P 44/48 + O 64 registers a thread, 208/224 KB.
 static_assert(kBlockN == 64 || kBlockN == 128 || (kBlockN == 80 && !FP8 && WARP_SPECIALIZED) ||
-                  (kBlockN == 192 && FP8 && kHeadDim == 128) ||
+                  ((kBlockN == 96 || kBlockN == 192) && FP8 && kHeadDim == 128) ||
                   ((kBlockN == 176 || kBlockN == 192) && !FP8 && kHeadDim == 128 && WARP_SPECIALIZED),
               "the wgmma mainloop takes BLOCK_N 64 or 128 (the warp-specialized kernel at 16 bits also 80, at head "
-              "dim 128 also 192, at 16 bits also 176)");
+              "dim 128 also 192, at 16 bits also 176, in FP8 also 96)");
 static_assert(kWarpRows == 16 && kMAtoms == 1 && kWarps % 4 == 0, "the wgmma mainloop needs BLOCK_M = 16 * NUM_WARPS "
               "(one warpgroup per 64 query rows)");
 static_assert(Q_IN_REGISTERS == 0 || (WARP_SPECIALIZED && !FP8 && kHeadDim == 128 && kBlockN == 128 && kWarps == 8),
@@ -56,8 +57,8 @@ constexpr int kChunkElems = 16 / sizeof(qkv_t);         // elements per 16-byte 
 constexpr int kQKSteps = kHeadDim * sizeof(qkv_t) / 32;  // 32-byte k-steps of Q K^T (k16, FP8 k32)
 constexpr int kPVSteps = kBlockN * sizeof(qkv_t) / 32;   // 32-byte k-steps of P V over the keys
 // FP8 V^T tiles: column blocks of kVtRowBytes keys ([HEAD_DIM rows][kVtRowBytes] each, one swizzle row a head-dim
-// row), 128 where BLOCK_N is a multiple of 128, else 64 (192 keys: three blocks of 64)
-constexpr int kVtRowBytes = kBlockN % 128 == 0 ? 128 : 64;
+// row), 128 where BLOCK_N is a multiple of 128, else 64 or 32 (192 keys: three blocks of 64; 96: three of 32)
+constexpr int kVtRowBytes = kBlockN % 128 == 0 ? 128 : kBlockN % 64 == 0 ? 64 : 32;
 constexpr int kQTileElems = kBlockM * kHeadDim;
 constexpr int kKTileElems = kBlockN * kHeadDim;
 constexpr int kVTileElems = kKTileElems;

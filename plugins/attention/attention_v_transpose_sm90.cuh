@@ -31,14 +31,14 @@
 #include "common/ldmatrix.cuh"
 
 static_assert(FP8, "V^T tiles are for the FP8 P V");
-static_assert(kBlockN % kVtRowBytes == 0, "V^T rows are whole 64- or 128-byte swizzle rows of keys");
+static_assert(kBlockN % kVtRowBytes == 0, "V^T rows are whole 32-, 64- or 128-byte swizzle rows of keys");
 constexpr int kVtTileBytes = kHeadDim * kBlockN;
 
 // Shared address of the chunk of keys 16 g .. 16 g + 15 in V^T row d: column block g / (kVtRowBytes / 16) (a block
 // of 64 or 128 keys), chunk g % (kVtRowBytes / 16) of that block's row d.
 __device__ __forceinline__ uint32_t vt_chunk(uint32_t tile, int d, int g) {
   constexpr int kChunks = kVtRowBytes / 16;
-  const int swizzle = kVtRowBytes == 128 ? d % 8 : (d / 2) % 4;
+  const int swizzle = kVtRowBytes == 128 ? d % 8 : kVtRowBytes == 64 ? (d / 2) % 4 : (d / 4) % 2;
   return tile + d * kVtRowBytes + (((g % kChunks) ^ swizzle) * 16) + (g / kChunks) * (kHeadDim * kVtRowBytes);
 }
 

@@ -12,12 +12,12 @@
 // Shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format", sm_90): bits 0-13 start address >> 4,
 // 16-29 leading-dimension byte offset >> 4, 32-45 stride-dimension byte offset >> 4, 49-51 base offset (0: every
 // swizzled region starts on its swizzle repeat, kSwizzleBytes * 8 bytes), 62-63 swizzle mode (1: 128-byte rows,
-// 2: 64-byte). Advancing a descriptor by b bytes (b % 16 == 0, inside one swizzle row or to a later repeat) is
+// 2: 64-byte, 3: 32-byte). Advancing a descriptor by b bytes (b % 16 == 0, inside one swizzle row or to a later repeat) is
 // adding b >> 4: the hardware applies the swizzle to the resulting address bits, as the cp.async stores did.
 template <int kSwizzleBytes>
 __device__ __forceinline__ uint64_t smem_desc(uint32_t smem_byte_addr, uint32_t leading_bytes, uint32_t stride_bytes) {
-  static_assert(kSwizzleBytes == 128 || kSwizzleBytes == 64, "128- or 64-byte swizzled rows");
-  constexpr uint64_t kMode = kSwizzleBytes == 128 ? 1 : 2;
+  static_assert(kSwizzleBytes == 128 || kSwizzleBytes == 64 || kSwizzleBytes == 32, "128-, 64- or 32-byte swizzled rows");
+  constexpr uint64_t kMode = kSwizzleBytes == 128 ? 1 : kSwizzleBytes == 64 ? 2 : 3;
   return static_cast<uint64_t>((smem_byte_addr & 0x3FFFF) >> 4) |
          (static_cast<uint64_t>(leading_bytes >> 4) << 16) | (static_cast<uint64_t>(stride_bytes >> 4) << 32) |
          (kMode << 62);
@@ -73,6 +73,10 @@ __device__ __forceinline__ void fence_operands(uint32_t (&a)[N][4]) {
 #define WGMMA_REGS_40                                                                                   \
     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
     "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39}"
+#define WGMMA_REGS_48                                                                                   \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
+    "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, " \
+    "%41, %42, %43, %44, %45, %46, %47}"
 #define WGMMA_REGS_64                                                                                   \
     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
     "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, " \
@@ -102,6 +106,7 @@ __device__ __forceinline__ void fence_operands(uint32_t (&a)[N][4]) {
 #define WGMMA_ACC_N32(j) WGMMA_ACC4(j), WGMMA_ACC4(j + 1), WGMMA_ACC4(j + 2), WGMMA_ACC4(j + 3)
 #define WGMMA_ACC_N64(j) WGMMA_ACC_N32(j), WGMMA_ACC_N32(j + 4)
 #define WGMMA_ACC_N80(j) WGMMA_ACC_N64(j), WGMMA_ACC4(j + 8), WGMMA_ACC4(j + 9)
+#define WGMMA_ACC_N96(j) WGMMA_ACC_N64(j), WGMMA_ACC_N32(j + 8)
 #define WGMMA_ACC_N128(j) WGMMA_ACC_N64(j), WGMMA_ACC_N64(j + 8)
 #define WGMMA_ACC_N176(j) WGMMA_ACC_N128(j), WGMMA_ACC_N32(j + 16), WGMMA_ACC4(j + 20), WGMMA_ACC4(j + 21)
 #define WGMMA_ACC_N192(j) WGMMA_ACC_N128(j), WGMMA_ACC_N64(j + 16)
@@ -117,6 +122,7 @@ __device__ __forceinline__ void fence_operands(uint32_t (&a)[N][4]) {
   if constexpr (N == 32) WGMMA_SS(32, WGMMA_REGS_16, WGMMA_ACC_N32(0), 16, 17, 18, SCALE_D);         \
   else if constexpr (N == 64) WGMMA_SS(64, WGMMA_REGS_32, WGMMA_ACC_N64(0), 32, 33, 34, SCALE_D);    \
   else if constexpr (N == 80) WGMMA_SS(80, WGMMA_REGS_40, WGMMA_ACC_N80(0), 40, 41, 42, SCALE_D);    \
+  else if constexpr (N == 96) WGMMA_SS(96, WGMMA_REGS_48, WGMMA_ACC_N96(0), 48, 49, 50, SCALE_D);     \
   else if constexpr (N == 128) WGMMA_SS(128, WGMMA_REGS_64, WGMMA_ACC_N128(0), 64, 65, 66, SCALE_D);  \
   else if constexpr (N == 176) WGMMA_SS(176, WGMMA_REGS_88, WGMMA_ACC_N176(0), 88, 89, 90, SCALE_D);  \
   else if constexpr (N == 192) WGMMA_SS(192, WGMMA_REGS_96, WGMMA_ACC_N192(0), 96, 97, 98, SCALE_D);  \
@@ -126,8 +132,8 @@ __device__ __forceinline__ void fence_operands(uint32_t (&a)[N][4]) {
 // 32-byte k-step. kAccumulate >= 0 fixes the flag at compile time; -1 (default) takes it from `accumulate`.
 template <int N, int kAccumulate = -1>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t a_desc, uint64_t b_desc, int accumulate = 1) {
-  static_assert(N == 32 || N == 64 || N == 80 || N == 128 || N == 176 || N == 192 || N == 256,
-                "wgmma_ss: N must be 32, 64, 80, 128, 176, 192 or 256");
+  static_assert(N == 32 || N == 64 || N == 80 || N == 96 || N == 128 || N == 176 || N == 192 || N == 256,
+                "wgmma_ss: N must be 32, 64, 80, 96, 128, 176, 192 or 256");
   if constexpr (kAccumulate >= 0) {
     WGMMA_SS_EVERY_N("n"(kAccumulate));
   } else {

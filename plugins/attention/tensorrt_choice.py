@@ -33,9 +33,9 @@ RULES = {
         dict(precision=FLOAT, min_len_q=2, max_len_q=16, choice="fused",
              evidence=f"decode, 4-16 queries: 2.5-14.6x cuDNN over 1k-128k keys ({_H100}, "
                       "attention_h100_decode_v5.md)"),
-        dict(precision=FLOAT, max_len_q=1, choice="tensorrt",
-             evidence=f"decode, 1 query: 0.90-1.02x cuDNN, below 1.0x at 4k keys x batch 1 and 32k/128k keys x "
-                      f"batch 4 ({_H100}, attention_h100_decode_v5.md)"),
+        dict(precision=FLOAT, max_len_q=1, min_len_kv=1024, choice="tensorrt",
+             evidence=f"decode, 1 query: 0.74-1.02x cuDNN over 1k-128k keys, below 1.0x at 1k/4k keys x batch 1 and "
+                      f"32k/128k keys x batch 4 ({_H100}, attention_h100_decode_v5.md)"),
         dict(precision=FLOAT, max_head_dim=64, max_len_kv=256, choice="fused",
              evidence=f"head dim 64, <= 256 keys: ViT-L/16 (197) 1.01x cuDNN, SD cross-attention (77) 1.25x ({_H100}, "
                       "attention_h100_deployment_v5_2.md)"),
@@ -126,4 +126,5 @@ def _matches(rule: dict, shape: AttentionShape) -> bool:
     shortest = None if shape.len_q is None or shape.len_kv is None else min(shape.len_q, shape.len_kv)
     return (_at_most(shape.head_dim, rule.get("max_head_dim")) and _at_least(shortest, rule.get("min_len"))
             and _at_least(shape.len_q, rule.get("min_len_q")) and _at_most(shape.len_q, rule.get("max_len_q"))
-            and _at_most(shape.len_kv, rule.get("max_len_kv")) and _at_least(shape.rows, rule.get("min_rows")))
+            and _at_least(shape.len_kv, rule.get("min_len_kv")) and _at_most(shape.len_kv, rule.get("max_len_kv"))
+            and _at_least(shape.rows, rule.get("min_rows")))

@@ -249,22 +249,6 @@ def _warp_specialized_cases():
                             causal=1, alignment="bottom_right", dtype="float16", tuning=bn80),
               AttentionCase("ws-hd256-bn80-causal-2100", batch=1, heads_q=2, heads_kv=2, len_q=2100, len_kv=2100,
                             dim=256, causal=1, tuning=bn80)]  # (with a mask's loads it spills: unmasked only)
-    # head dim 128 on 176/192-key tiles with two K/V stages (FlashAttention-3's hd128 tile: 128 x 176), and with Q in
-    # registers (Q K^T's A operand from registers)
-    hd128_variants = {"bn176": (("BLOCK_N", 176), ("KV_STAGES", 2)), "bn192": (("BLOCK_N", 192), ("KV_STAGES", 2)),
-                      "qreg": (("Q_IN_REGISTERS", 1),)}
-    for tag, tuning in hd128_variants.items():
-        wide = ws + tuning
-        small |= {f"ws-hd128-{tag}-keylen"}
-        cases += [AttentionCase(f"ws-hd128-{tag}", dim=128, len_q=300, len_kv=1000, tuning=wide),
-                  AttentionCase(f"ws-hd128-{tag}-keylen", dim=128, len_q=7, len_kv=300, key_lengths=True,
-                                tuning=wide),
-                  AttentionCase(f"ws-hd128-{tag}-causal-br-gqa", dim=128, heads_q=8, heads_kv=2, len_q=300,
-                                len_kv=1000, causal=1, alignment="bottom_right", dtype="float16", tuning=wide),
-                  AttentionCase(f"ws-hd128-{tag}-causal-2100", batch=1, heads_q=2, heads_kv=2, len_q=2100,
-                                len_kv=2100, dim=128, causal=1, tuning=wide),
-                  AttentionCase(f"ws-hd128-{tag}-long-kv-16534", batch=1, heads_q=2, heads_kv=2, len_q=200,
-                                len_kv=16534, dim=128, tuning=wide)]
     # the 16-bit loader keeping 2 or 3 copy groups in flight before publishing (KV_LOAD_LAG; 3 needs three stages)
     lag2, lag3 = ws + (("KV_LOAD_LAG", 2),), ws + (("KV_LOAD_LAG", 3),)
     small |= {"ws-hd128-lag3-keylen", "ws-hd128-lag2-len1x1", "ws-3wg-hd64-lag3-500x700"}

@@ -26,7 +26,7 @@ from trt_fusedattn.launcher.compile import nvcc_path
 ARCHES = ("sm_80", "sm_90a")
 # (widest head dim, BLOCK_N) -> most spill-store bytes allowed
 ACCEPTED_SPILL_BYTES = {(128, 64): 64, (128, 32): 16, (256, 64): 64, (256, 128): 64, (512, 16): 1024, (64, 128): 8,
-                        (128, 192): 8, (128, 176): 8}  # 176: bf16 hd128 causal (the mask's limits), 8 B
+                        (128, 192): 8}
 
 
 def _nvcc_missing() -> bool:

@@ -22,8 +22,6 @@
 #pragma once
 #include "attention_config.cuh"
 #include "common/cp_async.cuh"
-#include "common/ldmatrix.cuh"
-#include "common/mbarrier.cuh"
 #include "common/e4m3.cuh"
 #include "common/smem.cuh"
 #include "common/wgmma.cuh"
@@ -35,18 +33,13 @@ static_assert((kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256) && kHeadDim
 // 192-key tiles: FP8 head dim 128 (FlashAttention-3's FP8 hd128 tile is 128 x 224): 1.5x the keys per tile's fixed
 // costs, S 96 + P 24 + O 64 registers a thread.
 // 96-key tiles: FP8 head dim 128 on three MMA warpgroups (192 x 96), S 48 + P 12 + O 64 registers in 152.
-// 176- and 192-key tiles at 16 bits: head dim 128 on the warp-specialized kernel with two K/V stages (FlashAttention-3's
-// non-causal hd128 tile is 128 x 176): S 88/96 + P 44/48 + O 64 registers a thread, 208/224 KB.
 static_assert(kBlockN == 64 || kBlockN == 128 || (kBlockN == 80 && !FP8 && WARP_SPECIALIZED) ||
-                  ((kBlockN == 96 || kBlockN == 192) && FP8 && kHeadDim == 128) ||
-                  ((kBlockN == 176 || kBlockN == 192) && !FP8 && kHeadDim == 128 && WARP_SPECIALIZED),
-              "the wgmma mainloop takes BLOCK_N 64 or 128 (the warp-specialized kernel at 16 bits also 80, at head "
-              "dim 128 also 192, at 16 bits also 176, in FP8 also 96)");
+                  ((kBlockN == 96 || kBlockN == 192) && FP8 && kHeadDim == 128),
+              "the wgmma mainloop takes BLOCK_N 64 or 128 (the warp-specialized kernel at 16 bits also 80, FP8 head "
+              "dim 128 also 96 and 192)");
 static_assert(kWarpRows == 16 && kMAtoms == 1 && kWarps % 4 == 0, "the wgmma mainloop needs BLOCK_M = 16 * NUM_WARPS "
               "(one warpgroup per 64 query rows)");
-static_assert(Q_IN_REGISTERS == 0 || (WARP_SPECIALIZED && !FP8 && kHeadDim == 128 && kBlockN == 128 && kWarps == 8),
-              "the wgmma mainloop reads Q from shared memory (Q_IN_REGISTERS=0); the 16-bit warp-specialized kernel may "
-              "hold it in registers at head dim 128 on 128x128 tiles (elsewhere ptxas spills and serializes the wgmmas)");
+static_assert(Q_IN_REGISTERS == 0, "the wgmma mainloop reads Q from shared memory (Q_IN_REGISTERS=0)");
 static_assert(!FP8 || WARP_SPECIALIZED, "FP8 runs on the warp-specialized kernel (its loader transposes V)");
 
 // One swizzle row: 64 16-bit or 128 e4m3 elements (64 e4m3 at FP8 head dim 64, the 64-byte swizzle).
@@ -124,49 +117,10 @@ struct QFromSmem {
   uint64_t desc;
   __device__ __forceinline__ QFromSmem(const qkv_t* sQ, int warp, int /*lane*/)
       : desc(smem_desc<kSwizzleRowBytes>(smem_addr(sQ) + (warp / 4) * 64 * kSwizzleRowBytes, 16, kSwizzleAtomBytes)) {}
-  // (the warp-specialized kernel's form: no shared-memory read here, so Q need not have landed)
-  __device__ __forceinline__ QFromSmem(const qkv_t* sQ, int warp, int lane, uint32_t /*full_q*/)
-      : QFromSmem(sQ, warp, lane) {}
 };
-
-// ... or (Q_IN_REGISTERS=1, the 16-bit warp-specialized kernel) this warp's 16 rows of Q as the register A fragments
-// of every k16 step (the mma.sync m16k16 layout, read once with ldmatrix from the swizzled tile after Q has landed):
-// Q K^T then reads only K from shared memory, a third less shared-memory traffic per 128-key Q K^T, for
-// HEAD_DIM / 4 registers a thread.
-struct QInRegisters {
-  uint32_t a[kQKSteps][4];
-  // Waits on `full_q` (phase 0: the loader's Q has landed), then reads.
-  __device__ __forceinline__ QInRegisters(const qkv_t* sQ, int warp, int lane, uint32_t full_q) {
-    mbarrier_wait(full_q, 0);
-    // ldmatrix x4: lanes 0-15 address rows 0-15 of the warp at k 0-7 of the step, lanes 16-31 at k 8-15
-#pragma unroll
-    for (int kk = 0; kk < kQKSteps; ++kk)
-      ldmatrix_x4(a[kk], swizzled_chunk<kBlockM>(smem_addr(sQ), warp * 16 + lane % 16, 2 * kk + lane / 16));
-  }
-};
-#if Q_IN_REGISTERS
-using QOperand = QInRegisters;
-#else
-using QOperand = QFromSmem;
-#endif
 
 // Issue S (this warpgroup's 64 x kBlockN raw scores; this thread's part in the mma.sync fragment layout) = Q K^T
 // as one wgmma group; the caller waits for it.
-// (a template only so that it is instantiated where Q_IN_REGISTERS calls it: kNT = kNTiles)
-template <int kNT>
-__device__ __forceinline__ void gemm_qk_issue(float (&s)[1][kNT][4], const QInRegisters& q, const qkv_t* sK) {
-  constexpr int kStepsPerRow = kSwizzleRowBytes / 32;
-  const uint64_t k_desc = smem_desc<kSwizzleRowBytes>(smem_addr(sK), 16, kSwizzleAtomBytes);
-  fence_operands(s[0]);
-  wgmma_fence();  // S's registers were last read by the previous tile's softmax
-#pragma unroll
-  for (int kk = 0; kk < kQKSteps; ++kk) {
-    const uint32_t b_bytes = (kk / kStepsPerRow) * (kBlockN * kSwizzleRowBytes) + (kk % kStepsPerRow) * 32;
-    if (kk == 0) wgmma_rs<kNT * 8, 0, 0>(s[0], q.a[kk], k_desc + (b_bytes >> 4));
-    else wgmma_rs<kNT * 8, 0, 1>(s[0], q.a[kk], k_desc + (b_bytes >> 4));
-  }
-  wgmma_commit();
-}
 __device__ __forceinline__ void gemm_qk_issue(float (&s)[1][kNTiles][4], const QFromSmem& q, const qkv_t* sK) {
   constexpr int kStepsPerRow = kSwizzleRowBytes / 32;
   const uint64_t k_desc = smem_desc<kSwizzleRowBytes>(smem_addr(sK), 16, kSwizzleAtomBytes);
@@ -230,7 +184,7 @@ __device__ __forceinline__ void gemm_pv_issue(float (&o)[1][kDTiles][4], uint32_
     wgmma_fence();  // P was written and O possibly rescaled by ordinary instructions
 #pragma unroll
     for (int kk = 0; kk < kPVSteps; ++kk)
-      wgmma_rs<kHeadDim, 1>(o[0], a[kk], v_desc + ((kk * 16 * kSwizzleRowBytes) >> 4));
+      wgmma_rs_b_mn_major<kHeadDim>(o[0], a[kk], v_desc + ((kk * 16 * kSwizzleRowBytes) >> 4));
   }
   wgmma_commit();
 }

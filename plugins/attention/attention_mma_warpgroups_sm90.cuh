@@ -46,7 +46,7 @@ struct MmaThreadState {
 // hoisted the P V wait to its top, above the softmax. kFirst: the first tile has no pending P V (nothing is issued
 // but Q K^T, and V's first stage is not awaited yet).
 template <bool kCheckBounds, bool kFirst>
-__device__ __forceinline__ void mma_tile_step(const KVPipeline& pipe, const QOperand& q, const qkv_t* sK,
+__device__ __forceinline__ void mma_tile_step(const KVPipeline& pipe, const QFromSmem& q, const qkv_t* sK,
                                               const qkv_t* sV, int step, int n_tiles, const ScoreLimits& lim,
                                               int wg, int lane, MmaThreadState& st) {
   const int t = n_tiles - 1 - step;
@@ -102,7 +102,7 @@ __device__ __forceinline__ void mma_warpgroup_mainloop(const KVPipeline& pipe, c
   row_sum[0][0] = row_sum[0][1] = 0.f;
 #pragma unroll
   for (int dt = 0; dt < kDTiles; ++dt) o[0][dt][0] = o[0][dt][1] = o[0][dt][2] = o[0][dt][3] = 0.f;
-  const QOperand q(sQ, warp, lane, pipe.full_q());
+  const QFromSmem q(sQ, warp, lane);
   st.coords.row0 = lim.m0 + warp * kWarpRows + lane / 4;
   int n_checked = 0;  // leading steps whose tile crosses a limit
   while (n_checked < n_tiles && tile_crosses_limits(n_tiles - 1 - n_checked, lim)) ++n_checked;

@@ -82,12 +82,6 @@ __device__ __forceinline__ void fence_operands(uint32_t (&a)[N][4]) {
     "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, " \
     "%41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, " \
     "%61, %62, %63}"
-#define WGMMA_REGS_88                                                                                   \
-    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
-    "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, " \
-    "%41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, " \
-    "%61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, " \
-    "%81, %82, %83, %84, %85, %86, %87}"
 #define WGMMA_REGS_96                                                                                   \
     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
     "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, " \
@@ -108,7 +102,6 @@ __device__ __forceinline__ void fence_operands(uint32_t (&a)[N][4]) {
 #define WGMMA_ACC_N80(j) WGMMA_ACC_N64(j), WGMMA_ACC4(j + 8), WGMMA_ACC4(j + 9)
 #define WGMMA_ACC_N96(j) WGMMA_ACC_N64(j), WGMMA_ACC_N32(j + 8)
 #define WGMMA_ACC_N128(j) WGMMA_ACC_N64(j), WGMMA_ACC_N64(j + 8)
-#define WGMMA_ACC_N176(j) WGMMA_ACC_N128(j), WGMMA_ACC_N32(j + 16), WGMMA_ACC4(j + 20), WGMMA_ACC4(j + 21)
 #define WGMMA_ACC_N192(j) WGMMA_ACC_N128(j), WGMMA_ACC_N64(j + 16)
 #define WGMMA_ACC_N256(j) WGMMA_ACC_N128(j), WGMMA_ACC_N128(j + 16)
 // One m64nN k-step, A and B from descriptors: the accumulators are operands 0..N/2-1, the descriptors IA and IB,
@@ -124,7 +117,6 @@ __device__ __forceinline__ void fence_operands(uint32_t (&a)[N][4]) {
   else if constexpr (N == 80) WGMMA_SS(80, WGMMA_REGS_40, WGMMA_ACC_N80(0), 40, 41, 42, SCALE_D);    \
   else if constexpr (N == 96) WGMMA_SS(96, WGMMA_REGS_48, WGMMA_ACC_N96(0), 48, 49, 50, SCALE_D);     \
   else if constexpr (N == 128) WGMMA_SS(128, WGMMA_REGS_64, WGMMA_ACC_N128(0), 64, 65, 66, SCALE_D);  \
-  else if constexpr (N == 176) WGMMA_SS(176, WGMMA_REGS_88, WGMMA_ACC_N176(0), 88, 89, 90, SCALE_D);  \
   else if constexpr (N == 192) WGMMA_SS(192, WGMMA_REGS_96, WGMMA_ACC_N192(0), 96, 97, 98, SCALE_D);  \
   else WGMMA_SS(256, WGMMA_REGS_128, WGMMA_ACC_N256(0), 128, 129, 130, SCALE_D)
 
@@ -132,8 +124,8 @@ __device__ __forceinline__ void fence_operands(uint32_t (&a)[N][4]) {
 // 32-byte k-step. kAccumulate >= 0 fixes the flag at compile time; -1 (default) takes it from `accumulate`.
 template <int N, int kAccumulate = -1>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t a_desc, uint64_t b_desc, int accumulate = 1) {
-  static_assert(N == 32 || N == 64 || N == 80 || N == 96 || N == 128 || N == 176 || N == 192 || N == 256,
-                "wgmma_ss: N must be 32, 64, 80, 96, 128, 176, 192 or 256");
+  static_assert(N == 32 || N == 64 || N == 80 || N == 96 || N == 128 || N == 192 || N == 256,
+                "wgmma_ss: N must be 32, 64, 80, 96, 128, 192 or 256");
   if constexpr (kAccumulate >= 0) {
     WGMMA_SS_EVERY_N("n"(kAccumulate));
   } else {
@@ -141,23 +133,27 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t a_desc, 
   }
 }
 
-// One m64nNk16 step with A from registers: the accumulators are operands 0..N/2-1, A's four registers A0..A3, the
-// descriptor IB, the accumulate flag IP and B's transpose flag IT (both compile-time immediates).
-#define WGMMA_RS(N, REGS, ACC, A0, A1, A2, A3, IB, IP, IT)                                                    \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #IP ", 0;\n"                                              \
-               "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32" WGMMA_F16_TYPES " " REGS ", {%" #A0 ", %" #A1 \
-               ", %" #A2 ", %" #A3 "}, %" #IB ", p, 1, 1, %" #IT ";\n}\n"                                   \
-               : ACC : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "n"(kAccumulate), "n"(kTransposeB))
-
-// d (64 x N, fp32) = (kAccumulate ? d : 0) + A (64 x 16, registers: the m16k16 A fragment of mma.sync per warp) *
-// B (16 x N, smem): kTransposeB 1 = MN-major (stored 16 x N with N contiguous: V of P V), 0 = K-major (stored N x 16:
-// K of Q K^T with Q in registers); 16-bit element types only.
-template <int N, int kTransposeB, int kAccumulate = 1>
-__device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t b_desc) {
+// d (64 x N, fp32) += A (64 x 16, registers: the m16k16 A fragment of mma.sync per warp) * B (16 x N, smem,
+// MN-major: stored 16 x N with N contiguous, hence the transpose flag 1); 16-bit element types only.
+template <int N>
+__device__ __forceinline__ void wgmma_rs_b_mn_major(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t b_desc) {
   static_assert(N == 64 || N == 128 || N == 256, "wgmma_rs: N must be 64, 128 or 256");
-  if constexpr (N == 64) WGMMA_RS(64, WGMMA_REGS_32, WGMMA_ACC_N64(0), 32, 33, 34, 35, 36, 37, 38);
-  else if constexpr (N == 128) WGMMA_RS(128, WGMMA_REGS_64, WGMMA_ACC_N128(0), 64, 65, 66, 67, 68, 69, 70);
-  else WGMMA_RS(256, WGMMA_REGS_128, WGMMA_ACC_N256(0), 128, 129, 130, 131, 132, 133, 134);
+  if constexpr (N == 64) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32" WGMMA_F16_TYPES " " WGMMA_REGS_32
+                 ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+                 : WGMMA_ACC_N64(0) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "n"(1));
+  } else if constexpr (N == 128) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32" WGMMA_F16_TYPES " " WGMMA_REGS_64
+                 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+                 : WGMMA_ACC_N128(0) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "n"(1));
+  } else {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32" WGMMA_F16_TYPES " " WGMMA_REGS_128
+                 ", {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"
+                 : WGMMA_ACC_N256(0) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "n"(1));
+  }
 }
 
 // d (64 x N, fp32) += A (64 x 32 e4m3, registers) * B (32 x N e4m3, smem, K-major: stored N x 32 with the 32 keys
@@ -188,7 +184,6 @@ __device__ __forceinline__ void wgmma_rs_e4m3(float (&d)[N / 8][4], const uint32
 #undef WGMMA_F16_TYPES
 #undef WGMMA_SS_SHAPE
 #undef WGMMA_SS_IMMEDIATES
-#undef WGMMA_RS
 #undef WGMMA_REGS_16
 #undef WGMMA_REGS_32
 #undef WGMMA_REGS_64

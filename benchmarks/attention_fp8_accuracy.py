@@ -2,8 +2,8 @@
 contract's per-tensor scales (what the kernel runs today), per-row scales (one per token and head: ONNX's blocked
 QuantizeLinear with block_size = head dim), per-block scales (one per 128 rows of a head, FlashAttention-3's block
 quantization), and a random orthogonal rotation (Hadamard x random signs) of Q and K before per-tensor or per-block
-quantization (FlashAttention-3's incoherent processing; Q K^T is unchanged by it in exact arithmetic). V and P are
-quantized as the contract says in every option. RMSE and max |err| / max |ref| against float64 attention of the
+quantization (FlashAttention-3's incoherent processing; Q K^T is unchanged by it in exact arithmetic: the rotation
+``fuse-onnx --precision fp8 --fp8-rotate-qk`` inserts). V and P are quantized as the contract says in every option. RMSE and max |err| / max |ref| against float64 attention of the
 unquantized inputs, on N(0, 1) inputs and on benchmarks/attention_fp8.py's heavy-tailed inputs with outliers.
 The emulation's per-tensor option is checked against the contract's numpy reference on the same inputs.
 
@@ -19,19 +19,17 @@ import torch
 
 from attention import write_report
 from attention_fp8 import real_inputs
-from trt_fusedattn.fp8 import E4M3_MAX, quantize_e4m3, to_e4m3
+from trt_fusedattn.fp8 import E4M3_MAX, qk_rotation, quantize_e4m3, to_e4m3
 from trt_fusedattn.plugins.attention.contract import fused_attention_reference
 
 P_SCALE = 1.0 / E4M3_MAX
 BLOCK_ROWS = 128
 
 
-def hadamard_rotation(dim: int, rng: np.random.Generator) -> np.ndarray:
-    """An orthogonal dim x dim matrix: the normalized Sylvester Hadamard matrix times random signs (dim a power of 2)."""
-    h = np.ones((1, 1))
-    while h.shape[0] < dim:
-        h = np.block([[h, h], [h, -h]])
-    return h * rng.choice([-1.0, 1.0], dim) / np.sqrt(dim)
+def orthogonal_rotation(dim: int) -> np.ndarray:
+    """The product's Q/K rotation (``fp8.qk_rotation``: Hadamard x fixed random signs) normalized to orthogonal."""
+    rotation, c = qk_rotation(dim)
+    return rotation / np.sqrt(c)
 
 
 def amax_scales(x: np.ndarray, granularity: str) -> np.ndarray:
@@ -87,7 +85,7 @@ def table(heads: int, rows: int, dims, seed: int) -> tuple[list, list, list]:
         for dim in dims:
             gen = torch.Generator().manual_seed(seed + dim + int(outliers))
             q, k, v = (real_inputs((heads, rows, dim), outliers, gen).double().numpy() for _ in range(3))
-            rotation = hadamard_rotation(dim, np.random.default_rng(seed + dim))
+            rotation = orthogonal_rotation(dim)
             ref = float64_attention(q, k, v)
             rmse = []
             for _, granularity, rotate in OPTIONS:

@@ -17,7 +17,8 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
-from trt_fusedattn.calibration import E4M3_MAX, calibration_batches, record_amax
+from trt_fusedattn.calibration import E4M3_MAX, Rotated, calibration_batches, record_amax
+from trt_fusedattn.fp8 import qk_rotation
 from trt_fusedattn.pipeline import fuse
 from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION, MIN_P_SCALE
 from trt_fusedattn.verification import FP8_RTOL, verify
@@ -345,3 +346,78 @@ def test_cli_fp8_attention_reports_each_sites_scales_and_verifies_at_the_fp8_tol
     assert any("random calibration inputs" in note for note in report["notes"])
     assert all(o["rtol"] == FP8_RTOL and o["passed"] and o["max_rel"] > 1e-5 for o in report["verification"]["outputs"])
     assert len(fp8_attention_nodes(onnx.load(tmp_path / "bert.fused.onnx"))) == 2
+
+
+@pytest.mark.parametrize("dim", [64, 128, 256])
+def test_qk_rotation_is_exact_in_16_bits_and_undone_by_the_scale(dim):
+    rotation, c = qk_rotation(dim)
+    for dtype in (np.float16, ml_dtypes.bfloat16):
+        assert np.array_equal(rotation.astype(dtype).astype(np.float64), rotation)
+    np.testing.assert_array_equal(rotation @ rotation.T, c * np.eye(dim))
+    rng = np.random.default_rng(dim)
+    q, k = rng.standard_normal((2, 5, dim))
+    np.testing.assert_allclose((q @ rotation) @ (k @ rotation).T / c, q @ k.T, atol=1e-12)
+
+
+def _outlier_channel_inputs(model: onnx.ModelProto, seed: int, factor: float) -> dict:
+    """attention_inputs with one head-dim channel of Q and K scaled by ``factor`` (an outlier channel, as LLMs'
+    keys have)."""
+    from _attention_graphs import attention_inputs
+
+    feeds = attention_inputs(model, seed)
+    for name in ("q", "k"):
+        feeds[name][..., 5] *= factor
+    return feeds
+
+
+def test_rotated_qk_quantize_the_rotation_with_its_amax_and_undo_it_in_the_scale(tmp_path):
+    from _attention_graphs import onnx_attention
+
+    model = onnx_attention(batch=2, lq=32, lkv=32, heads=2, kv_heads=2, dim=128, rank=4)
+    calibration = [_outlier_channel_inputs(model, seed, 8.0) for seed in (11, 12)]
+    np.savez(tmp_path / "calib.npz", **{k: np.stack([c[k] for c in calibration]) for k in calibration[0]})
+    fused, report = fuse(model, ["attention"], precision="fp8", calibration=str(tmp_path / "calib.npz"),
+                         fp8_rotate_qk=True)
+    (node,) = fp8_attention_nodes(fused)
+    producers = {o: n for n in fused.graph.node for o in n.output}
+    weights = {i.name: numpy_helper.to_array(i) for i in fused.graph.initializer}
+    for i in (0, 1):  # Q and K: QuantizeLinear(MatMul(x, R)); V as before
+        rotate = producers[producers[node.input[i]].input[0]]
+        assert rotate.op_type == "MatMul" and np.array_equal(weights[rotate.input[1]], qk_rotation(128)[0])
+    assert producers[node.input[2]].input[0] == "v"  # V quantized as it comes
+    amax = [max(np.abs(Rotated(n, -1, 128).of(c[n])).max() for c in calibration) for n in "qk"]
+    amax.append(max(np.abs(c["v"]).max() for c in calibration))
+    attrs = FUSED_ATTENTION.node_attributes(node)
+    np.testing.assert_allclose([attrs[k] for k in ("q_scale", "k_scale", "v_scale")], np.array(amax) / E4M3_MAX,
+                               rtol=1e-6)
+    assert attrs["scale"] == pytest.approx(128 ** -0.5 / 2)  # R Rᵀ = 2 I at head dim 128
+    assert "Q/K rotated (Hadamard 128)" in report.sites[0].details["fp8"]
+    assert verify(model, fused, inputs=_outlier_channel_inputs(model, 0, 8.0)).passed
+
+
+def test_rotation_lowers_the_error_of_an_outlier_channel(tmp_path):
+    """One Q/K channel 8x the others: per-tensor scales spend E4M3's range on it; rotated, it is spread over all
+    channels (benchmarks/results/attention_fp8_accuracy.md measures the same on the kernel's contract)."""
+    from _attention_graphs import onnx_attention
+
+    model = onnx_attention(batch=2, lq=64, lkv=64, heads=2, kv_heads=2, dim=64, rank=4)
+    calibration = [_outlier_channel_inputs(model, seed, 8.0) for seed in (11, 12, 13)]
+    np.savez(tmp_path / "calib.npz", **{k: np.stack([c[k] for c in calibration]) for k in calibration[0]})
+    errors = {}
+    for rotate in (False, True):
+        fused, _ = fuse(model, ["attention"], precision="fp8", calibration=str(tmp_path / "calib.npz"),
+                        fp8_rotate_qk=rotate)
+        result = verify(model, fused, inputs=_outlier_channel_inputs(model, 0, 8.0))
+        errors[rotate] = (result.outputs[0].rel_l2, result.passed)
+    assert errors[True][1] and errors[True][0] < 0.7 * errors[False][0], errors  # unrotated: beyond FP8_RTOL here
+
+
+def test_fp8_rotate_qk_needs_fp8_calibration(tmp_path, capsys):
+    from trt_fusedattn.cli import main
+
+    model = tmp_path / "bert.onnx"
+    model.write_bytes(sample("bert_sdpa_hd64_torchscript").SerializeToString())
+    assert main([str(model), "--fp8-rotate-qk", "-q"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--fp8-rotate-qk" in err and "--precision fp8" in err
+    assert not (tmp_path / "bert.fused.onnx").exists()

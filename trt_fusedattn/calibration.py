@@ -11,8 +11,8 @@ memory, resolution of 1/2048 of the range). Weights are constants: their per-out
 Scales are amax / 448 (E4M3's largest finite value), so amax lands on the top of E4M3's range. What is FP8 today
 (plugins/conv/contract.py): FusedConv X per tensor (``input_scale``), W per output channel (W float8_e4m3fn, the
 scale in the ``scale`` input). FusedAttention (plugins/attention/contract.py): Q, K, V per tensor, asked by the
-attention rewrite (``calibrated_amax``) for the sites the FP8 kernel takes; P's amax is 1 by construction
-(p_scale 1/448).
+attention rewrite (``calibrated_amax``) for the sites the FP8 kernel takes, Q and K after the rotation that
+``--fp8-rotate-qk`` puts before their quantization (``Rotated``); P's amax is 1 by construction (p_scale 1/448).
 """
 from __future__ import annotations
 
@@ -20,13 +20,13 @@ import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, NamedTuple
 
 import numpy as np
 import onnx
 
 from trt_fusedattn.errors import InputError
-from trt_fusedattn.fp8 import E4M3_MAX, to_e4m3
+from trt_fusedattn.fp8 import E4M3_MAX, qk_rotation, to_e4m3
 
 METHODS = ("max", "percentile")
 DEFAULT_PERCENTILE = 99.99
@@ -91,6 +91,19 @@ class Amax:
         rank = self.method.percentile / 100.0 * self.count
         bin_ = int(np.searchsorted(np.cumsum(self.hist), rank))
         return min(self.max, (bin_ + 1) * self.range / _BINS)  # the bin's upper edge, never above the max
+
+
+class Rotated(NamedTuple):
+    """A tensor whose amax is taken after its head-dim axis (``axis``, of size ``dim`` or heads x ``dim``) is
+    rotated by ``fp8.qk_rotation(dim)``: what an FP8 attention site with a rotated Q or K quantizes."""
+
+    name: str
+    axis: int
+    dim: int
+
+    def of(self, x: np.ndarray) -> np.ndarray:
+        x = np.moveaxis(np.asarray(x, np.float64), self.axis, -1)
+        return x.reshape(*x.shape[:-1], -1, self.dim) @ qk_rotation(self.dim)[0]
 
 
 def scale_of(amax: float) -> float:
@@ -166,9 +179,10 @@ class _ProgressBar:
               file=sys.stderr, flush=True)
 
 
-def record_amax(model: onnx.ModelProto, tensors: list[str], batches: list[dict], method: Method = Method(),
-                quiet: bool = True) -> dict[str, float]:
-    """The amax of each named tensor of ``model`` over the calibration runs (onnxruntime, CPU)."""
+def record_amax(model: onnx.ModelProto, tensors: list, batches: list[dict], method: Method = Method(),
+                quiet: bool = True) -> dict:
+    """The amax of each tensor of ``model`` over the calibration runs (onnxruntime, CPU), keyed as asked: a name, or
+    a ``Rotated`` name whose values are rotated first."""
     from trt_fusedattn.ort_session import run_model
 
     if not tensors:
@@ -176,20 +190,21 @@ def record_amax(model: onnx.ModelProto, tensors: list[str], batches: list[dict],
     probed = onnx.ModelProto()
     probed.CopyFrom(model)
     outputs = {o.name for o in probed.graph.output}
-    probed.graph.output.extend(onnx.ValueInfoProto(name=name) for name in dict.fromkeys(tensors) if name not in outputs)
-    observers = {name: Amax(method) for name in tensors}
+    names = dict.fromkeys(t.name if isinstance(t, Rotated) else t for t in tensors)
+    probed.graph.output.extend(onnx.ValueInfoProto(name=name) for name in names if name not in outputs)
+    observers = {t: Amax(method) for t in tensors}
     bar = _ProgressBar(len(batches), quiet)
     bar.show(0)
     for done, feeds in enumerate(batches, 1):
         results = run_model(probed, feeds)
-        for name, observer in observers.items():
-            observer.add(results[name])
+        for t, observer in observers.items():
+            observer.add(t.of(results[t.name]) if isinstance(t, Rotated) else results[t])
         bar.show(done)
-    return {name: observer.value() for name, observer in observers.items()}
+    return {t: observer.value() for t, observer in observers.items()}
 
 
-def amax_over(model: onnx.ModelProto, tensors: list[str], batches: list[dict], method: Method = Method(),
-              quiet: bool = True) -> dict[str, float]:
+def amax_over(model: onnx.ModelProto, tensors: list, batches: list[dict], method: Method = Method(),
+              quiet: bool = True) -> dict:
     """``record_amax``, with the one InputError of a model that does not run on its calibration inputs."""
     from trt_fusedattn.ort_session import RunFailed
 
@@ -202,7 +217,7 @@ def amax_over(model: onnx.ModelProto, tensors: list[str], batches: list[dict], m
 
 
 def calibrated_amax(model: onnx.ModelProto, source: str | int, method: Method, dims: Mapping | None, quiet: bool,
-                    tensors: list[str]) -> dict[str, float]:
+                    tensors: list) -> dict:
     """The amax of ``tensors`` of ``model`` over the calibration inputs of ``source``: what the attention rewrite
     asks for the Q, K and V of its sites (``functools.partial`` of the first five arguments)."""
     batches = calibration_batches(model, parse_source(source) if isinstance(source, str) else source, dims)

@@ -91,6 +91,10 @@ def parser() -> argparse.ArgumentParser:
                                                      "(default random:16: say which with real data)")
     p.add_argument("--calib-method", metavar="METHOD", default="max",
                    help="FP8 amax of activations: max (default), percentile or percentile:P (default P 99.99)")
+    p.add_argument("--fp8-rotate-qk", action="store_true",
+                   help="calibrated FP8 attention quantizes Q and K after a Hadamard rotation (FlashAttention-3's "
+                        "incoherent processing): lower error where Q/K have outlier channels, at the cost of two "
+                        "head dim x head dim MatMuls per site (needs --precision fp8)")
     p.add_argument("--no-fp8-chains", dest="fp8_chains", action="store_false",
                    help="FP8 convs write float16 even where only FP8 convs read their output (default: they write "
                         "e4m3 for them, so no quantize runs between)")
@@ -183,8 +187,9 @@ def run(args: argparse.Namespace) -> int:
     dims = _dims(args.dim)
     if args.precision not in (None, "fp8") and not args.engine:
         raise InputError(f"--{args.precision} chooses the engine's precision; add --engine PATH or leave it out")
-    if (args.calib or args.calib_method != "max") and args.precision != "fp8":
-        raise InputError("--calib and --calib-method calibrate FP8; add --precision fp8 or leave them out")
+    if (args.calib or args.calib_method != "max" or args.fp8_rotate_qk) and args.precision != "fp8":
+        raise InputError("--calib, --calib-method and --fp8-rotate-qk shape FP8 calibration; add --precision fp8 or "
+                         "leave them out")
     from trt_fusedattn.calibration import DEFAULT_SOURCE, parse_method, parse_source
 
     calibration = parse_source(args.calib or DEFAULT_SOURCE)
@@ -218,7 +223,8 @@ def run(args: argparse.Namespace) -> int:
     progress.begin()
     fused, report = pipeline.fuse(model, only, consume=not args.verify,  # verify needs the original intact
                                   precision=args.precision, calibration=calibration, calib_method=calib_method,
-                                  dims=dims, quiet=args.quiet, target=target, fp8_chains=args.fp8_chains)
+                                  dims=dims, quiet=args.quiet, target=target, fp8_chains=args.fp8_chains,
+                                  fp8_rotate_qk=args.fp8_rotate_qk)
     if args.engine and target is None:
         report.notes.append("no GPU visible to choose convs for: every conv fused (give --target ARCH)")
     report.model = args.model

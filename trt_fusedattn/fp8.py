@@ -35,3 +35,18 @@ def numpy_dtype(name: str) -> np.dtype:
     import ml_dtypes
 
     return np.dtype(getattr(ml_dtypes, name, name))
+
+
+def qk_rotation(dim: int) -> tuple[np.ndarray, float]:
+    """``(R, c)``: a ``dim`` x ``dim`` Hadamard matrix with fixed random column signs, scaled by a power of two so
+    every entry is exact in any float dtype, with R Rᵀ = c·I (c 1 or 2). Q and K rotated by it before FP8
+    quantization (FlashAttention-3's incoherent processing) spread an outlier channel over all of them, and
+    (Q R)(K R)ᵀ = c·Q Kᵀ: the attention scale divided by c undoes the rotation exactly. ``dim`` a power of two."""
+    if dim < 1 or dim & (dim - 1):
+        raise ValueError(f"the Q/K rotation needs a power-of-two head dim, got {dim}")
+    h = np.ones((1, 1))
+    while h.shape[0] < dim:
+        h = np.block([[h, h], [h, -h]])
+    signs = np.random.default_rng(dim).choice([-1.0, 1.0], dim)
+    norm = 2.0 ** (int(np.log2(dim)) // 2)
+    return h * signs / norm, dim / norm ** 2

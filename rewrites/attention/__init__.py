@@ -24,7 +24,7 @@ from trt_fusedattn.rewrites.attention.checks import check, sequence_lengths
 from trt_fusedattn.rewrites.attention.choice import site_choice
 from trt_fusedattn.rewrites.attention.emission import replace
 from trt_fusedattn.rewrites.attention.fp8 import (FP8_ARCH, Fp8Scales, calibrated_scales, fp8_attributes, plan_problem,
-                                                  qdq_scales)
+                                                  qdq_scales, rotated)
 from trt_fusedattn.rewrites.attention.masks import classify_masks
 from trt_fusedattn.rewrites.attention.match import Match, Shared
 from trt_fusedattn.rewrites.attention.onnx_attention import match_onnx_attention
@@ -106,31 +106,39 @@ def _fuse(anchor: gs.Node, graph: gs.Graph, shared: Shared, shapes: TensorShapes
     return site
 
 
-def _calibrated(anchors: list, graph: gs.Graph, shapes: TensorShapes, amax: Callable) -> dict:
+def _calibrated(anchors: list, graph: gs.Graph, shapes: TensorShapes, amax: Callable, rotate: bool) -> dict:
     """Anchor name -> the calibrated FP8 scales of its site (or why none): ``amax`` of the tensors each match
-    reads as Q, K and V (the fused node reads them, or a Transpose/Reshape of them: the same amax)."""
-    operands = {}
+    reads as Q, K and V (the fused node reads them, or a Transpose/Reshape of them: the same amax); with
+    ``rotate``, of Q and K after the rotation the node's inputs get (``fp8.rotated``), where their head dim allows."""
+    operands, rotations = {}, {}
     for anchor in anchors:
         try:
             match = _rule(anchor)(anchor, graph, shapes)
         except CannotFuse:
             continue
-        operands[anchor.name] = tuple(op.any().name for op in (match.q, match.k, match.v))
-    found = amax(sorted({name for names in operands.values() for name in names})) if operands else {}
-    return {anchor: calibrated_scales(tuple(found[n] for n in names)) for anchor, names in operands.items()}
+        q, k = (rotated(op, shapes) if rotate else None for op in (match.q, match.k))
+        rotation = q.dim if q and k and q.dim == k.dim else 0
+        operands[anchor.name] = ((q, k) if rotation else (match.q.any().name, match.k.any().name)) + (
+            match.v.any().name,)
+        rotations[anchor.name] = rotation
+    found = amax(list(dict.fromkeys(t for tensors in operands.values() for t in tensors))) if operands else {}
+    return {anchor: calibrated_scales(tuple(found[t] for t in tensors), rotations[anchor])
+            for anchor, tensors in operands.items()}
 
 
-def rewrite(graph: gs.Graph, arch: str | None = None, amax: Callable | None = None) -> list[Site]:
+def rewrite(graph: gs.Graph, arch: str | None = None, amax: Callable | None = None,
+            rotate: bool = False) -> list[Site]:
     """Fuse every attention site of ``graph`` in place; one Site per ONNX Attention node and per Softmax whose
     probabilities weight values (a Softmax that does not, such as a MoE router or a classifier head, is no site).
     Sites with FP8 Q/DQ pairs become FP8 nodes (``fp8``); ``amax`` (tensor names -> their calibrated amax) makes
     every other site FP8 too where the FP8 kernel of ``arch`` (default sm_90a) takes it. A given ``arch`` is also the
-    target: sites TensorRT's own fused attention runs faster there are left to it (``choice``)."""
+    target: sites TensorRT's own fused attention runs faster there are left to it (``choice``). ``rotate``: calibrated
+    sites quantize Q and K after a Hadamard rotation (``fp8.qk_rotation``; lower error on outlier channels)."""
     shared = Shared(names_in_use(graph))
     anchors = [n for n in graph.nodes if is_op(n, "Attention") or is_op(n, "Softmax") and weights_values(n)]
     if not anchors:
         return []
     shapes = TensorShapes(graph, symbolic=True)
-    calibrated = _calibrated(anchors, graph, shapes, amax) if amax is not None else {}
+    calibrated = _calibrated(anchors, graph, shapes, amax, rotate) if amax is not None else {}
     return [_fuse(anchor, graph, shared, shapes, arch or FP8_ARCH, calibrated.get(anchor.name), arch)
             for anchor in anchors]

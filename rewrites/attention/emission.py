@@ -10,7 +10,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 from onnx import TensorProto, helper
 
-from trt_fusedattn.fp8 import NUMPY_NAME
+from trt_fusedattn.fp8 import NUMPY_NAME, qk_rotation
 from trt_fusedattn.fp8 import numpy_dtype as numpy_dtype_named
 from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION, output_dtype_name
 from trt_fusedattn.rewrites._graph import numpy_dtype, unique_name
@@ -51,6 +51,12 @@ class _Emitter:
         zero = gs.Constant(unique_name(f"{self.base}/{what}_zero_point", self.taken),
                            np.zeros((), ml_dtypes.float8_e4m3fn))
         return self.node("QuantizeLinear", [tensor, scale, zero], f"{what}_e4m3", np.dtype(ml_dtypes.float8_e4m3fn))
+
+    def rotate(self, tensor: gs.Tensor, dim: int, what: str) -> gs.Tensor:
+        """``tensor`` (head dim last) times ``fp8.qk_rotation(dim)``'s matrix, a constant in the tensor's dtype."""
+        matrix = gs.Constant(unique_name(f"{self.base}/{what}_rotation", self.taken),
+                             qk_rotation(dim)[0].astype(numpy_dtype(tensor)))
+        return self.node("MatMul", [tensor, matrix], f"{what}_rotated", numpy_dtype(tensor))
 
     def constant(self, what: str, values) -> gs.Constant:
         return gs.Constant(unique_name(f"{self.base}/{what}", self.taken), np.array(values, np.int64))
@@ -232,6 +238,10 @@ def replace(match: Match, graph: gs.Graph, shared: Shared, fp8: Fp8Scales | None
     mask, kind = _mask_input(match, emit, qtype)
     inputs = [emit.operand(match.q, layout, "Q"), emit.operand(match.k, layout, "K"),
               emit.operand(match.v, layout, "V")]
+    scale = match.scale
+    if fp8 is not None and fp8.rotation:  # (Q R)(K R)ᵀ = c Q Kᵀ: the scale divided by c gives the same scores
+        inputs[:2] = [emit.rotate(t, fp8.rotation, what) for t, what in zip(inputs[:2], "QK")]
+        scale = (scale or fp8.rotation ** -0.5) / qk_rotation(fp8.rotation)[1]
     if fp8 is not None:
         inputs = [emit.quantize(t, s, what) for t, s, what in zip(inputs, (fp8.q, fp8.k, fp8.v), "QKV")]
     inputs += [mask] if mask is not None else []
@@ -241,7 +251,7 @@ def replace(match: Match, graph: gs.Graph, shared: Shared, fp8: Fp8Scales | None
             lengths = emit.shared_node("Cast", [lengths], "key_lengths", np.dtype(np.int32), {"to": TensorProto.INT32})
         inputs += ([] if mask is not None else [gs.Variable.empty()]) + [lengths]
     result = _route_output(match.out, layout, emit, qtype)
-    attrs = {"layout": layout, "scale": match.scale, "causal": match.causal}
+    attrs = {"layout": layout, "scale": scale, "causal": match.causal}
     if match.causal:
         attrs["causal_alignment"] = match.causal_alignment
     if match.softcap:
@@ -253,7 +263,7 @@ def replace(match: Match, graph: gs.Graph, shared: Shared, fp8: Fp8Scales | None
     graph.nodes.append(node)
     if match.key_lengths is not None:
         match.details["key_lengths"] = True
-    match.details.update(layout=layout, mask=kind, scale=match.scale, causal=match.causal,
+    match.details.update(layout=layout, mask=kind, scale=scale, causal=match.causal,
                          **({"causal_alignment": match.causal_alignment} if match.causal else {}),
                          **({"softcap": match.softcap} if match.softcap else {}),
                          **({"gqa_group": match.k.repeats or "from shapes"} if match.k.repeats != 1 else {}),

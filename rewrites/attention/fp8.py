@@ -15,10 +15,13 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_graphsurgeon as gs
 
+from trt_fusedattn.calibration import Rotated
 from trt_fusedattn.fp8 import E4M3_MAX, NUMPY_NAME
 from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION, MIN_P_SCALE, mask_dtype_name
 from trt_fusedattn.rewrites import CannotFuse
 from trt_fusedattn.rewrites._graph import is_op, producer
+from trt_fusedattn.rewrites._shapes import TensorShapes
+from trt_fusedattn.rewrites.attention.match import Operand
 from trt_fusedattn.rewrites.conv.qdq import fp8_scale  # shared with the conv Q/DQ absorption
 
 FP8_ARCH = "sm_90a"  # the FP8 kernel's arch, asked when no target is given
@@ -34,6 +37,7 @@ class Fp8Scales:
     v: float
     p: float = 0.0
     source: str = "Q/DQ"
+    rotation: int = 0  # > 0: Q and K are rotated by fp8.qk_rotation(rotation) (their head dim) before quantization
 
 
 def peel_qdq(tensor: gs.Tensor) -> tuple[gs.Tensor, float | None]:
@@ -73,12 +77,23 @@ def qdq_scales(q: float | None, k: float | None, v: float | None, p: float | Non
     return Fp8Scales(q, k, v, max(p, MIN_P_SCALE))  # 1/448 held in float16 is a hair below it
 
 
-def calibrated_scales(amax: tuple[float, float, float]) -> Fp8Scales | str:
-    """Per-tensor scales amax / 448 of Q, K, V (P's amax is 1 by construction: p_scale stays 1/448), or why not."""
+def calibrated_scales(amax: tuple[float, float, float], rotation: int = 0) -> Fp8Scales | str:
+    """Per-tensor scales amax / 448 of Q, K, V (P's amax is 1 by construction: p_scale stays 1/448; Q's and K's
+    amax after the ``rotation`` when there is one), or why not."""
     if not all(a > 0 for a in amax):
         return "no: Q, K or V is 0 on every calibration input (no scale to take)"
     q, k, v = (float(np.float32(a / E4M3_MAX)) for a in amax)
-    return Fp8Scales(q, k, v, source="calibrated")
+    return Fp8Scales(q, k, v, source="calibrated", rotation=rotation)
+
+
+def rotated(op: Operand, shapes: TensorShapes) -> Rotated | None:
+    """Q's or K's traced tensor as calibration rotates it (its head-dim axis and head dim), or None where the head
+    dim is not known statically or not a power of two."""
+    tensor = op.any()
+    axis = -2 if tensor is op.kt or tensor is op.folded_kt else -1
+    size = shapes.dim(tensor, axis)
+    dim = size // op.heads if size and tensor is op.flat and op.heads else size
+    return Rotated(tensor.name, axis, dim) if dim and not dim & (dim - 1) else None
 
 
 def plan_problem(heads: tuple, dims: tuple, mask: str | None, key_lengths: bool, attrs: dict, arch: str) -> str:
@@ -114,4 +129,6 @@ def fp8_attributes(scales: Fp8Scales, float_dtype: np.dtype | None) -> dict:
 def describe(scales: Fp8Scales) -> str:
     """What the report shows of an FP8 site."""
     p = f"{scales.p:.4g}" if scales.p else "1/448"
-    return f"{scales.source} q_scale={scales.q:.4g} k_scale={scales.k:.4g} v_scale={scales.v:.4g} p_scale={p}"
+    rotation = f" Q/K rotated (Hadamard {scales.rotation})" if scales.rotation else ""
+    return (f"{scales.source} q_scale={scales.q:.4g} k_scale={scales.k:.4g} v_scale={scales.v:.4g} p_scale={p}"
+            f"{rotation}")

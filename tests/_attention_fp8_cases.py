@@ -112,7 +112,7 @@ def _cases():
                 tuning=wg3 + (("BLOCK_N", 64),)),
     ]
     # head dim 128 on 192-key tiles (V^T in three 64-byte-swizzled column blocks); masks spill there (bool: 96 B)
-    n192 = (("BLOCK_N", 192),)
+    n192 = (("BLOCK_M", 128), ("NUM_WARPS", 8), ("BLOCK_N", 192), ("KV_LOAD_LAG", 1))
     cases += [
         FP8Case("fp8-n192-hd128-e4m3-out", dim=128, len_q=300, len_kv=700, **e4m3_out, tuning=n192, small=True),
         FP8Case("fp8-n192-hd128-keylen-causal-br", dim=128, key_lengths=True, len_q=1000, len_kv=1000, causal=1,
@@ -151,7 +151,7 @@ def _cases():
         FP8Case("fp8-lag2-hd256-3stages-additive-heavy", dim=256, data="heavy", mask="additive", len_q=200, len_kv=500,
                 tuning=lag2 + (("KV_STAGES", 3),)),
     ]
-    two_stages = (("KV_STAGES", 2),)  # the benchmark's alternatives
+    two_stages = (("KV_STAGES", 2), ("KV_LOAD_LAG", 1))  # the benchmark's alternatives (lag < stages)
     cases += [replace(c, name=c.name + "-2stages", tuning=two_stages, small=False)
               for c in cases if c.name in ("fp8-hd64", "fp8-hd128", "fp8-causal-bottom_right-100x300-hd128")]
     return cases

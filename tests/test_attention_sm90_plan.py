@@ -126,7 +126,7 @@ def test_fp8_takes_the_warp_specialized_kernel_with_its_scales():
     exponent, v_scale (over output_scale) into the epilogue, the running max moving whenever it grows; V staging tiles
     in shared memory; an additive mask in the output's dtype."""
     import math
-    from trt_fusedattn.plugins.attention.plan import FP8_TILES
+    from trt_fusedattn.plugins.attention.plan import FP8_LOAD_LAG, FP8_TILES_MASKED
     attrs = FUSED_ATTENTION.resolve({"causal": 1, "q_scale": 0.5, "k_scale": 0.25, "v_scale": 0.125,
                                      "output_dtype": "float8e4m3fn", "output_scale": 0.0625})
     q, kv = (2, 1000, 8, 128), (2, 700, 2, 128)
@@ -137,8 +137,9 @@ def test_fp8_takes_the_warp_specialized_kernel_with_its_scales():
     assert d["OUTPUT_E4M3"] == 1 and float(d["OUTPUT_FACTOR"][:-1]) == 2.0 and d["RESCALE_THRESHOLD"] == "0.0f"
     assert math.isclose(float(d["SCALE_LOG2"][:-1]), 0.5 * 0.25 / math.sqrt(128) * math.log2(math.e), rel_tol=1e-7)
     assert math.isclose(float(d["P_SCALE_LOG2"][:-1]), math.log2(448), rel_tol=1e-7)
-    block_m, block_n, _, _, stages = FP8_TILES[128]
-    assert p.shared_mem == (block_m + (2 * stages + 2) * block_n) * 128 + 1008 + (1 + 4 * stages) * 8 <= 227 * 1024
+    block_m, block_n, _, _, stages = FP8_TILES_MASKED[128]
+    staging = FP8_LOAD_LAG[128] + 1
+    assert p.shared_mem == (block_m + (2 * stages + staging) * block_n) * 128 + 1008 + (1 + 4 * stages) * 8 <= 227 * 1024
     bf16 = dict(attrs, output_dtype="bfloat16", output_scale=0.0)
     assert plan_attention([q, kv, kv, None, None], ["float8_e4m3fn"] * 3 + [None, None], bf16,
                           "sm_90a").defines["DTYPE_BF16"] == 1

@@ -79,18 +79,20 @@ LOAD_WARPGROUP_THREADS = 128
 # Copy groups a 16-bit loader thread keeps in flight before publishing the oldest (attention_load_sm90.cuh).
 WARP_SPECIALIZED_LOAD_LAG = 1
 # FP8 (E4M3 Q/K/V): the warp-specialized kernel with e4m3 wgmmas on sm_90a only (an sm_89 mma.sync path is not built
-# yet), for these head dims (D_qk == D_v), plus two staging tiles of V as copied (attention_load_sm90.cuh: the loader
+# yet), for these head dims (D_qk == D_v), plus staging tiles of V as copied (attention_load_sm90.cuh: the loader
 # transposes V, the FP8 wgmma's B being K-major only). P <= 1 when quantized, so the running max moves whenever it
 # grows (threshold 0). Head dim 256 takes 64-key tiles: the 128-key tile was 3-7% faster in v4's run although ptxas
 # serializes its wgmmas (C7512, insufficient registers), but it spills 72 B, over the compile test's allowance (with
 # a mask's loads, 60-160 B). Head dim 64 without a mask takes three MMA warpgroups (192-row tiles; H100 run attn-ws-2: +21-41%
-# non-causal, +6-19% causal at 2k-16k, 0.85-1.03x cuDNN FP8), hd128 two (three on 64-key tiles timed equal). Masked and
-# unmasked specializations take the same tiles otherwise. Timings: NOTES.md.
-FP8_TILES = {64: (192, 128, 12, 0, 3), 128: (128, 128, 8, 0, 3), 256: (128, 64, 8, 0, 2)}
-FP8_TILES_MASKED = {**FP8_TILES, 64: (128, 128, 8, 0, 3)}  # (as WARP_SPECIALIZED_TILES_MASKED: masks/softcap spill at hd64)
+# non-causal, +6-19% causal at 2k-16k, 0.85-1.03x cuDNN FP8), and so does hd128 on 96-key tiles (H100 run attn-fp8-3:
+# +4-6% non-causal at 2k-16k, -0..+5% causal; three warpgroups on 64-key tiles timed equal, on 128 keys they spill).
+# Masked or soft-capped hd64/hd128 keep two warpgroups (three spill 60-244 B at hd128). Timings: NOTES.md.
+FP8_TILES = {64: (192, 128, 12, 0, 3), 128: (192, 96, 12, 0, 3), 256: (128, 64, 8, 0, 2)}
+FP8_TILES_MASKED = {**FP8_TILES, 64: (128, 128, 8, 0, 3), 128: (128, 128, 8, 0, 3)}
 # Tiles of K and V an FP8 loader thread keeps in flight before it publishes the oldest (KV_LOAD_LAG; V takes lag + 1
-# staging tiles as copied, before its transpose).
-FP8_LOAD_LAG = 1
+# staging tiles as copied, before its transpose): 2 at hd64/hd128 (attn-fp8-3: +2-5% at every point of both), 1 at
+# hd256 (three stages with lag 2: -3..+1%).
+FP8_LOAD_LAG = {64: 2, 128: 2, 256: 1}
 FP8_RESCALE_THRESHOLD = "0.0f"
 # Every n-th n8 block of S exponentiated on the FP32 pipe instead of MUFU (attention_softmax.cuh; 0: none): every 4th
 # was 3-9% slower at every point on the H100 (FP8 run 3, NOTES.md).
@@ -264,7 +266,7 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
             "WGMMA_OVERLAP": WGMMA_OVERLAP[dim] if wgmma and not ws else 0, "KV_SPLIT": decode.split if decode else 1,
             "PACK_GQA": decode.pack if decode else 1, "WARP_SPLIT": decode.warp_split if decode else 1}
     if ws:
-        tune["KV_LOAD_LAG"] = FP8_LOAD_LAG if fp8 else WARP_SPECIALIZED_LOAD_LAG
+        tune["KV_LOAD_LAG"] = FP8_LOAD_LAG[dim] if fp8 else WARP_SPECIALIZED_LOAD_LAG
     if fp8:
         tune["EXP2_FMA_EVERY"] = FP8_EXP2_FMA_EVERY
     unknown = set(tuning or ()) - set(tune)

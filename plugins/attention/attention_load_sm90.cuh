@@ -21,7 +21,7 @@
 // waits for K(i) right after issuing V(i), so at most about one K/V tile pair is in flight an SM and every tile costs
 // the loader one L2 latency; 2 (K(i) published once K(i + 1) is issued) or 3 keep more bytes in flight. The consumer
 // never waits on itself: group g - lag is published after group g is issued, whose stage the MMA warpgroups freed
-// at least one tile before they need group g - lag (3 needs three stages). FP8: a group is one tile's K and V, so
+// at least one tile before they need group g - lag (lag 2 needs two stages, 3 three). FP8: a group is one tile's K and V, so
 // lag 1 holds two tiles in flight while tile i - 1 is published and transposed, lag 2 three (V needs lag + 1 staging
 // tiles; K(i) reuses the stage of K(i - kStages), which is published before, so lag < kStages).
 #ifndef KV_LOAD_LAG
@@ -29,8 +29,8 @@
 #endif
 constexpr int kLoadLag = KV_LOAD_LAG;
 static_assert(FP8 ? kLoadLag >= 1 && kLoadLag <= 3 && kLoadLag < kStages
-                  : kLoadLag >= 1 && kLoadLag <= 3 && (kLoadLag < 3 || kStages >= 3),
-              "KV_LOAD_LAG: 1-3 (16-bit: 3 with 3 stages; FP8: below KV_STAGES)");
+                  : kLoadLag >= 1 && kLoadLag <= 3 && kLoadLag <= kStages,
+              "KV_LOAD_LAG: 1-3 (16-bit: at most KV_STAGES; FP8: below KV_STAGES)");
 constexpr int kVStagingTiles = FP8 ? kLoadLag + 1 : 0;  // V tiles as copied, before the FP8 transpose
 
 #if FP8

@@ -3,8 +3,9 @@ contract's per-tensor scales (what the kernel runs today), per-row scales (one p
 QuantizeLinear with block_size = head dim), per-block scales (one per 128 rows of a head, FlashAttention-3's block
 quantization), and a random orthogonal rotation (Hadamard x random signs) of Q and K before per-tensor or per-block
 quantization (FlashAttention-3's incoherent processing; Q K^T is unchanged by it in exact arithmetic: the rotation
-``fuse-onnx --precision fp8 --fp8-rotate-qk`` inserts). V and P are quantized as the contract says in every option. RMSE and max |err| / max |ref| against float64 attention of the
-unquantized inputs, on N(0, 1) inputs and on benchmarks/attention_fp8.py's heavy-tailed inputs with outliers.
+``fuse-onnx --precision fp8 --fp8-rotate-qk`` inserts). V and P are quantized as the contract says in every option.
+RMSE against float64 attention of the unquantized inputs, on N(0, 1) inputs and on benchmarks/attention_fp8.py's
+heavy-tailed inputs with outliers.
 The emulation's per-tensor option is checked against the contract's numpy reference on the same inputs.
 
     python benchmarks/attention_fp8_accuracy.py --out benchmarks/results/attention_fp8_accuracy.md
@@ -94,8 +95,9 @@ def table(heads: int, rows: int, dims, seed: int) -> tuple[list, list, list]:
                 if granularity == "tensor" and not rotate:
                     checks.append(check_against_contract(q, k, v, out))
             best = int(np.argmin(rmse))
-            body.append(["heavy-tailed + 0.1% outliers" if outliers else "N(0, 1)", dim, f"{np.sqrt(np.mean(ref ** 2)):.2e}"]
-                        + [f"{x:.2e}" for x in rmse] + [f"{OPTIONS[best][0]}: {rmse[0] / rmse[best]:.2f}x lower"])
+            inputs = "heavy-tailed + 0.1% outliers" if outliers else "N(0, 1)"
+            body.append([inputs, dim, f"{np.sqrt(np.mean(ref ** 2)):.2e}"] + [f"{x:.2e}" for x in rmse]
+                        + [f"{OPTIONS[best][0]}: {rmse[0] / rmse[best]:.2f}x lower"])
             print(" | ".join(map(str, body[-1])), flush=True)
     return header, body, checks
 

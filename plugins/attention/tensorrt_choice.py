@@ -29,7 +29,8 @@ RULES = {
              evidence=f"bottom-right causal with fewer queries than keys: chunked prefill 512 after 3584 keys 2.06x "
                       f"cuDNN ({_H100}, attention_h100_deployment_v5_2.md)"),
         dict(precision=FLOAT, softcap=True, choice="fused",
-             evidence="soft-capped scores: cuDNN's SDPA has no softcap, so TensorRT runs the unfused graph (not timed)"),
+             evidence="soft-capped scores: cuDNN's SDPA has no softcap, so TensorRT runs the unfused graph "
+                      "(not timed)"),
         dict(precision=FLOAT, min_len_q=2, max_len_q=16, choice="fused",
              evidence=f"decode, 4-16 queries: 2.5-14.6x cuDNN over 1k-128k keys ({_H100}, "
                       "attention_h100_decode_v5.md)"),
@@ -39,12 +40,14 @@ RULES = {
         dict(precision=FLOAT, max_head_dim=64, max_len_kv=256, choice="fused",
              evidence=f"head dim 64, <= 256 keys: ViT-L/16 (197) 1.01x cuDNN, SD cross-attention (77) 1.25x ({_H100}, "
                       "attention_h100_deployment_v5_2.md)"),
-        dict(precision=("bfloat16",), max_head_dim=64, causal=False, min_len=1500, min_rows=ROWS_FULL,
+        dict(precision=FLOAT, max_head_dim=64, causal=False, min_len=1500, max_len=2047, min_rows=ROWS_FULL,
              choice="fused",
-             evidence=f"bfloat16 head dim 64 non-causal: 1.02-1.09x cuDNN at 2k-16k, Whisper encoder 8x1500 1.11x "
-                      f"({_H100}, {_GRID}, attention_h100_deployment_v5_2.md)"),
-        dict(precision=("float16", "float32"), max_head_dim=64, causal=False, min_len=4096, min_rows=ROWS_FULL,
-             choice="fused", evidence=f"float16 head dim 64 non-causal: 1.02-1.08x cuDNN at 4k-16k ({_H100}, {_GRID})"),
+             evidence=f"head dim 64 non-causal, 1500-2047 rows: Whisper encoder 8x1500 x 20 heads 1.10-1.11x cuDNN in "
+                      f"two runs ({_H100}, attention_h100_deployment_v5_2.md, "
+                      "attention_h100_deployment_v8c_candidates.md)"),
+        dict(precision=FLOAT, max_head_dim=64, causal=False, min_len=4096, min_rows=ROWS_FULL, choice="fused",
+             evidence=f"head dim 64 non-causal from 4k: 1.02-1.11x cuDNN (bfloat16 and float16, two runs) ({_H100}, "
+                      f"{_GRID}, attention_h100_v8c_candidates.md)"),
         dict(precision=FLOAT, max_head_dim=128, causal=True, min_len=8192, min_rows=ROWS_FULL, choice="fused",
              evidence=f"causal from 8k, head dim 64: 1.01-1.06x cuDNN, 128: 1.02-1.09x ({_H100}, {_GRID})"),
         dict(precision=("fp8",), max_head_dim=64, causal=False, min_len=8192, min_rows=ROWS_FULL, choice="fused",
@@ -63,10 +66,10 @@ RULES = {
              evidence=f"FP8 (calibrated) at shorter or unknown lengths: 0.84-1.01x the fastest 16-bit torch backend "
                       f"at 2k-4k ({_H100}, attention_fp8_h100_v7.md, attention_fp8_h100_v4.md)"),
         dict(precision=FLOAT, max_head_dim=64, choice="tensorrt",
-             evidence=f"head dim 64 here (causal below 8k, float16 below 4k, short or unknown lengths, few rows): "
-                      f"causal 0.84-0.92x cuDNN at 2k-4k, float16 non-causal 0.93x at 2k, 0.83-0.88x at 512-1k, SD "
-                      f"self-attention 2x4096 x 8 heads 0.96x ({_H100}, {_GRID}, attention_h100_grid.md, "
-                      "attention_h100_deployment_v5_2.md)"),
+             evidence=f"head dim 64 here (causal below 8k, non-causal 2k-4k, short or unknown lengths, few rows): "
+                      f"causal 0.81-0.92x cuDNN at 2k-4k, non-causal 0.89-1.02x at 2k over two runs, 0.83-0.88x at "
+                      f"512-1k, SD self-attention 2x4096 x 8 heads 0.96-0.99x ({_H100}, {_GRID}, "
+                      "attention_h100_v8c_candidates.md, attention_h100_grid.md, attention_h100_deployment_v5_2.md)"),
         dict(precision=FLOAT, max_head_dim=128, choice="tensorrt",
              evidence=f"head dim 128 here (non-causal, causal below 8k, short or unknown lengths): 0.85-0.98x cuDNN at "
                       f"2k-16k non-causal, 0.85-0.95x causal 2k-4k, 0.58-0.79x at 512-1k, Llama-3-8B prefill "
@@ -123,8 +126,10 @@ def _matches(rule: dict, shape: AttentionShape) -> bool:
         return False
     if any(key in rule and rule[key] != getattr(shape, key) for key in ("causal", "masked", "chunked", "softcap")):
         return False
-    shortest = None if shape.len_q is None or shape.len_kv is None else min(shape.len_q, shape.len_kv)
+    static = shape.len_q is not None and shape.len_kv is not None
+    shortest, longest = (min(shape.len_q, shape.len_kv), max(shape.len_q, shape.len_kv)) if static else (None, None)
     return (_at_most(shape.head_dim, rule.get("max_head_dim")) and _at_least(shortest, rule.get("min_len"))
+            and _at_most(longest, rule.get("max_len"))
             and _at_least(shape.len_q, rule.get("min_len_q")) and _at_most(shape.len_q, rule.get("max_len_q"))
             and _at_least(shape.len_kv, rule.get("min_len_kv")) and _at_most(shape.len_kv, rule.get("max_len_kv"))
             and _at_least(shape.rows, rule.get("min_rows")))

@@ -50,12 +50,12 @@ RULES = {
                       f"{_GRID}, attention_h100_v8c_candidates.md)"),
         dict(precision=FLOAT, max_head_dim=128, causal=True, min_len=8192, min_rows=ROWS_FULL, choice="fused",
              evidence=f"causal from 8k, head dim 64: 1.01-1.06x cuDNN, 128: 1.02-1.09x ({_H100}, {_GRID})"),
-        dict(precision=("fp8",), max_head_dim=64, causal=False, min_len=8192, min_rows=ROWS_FULL, choice="fused",
-             evidence=f"FP8 head dim 64 non-causal from 8k: 1.00-1.06x cuDNN's FP8 SDPA ({_H100}, "
-                      "attention_fp8_h100_v7.md)"),
+        dict(precision=("fp8",), max_head_dim=64, min_len=8192, min_rows=ROWS_FULL, choice="fused",
+             evidence=f"FP8 head dim 64 from 8k: 1.07/1.09x cuDNN's FP8 SDPA non-causal, 1.05/1.03x causal ({_H100}, "
+                      "attention_fp8_h100_v9.md)"),
         dict(precision=("fp8",), choice="tensorrt",
-             evidence=f"FP8 Q/DQ: 0.85-0.93x cuDNN's FP8 SDPA at head dim 64 below 8k, 0.71-0.89x at 128, 0.61-0.74x "
-                      f"at 256 ({_H100}, attention_fp8_h100_v7.md, attention_fp8_h100_v4.md)"),
+             evidence=f"FP8 Q/DQ: 0.92-1.01x cuDNN's FP8 SDPA at head dim 64 below 8k, 0.75-0.87x at 128, 0.65-0.89x "
+                      f"at 256 ({_H100}, attention_fp8_h100_v9.md, attention_fp8_h100_v9_candidates.md)"),
         dict(precision=("fp8-calibrated",), causal=False, min_len=4096, min_rows=ROWS_FULL, choice="fused",
              evidence=f"FP8 (calibrated) non-causal from 4k: 1.13-1.32x the fastest 16-bit torch backend, which the "
                       f"site would run unfused ({_H100}, attention_fp8_h100_v7.md, attention_fp8_h100_v4.md)"),

@@ -421,3 +421,33 @@ def test_fp8_rotate_qk_needs_fp8_calibration(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--fp8-rotate-qk" in err and "--precision fp8" in err
     assert not (tmp_path / "bert.fused.onnx").exists()
+
+
+def _rotation_matmuls(model: onnx.ModelProto) -> list:
+    rotations = {i.name for i in model.graph.initializer
+                 if i.dims and i.dims[0] in (64, 128, 256) and list(i.dims) == [i.dims[0]] * 2
+                 and np.array_equal(numpy_helper.to_array(i).astype(np.float64), qk_rotation(i.dims[0])[0])}
+    return [n for n in model.graph.node if n.op_type == "MatMul" and n.input[1] in rotations]
+
+
+@pytest.mark.parametrize("name", ["bert_sdpa_hd64_torchscript", "bert_sdpa_hd64_dynamo", "vit_hd64_torchscript"])
+def test_rotation_folds_into_the_qk_projections(name):
+    """Q and K come from MatMul + bias through a head split: the rotation moves into those weights (no MatMul added),
+    and the model computes what the rotated one with explicit MatMuls did."""
+    model = sample(name)
+    plain, _ = fuse(model, ["attention"], precision="fp8", calibration="random:3")
+    fused, report = fuse(model, ["attention"], precision="fp8", calibration="random:3", fp8_rotate_qk=True)
+    assert all("Q/K rotated" in s.details["fp8"] for s in attention_sites(report))
+    assert not _rotation_matmuls(fused)
+    count = lambda m: sum(n.op_type == "MatMul" for n in m.graph.node)  # noqa: E731
+    assert count(fused) == count(plain)
+    result = verify(model, fused)
+    assert result.passed and worst(result) < FP8_RTOL, result.table()
+
+
+def test_rotation_after_rope_stays_an_explicit_matmul():
+    """Llama's Q and K pass RoPE after the projection: nothing to fold into, the emitted MatMuls stay."""
+    model = sample("llama_gqa_hd64_torchscript")
+    fused, report = fuse(model, ["attention"], precision="fp8", calibration="random:3", fp8_rotate_qk=True)
+    assert len(_rotation_matmuls(fused)) == 2 * len(attention_sites(report))
+    assert verify(model, fused).passed

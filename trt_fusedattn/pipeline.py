@@ -22,6 +22,7 @@ from trt_fusedattn.qdq import declare_opset, unabsorbed_quantizers
 from trt_fusedattn.report import Report
 from trt_fusedattn.rewrites import FAMILIES, run_all
 from trt_fusedattn.rewrites._folding import constants_to_initializers
+from trt_fusedattn.rewrites.attention.rotation_fold import fold_rotations
 from trt_fusedattn.rewrites.conv import fp8_chain, qdq
 
 # Default-domain opsets the rewrites read: from 13 (Softmax over one axis, Split/Squeeze/Unsqueeze axes as
@@ -126,7 +127,8 @@ def fuse(model_or_path, only=None, *, consume: bool = False, precision: str | No
 def rewrite(model: onnx.ModelProto, only=None, conv_options: dict | None = None,
             attention_options: dict | None = None) -> tuple[onnx.ModelProto, list]:
     """The pass itself on a loaded model, which becomes the fused model: shapes, family rewrites (``conv_options``,
-    ``attention_options``: see ``rewrites.run_all``), cleanup, export (opset 19 where FP8 attention quantizes)."""
+    ``attention_options``: see ``rewrites.run_all``), cleanup, FP8 Q/K rotations folded into their projections,
+    export (opset 19 where FP8 attention quantizes)."""
     constants_to_initializers(model, io.EXTERNAL_THRESHOLD)  # onnxscript's weights are Constant nodes
     infer_shapes(model)
     graph = gs.import_onnx(model)
@@ -137,7 +139,9 @@ def rewrite(model: onnx.ModelProto, only=None, conv_options: dict | None = None,
     quantized = qdq.dequantize_weights(graph) if only is None or "conv" in only else {}
     sites = run_all(graph, only, conv_options, attention_options)
     qdq.absorb(graph, sites, quantized)
-    graph.cleanup().toposort()
+    graph.cleanup()
+    fold_rotations(graph)  # (after the cleanup: the replaced attention nodes no longer read the projections)
+    graph.toposort()
     used = {(n.domain, n.op) for n in graph.nodes}
     opsets = list(model.opset_import)
     for contract in CONTRACTS:  # one declaration per domain, however many of its ops the graph uses

@@ -1,0 +1,98 @@
+"""FP8 attention's Q/K rotation (``--fp8-rotate-qk``) folded into the projection that computes Q or K, so it costs
+nothing at run time: where the rotated tensor comes from ``MatMul(x, W)`` (+ a constant bias) through a Reshape that
+splits the last axis into heads x head dim and any Transposes, each read by nothing else, ``W`` and the bias are
+multiplied by the rotation per head and the emitted ``MatMul(., R)`` goes. Runs after the graph's cleanup, when the
+replaced attention nodes no longer read these tensors. Other rotations (e.g. after RoPE) stay as emitted."""
+from __future__ import annotations
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from trt_fusedattn.fp8 import qk_rotation
+from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION
+from trt_fusedattn.rewrites._graph import is_op, producer, unique_name
+
+
+def fold_rotations(graph: gs.Graph) -> int:
+    """Fold every foldable emitted Q/K rotation into its projection; how many were folded."""
+    folded, taken = 0, set(graph.tensors())
+    for node in [n for n in graph.nodes if _is_emitted_rotation(n)]:
+        chain = _projection_chain(node.inputs[0], node.inputs[1].values.shape[0])
+        if chain is None:
+            continue
+        matmul, add = chain
+        rotation = node.inputs[1].values.astype(np.float64)
+        per_head = np.kron(np.eye(matmul.inputs[1].values.shape[-1] // rotation.shape[0]), rotation)
+        for layer, index in [(matmul, 1)] + ([(add, _constant_index(add))] if add is not None else []):
+            values = layer.inputs[index].values
+            name = unique_name(f"{layer.inputs[index].name}_rotated", taken)
+            layer.inputs[index] = gs.Constant(name, (values.astype(np.float64) @ per_head).astype(values.dtype))
+        reader = node.outputs[0].outputs[0]
+        reader.inputs[0] = node.inputs[0]
+        node.outputs.clear()
+        folded += 1
+    if folded:
+        graph.cleanup()
+    return folded
+
+
+def _is_emitted_rotation(node: gs.Node) -> bool:
+    """MatMul(x, R) with R = fp8.qk_rotation's matrix, read only by a QuantizeLinear read only by FusedAttention's Q or
+    K input: what emission.rotate writes."""
+    if not is_op(node, "MatMul") or not isinstance(node.inputs[1], gs.Constant) or len(node.outputs[0].outputs) != 1:
+        return False
+    values = node.inputs[1].values
+    if values.ndim != 2 or values.shape[0] != values.shape[1] or values.shape[0] & (values.shape[0] - 1):
+        return False
+    quantize = node.outputs[0].outputs[0]
+    if not is_op(quantize, "QuantizeLinear") or len(quantize.outputs[0].outputs) != 1:
+        return False
+    fused = quantize.outputs[0].outputs[0]
+    return (fused.op == FUSED_ATTENTION.name and fused.domain == FUSED_ATTENTION.domain
+            and any(t is quantize.outputs[0] for t in fused.inputs[:2])
+            and np.array_equal(values.astype(np.float64), qk_rotation(values.shape[0])[0]))
+
+
+def _projection_chain(tensor: gs.Tensor, dim: int):
+    """(MatMul by a constant 2-D weight, its constant-bias Add or None) that ``tensor`` comes from through Transposes
+    and one Reshape splitting only the last axis into [..., heads, ``dim``], every tensor on the way read once; else
+    None."""
+    reshaped = False
+    while True:
+        if len(tensor.outputs) != 1:
+            return None
+        node = producer(tensor)
+        if is_op(node, "Transpose"):
+            tensor = node.inputs[0]
+            continue
+        if is_op(node, "Reshape") and not reshaped:
+            out, source = node.outputs[0].shape, node.inputs[0].shape
+            if not out or not source or len(out) != len(source) + 1 or list(out[:-2]) != list(source[:-1]) or \
+                    out[-1] != dim or not isinstance(source[-1], int) or source[-1] % dim:
+                return None  # (only the last axis split into heads x dim: the same leading dims, known or named)
+            reshaped, tensor = True, node.inputs[0]
+            continue
+        break
+    if not reshaped:
+        return None
+    add = None
+    if is_op(node, "Add") and _constant_index(node) is not None:
+        bias = node.inputs[_constant_index(node)].values
+        if bias.ndim != 1 or len(node.outputs[0].outputs) != 1:
+            return None
+        add, tensor = node, node.inputs[1 - _constant_index(node)]
+        if len(tensor.outputs) != 1:
+            return None
+        node = producer(tensor)
+    if not is_op(node, "MatMul") or not isinstance(node.inputs[1], gs.Constant) or node.inputs[1].values.ndim != 2:
+        return None
+    if node.inputs[1].values.shape[-1] % dim or (add is not None and add.inputs[_constant_index(add)].values.shape[0]
+                                                 != node.inputs[1].values.shape[-1]):
+        return None
+    return node, add
+
+
+def _constant_index(node: gs.Node) -> int | None:
+    """Which input of a two-input node is a Constant (None: neither or both)."""
+    constants = [i for i, t in enumerate(node.inputs[:2]) if isinstance(t, gs.Constant)]
+    return constants[0] if len(constants) == 1 else None

@@ -22,7 +22,7 @@ def fold_rotations(graph: gs.Graph) -> int:
             continue
         matmul, add = chain
         rotation = node.inputs[1].values.astype(np.float64)
-        per_head = np.kron(np.eye(matmul.inputs[1].values.shape[-1] // rotation.shape[0]), rotation)
+        per_head = np.kron(np.eye(matmul.inputs[1].shape[-1] // rotation.shape[0]), rotation)
         for layer, index in [(matmul, 1)] + ([(add, _constant_index(add))] if add is not None else []):
             values = layer.inputs[index].values
             name = unique_name(f"{layer.inputs[index].name}_rotated", taken)
@@ -41,16 +41,17 @@ def _is_emitted_rotation(node: gs.Node) -> bool:
     K input: what emission.rotate writes."""
     if not is_op(node, "MatMul") or not isinstance(node.inputs[1], gs.Constant) or len(node.outputs[0].outputs) != 1:
         return False
-    values = node.inputs[1].values
-    if values.ndim != 2 or values.shape[0] != values.shape[1] or values.shape[0] & (values.shape[0] - 1):
-        return False
     quantize = node.outputs[0].outputs[0]
     if not is_op(quantize, "QuantizeLinear") or len(quantize.outputs[0].outputs) != 1:
         return False
     fused = quantize.outputs[0].outputs[0]
-    return (fused.op == FUSED_ATTENTION.name and fused.domain == FUSED_ATTENTION.domain
-            and any(t is quantize.outputs[0] for t in fused.inputs[:2])
-            and np.array_equal(values.astype(np.float64), qk_rotation(values.shape[0])[0]))
+    if (fused.op != FUSED_ATTENTION.name or fused.domain != FUSED_ATTENTION.domain
+            or not any(t is quantize.outputs[0] for t in fused.inputs[:2])):
+        return False
+    shape = node.inputs[1].shape  # (values read last: a model's own weights may be external data, left unread)
+    if len(shape) != 2 or shape[0] != shape[1] or shape[0] & (shape[0] - 1):
+        return False
+    return np.array_equal(node.inputs[1].values.astype(np.float64), qk_rotation(shape[0])[0])
 
 
 def _projection_chain(tensor: gs.Tensor, dim: int):
@@ -77,17 +78,16 @@ def _projection_chain(tensor: gs.Tensor, dim: int):
         return None
     add = None
     if is_op(node, "Add") and _constant_index(node) is not None:
-        bias = node.inputs[_constant_index(node)].values
-        if bias.ndim != 1 or len(node.outputs[0].outputs) != 1:
+        if len(node.inputs[_constant_index(node)].shape) != 1 or len(node.outputs[0].outputs) != 1:
             return None
         add, tensor = node, node.inputs[1 - _constant_index(node)]
         if len(tensor.outputs) != 1:
             return None
         node = producer(tensor)
-    if not is_op(node, "MatMul") or not isinstance(node.inputs[1], gs.Constant) or node.inputs[1].values.ndim != 2:
-        return None
-    if node.inputs[1].values.shape[-1] % dim or (add is not None and add.inputs[_constant_index(add)].values.shape[0]
-                                                 != node.inputs[1].values.shape[-1]):
+    if not is_op(node, "MatMul") or not isinstance(node.inputs[1], gs.Constant) or len(node.inputs[1].shape) != 2:
+        return None  # (shapes only: the weights' values, maybe external data, are read when folding)
+    columns = node.inputs[1].shape[-1]
+    if columns % dim or (add is not None and add.inputs[_constant_index(add)].shape[0] != columns):
         return None
     return node, add
 

@@ -26,7 +26,7 @@ import numpy as np
 import onnx
 
 from trt_fusedattn.errors import InputError
-from trt_fusedattn.fp8 import E4M3_MAX, qk_rotation, to_e4m3
+from trt_fusedattn.fp8 import E4M3_MAX, rotate_heads, to_e4m3
 
 METHODS = ("max", "percentile")
 DEFAULT_PERCENTILE = 99.99
@@ -102,8 +102,7 @@ class Rotated(NamedTuple):
     dim: int
 
     def of(self, x: np.ndarray) -> np.ndarray:
-        x = np.moveaxis(np.asarray(x, np.float64), self.axis, -1)
-        return x.reshape(*x.shape[:-1], -1, self.dim) @ qk_rotation(self.dim)[0]
+        return rotate_heads(np.moveaxis(np.asarray(x), self.axis, -1), self.dim)
 
 
 def scale_of(amax: float) -> float:

@@ -93,8 +93,9 @@ def parser() -> argparse.ArgumentParser:
                    help="FP8 amax of activations: max (default), percentile or percentile:P (default P 99.99)")
     p.add_argument("--fp8-rotate-qk", action="store_true",
                    help="calibrated FP8 attention quantizes Q and K after a Hadamard rotation (FlashAttention-3's "
-                        "incoherent processing): lower error where Q/K have outlier channels, at the cost of two "
-                        "head dim x head dim MatMuls per site (needs --precision fp8)")
+                        "incoherent processing): lower error where Q/K have outlier channels; folded into the Q/K "
+                        "projections where they feed the site directly, else two head dim x head dim MatMuls per "
+                        "site (needs --precision fp8)")
     p.add_argument("--no-fp8-chains", dest="fp8_chains", action="store_false",
                    help="FP8 convs write float16 even where only FP8 convs read their output (default: they write "
                         "e4m3 for them, so no quantize runs between)")

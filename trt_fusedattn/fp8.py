@@ -50,3 +50,10 @@ def qk_rotation(dim: int) -> tuple[np.ndarray, float]:
     signs = np.random.default_rng(dim).choice([-1.0, 1.0], dim)
     norm = 2.0 ** (int(np.log2(dim)) // 2)
     return h * signs / norm, dim / norm ** 2
+
+
+def rotate_heads(x, dim: int) -> np.ndarray:
+    """``x`` (float64) with its last axis, heads x ``dim``, rotated head by head by ``qk_rotation(dim)``: what a
+    rotated Q or K holds, and a projection's weight or bias with the rotation folded in; the shape of ``x``."""
+    x = np.asarray(x, np.float64)
+    return (x.reshape(*x.shape[:-1], -1, dim) @ qk_rotation(dim)[0]).reshape(x.shape)

@@ -86,7 +86,8 @@ def fuse(model_or_path, only=None, *, consume: bool = False, precision: str | No
     ``fp8_chains``: a FusedConv whose output only FP8 FusedConvs read writes it in e4m3 for them
     (``rewrites.conv.fp8_chain``); False keeps every FusedConv output in the original's tensors and dtypes (each
     node then checkable against the original alone). ``fp8_rotate_qk``: calibrated FP8 attention quantizes Q and K
-    after a Hadamard rotation (lower error on outlier channels; two extra MatMuls a site). Returns the fused model
+    after a Hadamard rotation (lower error on outlier channels; folded into the Q/K projections where it can be,
+    else two extra MatMuls a site). Returns the fused model
     and the report of every site found;
     a model with nothing to fuse comes back unchanged but for shape info."""
     check_families(only)

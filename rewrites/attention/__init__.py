@@ -110,7 +110,7 @@ def _calibrated(anchors: list, graph: gs.Graph, shapes: TensorShapes, amax: Call
     """Anchor name -> the calibrated FP8 scales of its site (or why none): ``amax`` of the tensors each match
     reads as Q, K and V (the fused node reads them, or a Transpose/Reshape of them: the same amax); with
     ``rotate``, of Q and K after the rotation the node's inputs get (``fp8.rotated``), where their head dim allows."""
-    operands, rotations = {}, {}
+    operands = {}  # anchor -> (Q, K, V as calibration reads them, the rotation's head dim or 0)
     for anchor in anchors:
         try:
             match = _rule(anchor)(anchor, graph, shapes)
@@ -118,12 +118,11 @@ def _calibrated(anchors: list, graph: gs.Graph, shapes: TensorShapes, amax: Call
             continue
         q, k = (rotated(op, shapes) if rotate else None for op in (match.q, match.k))
         rotation = q.dim if q and k and q.dim == k.dim else 0
-        operands[anchor.name] = ((q, k) if rotation else (match.q.any().name, match.k.any().name)) + (
-            match.v.any().name,)
-        rotations[anchor.name] = rotation
-    found = amax(list(dict.fromkeys(t for tensors in operands.values() for t in tensors))) if operands else {}
-    return {anchor: calibrated_scales(tuple(found[t] for t in tensors), rotations[anchor])
-            for anchor, tensors in operands.items()}
+        qk = (q, k) if rotation else (match.q.any().name, match.k.any().name)
+        operands[anchor.name] = (qk + (match.v.any().name,), rotation)
+    found = amax(list(dict.fromkeys(t for tensors, _ in operands.values() for t in tensors))) if operands else {}
+    return {anchor: calibrated_scales(tuple(found[t] for t in tensors), rotation)
+            for anchor, (tensors, rotation) in operands.items()}
 
 
 def rewrite(graph: gs.Graph, arch: str | None = None, amax: Callable | None = None,

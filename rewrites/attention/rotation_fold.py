@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from trt_fusedattn.fp8 import qk_rotation
+from trt_fusedattn.fp8 import qk_rotation, rotate_heads
 from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION
 from trt_fusedattn.rewrites._graph import is_op, producer, unique_name
 
@@ -17,16 +17,15 @@ def fold_rotations(graph: gs.Graph) -> int:
     """Fold every foldable emitted Q/K rotation into its projection; how many were folded."""
     folded, taken = 0, set(graph.tensors())
     for node in [n for n in graph.nodes if _is_emitted_rotation(n)]:
-        chain = _projection_chain(node.inputs[0], node.inputs[1].values.shape[0])
+        dim = node.inputs[1].shape[0]
+        chain = _projection_chain(node.inputs[0], dim)
         if chain is None:
             continue
         matmul, add = chain
-        rotation = node.inputs[1].values.astype(np.float64)
-        per_head = np.kron(np.eye(matmul.inputs[1].shape[-1] // rotation.shape[0]), rotation)
         for layer, index in [(matmul, 1)] + ([(add, _constant_index(add))] if add is not None else []):
             values = layer.inputs[index].values
             name = unique_name(f"{layer.inputs[index].name}_rotated", taken)
-            layer.inputs[index] = gs.Constant(name, (values.astype(np.float64) @ per_head).astype(values.dtype))
+            layer.inputs[index] = gs.Constant(name, rotate_heads(values, dim).astype(values.dtype))
         reader = node.outputs[0].outputs[0]
         reader.inputs[0] = node.inputs[0]
         node.outputs.clear()

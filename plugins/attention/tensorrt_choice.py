@@ -99,11 +99,6 @@ class AttentionShape:
     softcap: bool = False
 
 
-def known_archs() -> list[str]:
-    """Arches with evidence; a target outside them fuses every attention site it can."""
-    return sorted(RULES)
-
-
 def choose(shape: AttentionShape, target: str) -> Choice | None:
     """Fuse or leave to TensorRT, for ``shape`` on ``target``; None when the arch has no evidence at all."""
     arch = table_arch(target)

@@ -60,11 +60,6 @@ class ConvShape:
         return self.groups > 1 and self.groups == self.channels
 
 
-def known_archs() -> list[str]:
-    """Arches with evidence (rules or measured rows); a target outside them fuses every conv it can."""
-    return sorted(set(RULES) | set(MEASURED))
-
-
 def choose(shape: ConvShape, target: str) -> Choice | None:
     """Fuse or leave to TensorRT, for ``shape`` on ``target``; None when the arch has no evidence at all."""
     arch = table_arch(target)

@@ -265,6 +265,26 @@ def _warp_specialized_cases():
               AttentionCase("ws-3wg-hd64-lag3-500x700", len_q=500, len_kv=700, tuning=wg3 + (("KV_LOAD_LAG", 3),)),
               AttentionCase("ws-3wg-hd64-lag3-causal-2100", batch=1, heads_q=2, heads_kv=2, len_q=2100, len_kv=2100,
                             causal=1, tuning=wg3 + (("KV_LOAD_LAG", 3),))]
+    # no intra-warpgroup overlap (PV_OVERLAP=0: P over S's registers), which lets head dim 256 run 128-key tiles with
+    # one K/V stage (192 KB) and the loader publishing each group once it has landed (KV_LOAD_LAG=0); unmasked only
+    serial = ws + (("PV_OVERLAP", 0),)
+    n128 = serial + (("BLOCK_N", 128), ("KV_STAGES", 1), ("KV_LOAD_LAG", 0))
+    small |= {"ws-hd256-bn128-serial-keylen", "ws-hd256-bn128-serial-len1x1"}
+    cases += [AttentionCase("ws-hd256-bn128-serial", dim=256, len_q=300, len_kv=1000, tuning=n128),
+              AttentionCase("ws-hd256-bn128-serial-keylen", dim=256, len_q=7, len_kv=300, key_lengths=True,
+                            tuning=n128),
+              AttentionCase("ws-hd256-bn128-serial-len1x1", dim=256, len_q=1, len_kv=1, dtype="float16",
+                            tuning=n128),
+              AttentionCase("ws-hd256-bn128-serial-causal-br-gqa", dim=256, heads_q=8, heads_kv=2, len_q=300,
+                            len_kv=1000, causal=1, alignment="bottom_right", dtype="float16", tuning=n128),
+              AttentionCase("ws-hd256-bn128-serial-causal-2100", batch=1, heads_q=2, heads_kv=2, len_q=2100,
+                            len_kv=2100, dim=256, causal=1, tuning=n128),
+              AttentionCase("ws-hd256-bn128-serial-long-kv-16534", batch=1, heads_q=2, heads_kv=2, len_q=200,
+                            len_kv=16534, dim=256, tuning=n128),
+              AttentionCase("ws-hd256-serial-causal-2100", batch=1, heads_q=2, heads_kv=2, len_q=2100, len_kv=2100,
+                            dim=256, causal=1, dtype="float16", tuning=serial),
+              AttentionCase("ws-hd128-serial-lag0-keylen", dim=128, len_q=7, len_kv=1000, key_lengths=True,
+                            tuning=serial + (("KV_LOAD_LAG", 0),))]
     return [replace(c, small=c.name in small) for c in cases]
 
 

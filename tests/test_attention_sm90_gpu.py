@@ -18,15 +18,17 @@ HOPPER_CASES = WGMMA_CASES + WARP_SPECIALIZED_CASES + SPLIT_KV_CASES
 
 
 @pytest.fixture(scope="module", autouse=True)
-def hopper_with_kernels_loaded():
-    """Skip off sm_90a; compile and load (driver JIT) every case's kernel up front, in parallel: one by one, at
-    first launch, the ~80 specializations would take minutes."""
+def hopper_with_kernels_loaded(request):
+    """Skip off sm_90a; compile and load (driver JIT) the selected cases' kernels up front, in parallel: one by one,
+    at first launch, the ~80 specializations would take minutes (with -k, e.g. under compute-sanitizer, only those)."""
     from trt_fusedattn.launcher import device_arch
     from trt_fusedattn.launcher.launch import precompile
     arch = device_arch(0)
     if arch != "sm_90a":
         pytest.skip(f"the wgmma mainloop needs an sm_90a GPU (Hopper); this one is {arch}")
-    precompile([c.plan(arch) for c in HOPPER_CASES], arch)
+    params = [getattr(getattr(item, "callspec", None), "params", {}) for item in request.session.items]
+    selected = [p["case"] for p in params if p.get("case") in HOPPER_CASES]
+    precompile([c.plan(arch) for c in selected or HOPPER_CASES], arch)
 
 
 def error_pattern(got: np.ndarray, ref: np.ndarray, layout: str) -> str:

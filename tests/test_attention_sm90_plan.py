@@ -188,3 +188,31 @@ def test_loader_lag_is_a_tuning_of_the_16_bit_warp_specialized_kernel():
     assert "KV_LOAD_LAG" not in plan(128, tuning={"WGMMA": 1}).defines
     with pytest.raises(ValueError, match="unknown tuning defines"):
         plan(128, tuning={"WGMMA": 1, "KV_LOAD_LAG": 2})
+
+
+def test_pv_overlap_is_a_tuning_of_the_16_bit_warp_specialized_kernel():
+    """PV_OVERLAP (P V under the softmax, or P over S's registers) is set on the 16-bit warp-specialized kernel only;
+    one K/V stage needs the loader to publish each group once it has landed (KV_LOAD_LAG=0), else it would wait for
+    a stage that only its own unpublished K tile can free."""
+    assert plan(256).defines["PV_OVERLAP"] == plan_module.WARP_SPECIALIZED_PV_OVERLAP == 1
+    one_stage = {"BLOCK_N": 128, "KV_STAGES": 1, "PV_OVERLAP": 0}
+    assert plan(256, tuning={**one_stage, "KV_LOAD_LAG": 0}).defines["KV_STAGES"] == 1
+    with pytest.raises(ValueError, match="0 with one stage"):
+        plan(256, tuning={**one_stage, "KV_LOAD_LAG": 1})
+    with pytest.raises(ValueError, match="at most KV_STAGES=2"):
+        plan(256, tuning={"KV_LOAD_LAG": 3})
+    with pytest.raises(ValueError, match="unknown tuning defines"):
+        plan(128, tuning={"WGMMA": 1, "PV_OVERLAP": 0})
+
+
+@pytest.mark.skipif(not shutil.which("nvcc") and not Path("/usr/local/cuda/bin/nvcc").exists(), reason="nvcc not found")
+def test_pv_overlap_off_keeps_head_dim_256_on_128_key_tiles_asynchronous():
+    """Without intra-warpgroup overlap the MMA warpgroups hold O (128 registers) and a 128-key S (64) at head dim 256:
+    ptxas must neither spill nor serialize the wgmmas (with the overlap that tile spills and serializes)."""
+    from trt_fusedattn.launcher import compile_cubin
+    for causal in (0, 1):
+        p = plan_attention([(2, 4096, 8, 256)] * 3 + [None, None], ["bfloat16"] * 3 + [None, None],
+                           FUSED_ATTENTION.resolve({"causal": causal}), "sm_90a",
+                           tuning={"BLOCK_N": 128, "KV_STAGES": 1, "KV_LOAD_LAG": 0, "PV_OVERLAP": 0})
+        report = compile_cubin(p.source, "sm_90a", p.defines)[1]
+        assert "serialized" not in report and "0 bytes spill stores" in report, report

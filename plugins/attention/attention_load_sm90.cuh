@@ -23,14 +23,16 @@
 // never waits on itself: group g - lag is published after group g is issued, whose stage the MMA warpgroups freed
 // at least one tile before they need group g - lag (lag 2 needs two stages, 3 three). FP8: a group is one tile's K and V, so
 // lag 1 holds two tiles in flight while tile i - 1 is published and transposed, lag 2 three (V needs lag + 1 staging
-// tiles; K(i) reuses the stage of K(i - kStages), which is published before, so lag < kStages).
+// tiles; K(i) reuses the stage of K(i - kStages), which is published before, so lag < kStages). 16-bit lag 0 publishes
+// each group as soon as it has landed, before the loader waits for the next free stage: one K/V stage needs it (with
+// a lag, K(i) would be published only after V(i)'s stage is freed, by the P V(i - 1) that follows Q K^T(i)).
 #ifndef KV_LOAD_LAG
 #define KV_LOAD_LAG 1
 #endif
 constexpr int kLoadLag = KV_LOAD_LAG;
 static_assert(FP8 ? kLoadLag >= 1 && kLoadLag <= 3 && kLoadLag < kStages
-                  : kLoadLag >= 1 && kLoadLag <= 3 && kLoadLag <= kStages,
-              "KV_LOAD_LAG: 1-3 (16-bit: at most KV_STAGES; FP8: below KV_STAGES)");
+                  : kLoadLag >= 0 && kLoadLag <= 3 && kLoadLag <= kStages && (kLoadLag == 0 || kStages > 1),
+              "KV_LOAD_LAG: FP8 1-3, below KV_STAGES; 16-bit 0-3, at most KV_STAGES, 0 with one stage");
 constexpr int kVStagingTiles = FP8 ? kLoadLag + 1 : 0;  // V tiles as copied, before the FP8 transpose
 
 #if FP8
@@ -132,6 +134,7 @@ __device__ __forceinline__ void load_q_and_kv(const KVPipeline& pipe, qkv_t* sQ,
   const int tid = threadIdx.x;
   load_tile_swizzled<kBlockM, kLoadThreads>(sQ, q_base, q_stride, m0, len_q, tid);
   cp_async_commit();
+  publish_lagging(pipe, 0);  // (lag 0 only)
   for (int step = 0; step < n_tiles; ++step) {
     const int n0 = (n_tiles - 1 - step) * kBlockN;
     const int s = KVPipeline::stage(step);

@@ -9,6 +9,15 @@
 #include "attention_mainloop_sm90.cuh"
 #include "attention_softmax.cuh"
 
+// Tuning PV_OVERLAP (16-bit): 1 (default) issues P V(t+1) beside Q K^T(t) and runs the softmax of S(t) under it, so P
+// of the previous tile is live beside S; 0 runs the products of a turn one after the other (P V(t+1), then Q K^T(t)
+// into the registers P leaves) and the softmax under the other warpgroups' turns only: P and S are never live
+// together, which lets head dim 256 hold O (128 registers) and a 128-key S (64) in the MMA warpgroups' 240.
+#ifndef PV_OVERLAP
+#define PV_OVERLAP 1
+#endif
+constexpr bool kPVOverlap = PV_OVERLAP;
+
 constexpr int kTurnBarrier = 1;  // id 1 + w: warpgroup w's turn, handed over by warpgroup w - 1 (mod the count)
 constexpr int kTurnThreads = 2 * 128;
 
@@ -39,6 +48,19 @@ struct MmaThreadState {
   FragmentCoords coords;
 };
 
+// Masks S(t) where needed (kCheckBounds: keys past the end or above the diagonal; a mask; prescaled scores) and runs
+// the online softmax on it: S becomes P (unnormalized), o_scale the factor O's two rows of this thread take.
+template <bool kCheckBounds>
+__device__ __forceinline__ void mask_and_softmax(float (&s)[1][kNTiles][4], int t, const ScoreLimits& lim, int lane,
+                                                 MmaThreadState& st, float (&o_scale)[2]) {
+  if constexpr (kCheckBounds || MASK_KIND != MASK_NONE || kPrescale) {
+    st.coords.col0 = t * kBlockN + (lane % 4) * 2;
+    mask_scores(s, st.coords, kCheckBounds, lim.kv_end, lim.causal_offset, lim.len_q, lim.mask_base,
+                lim.mask_stride_q, lim.mask_stride_k);
+  }
+  online_softmax<true>(s, st.row_max, st.row_sum, [&](int, int half, float alpha) { o_scale[half] = alpha; });
+}
+
 // One K/V tile step of an MMA warpgroup: wait K(t) and V(t+1) full; take the turn (named barrier 1 or 2); issue
 // Q K^T(t) and the pending P V(t+1) as two wgmma groups; hand the turn on; wait for S; release K; mask + online
 // softmax while P V still runs; wait; rescale O; release V; pack P. kCheckBounds is a template parameter so the
@@ -61,14 +83,9 @@ __device__ __forceinline__ void mma_tile_step(const KVPipeline& pipe, const QFro
   wgmma_wait<kFirst ? 0 : 1>();  // groups complete in order: S is ready, P V may still run
   fence_operands(s[0]);
   pipe.release_k(step);
-  if constexpr (kCheckBounds || MASK_KIND != MASK_NONE || kPrescale) {
-    st.coords.col0 = t * kBlockN + (lane % 4) * 2;
-    mask_scores(s, st.coords, kCheckBounds, lim.kv_end, lim.causal_offset, lim.len_q, lim.mask_base,
-                lim.mask_stride_q, lim.mask_stride_k);
-  }
   // Branch-free up to the wait (ptxas waits for a wgmma before divergent code that reads its accumulators).
   float o_scale[2];
-  online_softmax<true>(s, st.row_max, st.row_sum, [&](int, int half, float alpha) { o_scale[half] = alpha; });
+  mask_and_softmax<kCheckBounds>(s, t, lim, lane, st, o_scale);
   // ptxas hoists a wgmma wait (it has no operands) to the top of its basic block: the warp-uniform branch on whether
   // any row of the warp moved its max ends the softmax's block, so the wait for P V starts a block after the
   // softmax (without it the softmax ran after P V). Where no row moved, the O rescale (HEAD_DIM / 4 FMULs a thread)
@@ -90,6 +107,52 @@ __device__ __forceinline__ void mma_tile_step(const KVPipeline& pipe, const QFro
   pack_p(st.p, s);
 }
 
+// One K/V tile step without intra-warpgroup overlap (PV_OVERLAP=0): wait V(t+1) full; take the turn; issue the
+// pending P V(t+1), wait K(t) full meanwhile, wait for P V (P's registers are then free); release V; issue Q K^T(t);
+// hand the turn on; wait for S; release K; mask + online softmax; rescale O (idle: no product pending); pack P.
+// K(t) is awaited inside the turn so that P V runs while it lands (with one K/V stage, K(t) is loaded only after
+// the other warpgroup's Q K^T(t+1) has ended).
+template <bool kCheckBounds, bool kFirst>
+__device__ __forceinline__ void mma_tile_step_serial(const KVPipeline& pipe, const QFromSmem& q, const qkv_t* sK,
+                                                     const qkv_t* sV, int step, int n_tiles, const ScoreLimits& lim,
+                                                     int wg, int lane, MmaThreadState& st) {
+  const int t = n_tiles - 1 - step;
+  const int v_step = step - 1;  // the pending product's V tile
+  if constexpr (!kFirst) pipe.wait_v(v_step);
+  named_barrier_sync<kTurnThreads>(kTurnBarrier + wg);
+  if constexpr (!kFirst) gemm_pv_issue(st.o, st.p, sV + KVPipeline::stage(v_step) * kVTileElems);
+  pipe.wait_k(step);
+  if constexpr (!kFirst) {
+    wgmma_wait<0>();
+    fence_operands(st.p);
+    fence_operands(st.o[0]);
+  }
+  float s[1][kNTiles][4];
+  gemm_qk_issue(s, q, sK + KVPipeline::stage(step) * kKTileElems);
+  named_barrier_arrive<kTurnThreads>(kTurnBarrier + next_turn(wg));
+  if constexpr (!kFirst) pipe.release_v(v_step);
+  wgmma_wait<0>();
+  fence_operands(s[0]);
+  pipe.release_k(step);
+  float o_scale[2];
+  mask_and_softmax<kCheckBounds>(s, t, lim, lane, st, o_scale);
+  // O is still zero on the first tile; later, where no row of the warp moved its max, the rescale is skipped
+  if (!kFirst && __any_sync(0xffffffff, o_scale[0] != 1.f || o_scale[1] != 1.f)) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) rescale_output_row(st.o, 0, half, o_scale[half]);
+  }
+  pack_p(st.p, s);
+}
+
+// The step of the PV_OVERLAP tuning.
+template <bool kCheckBounds, bool kFirst>
+__device__ __forceinline__ void mma_step(const KVPipeline& pipe, const QFromSmem& q, const qkv_t* sK,
+                                         const qkv_t* sV, int step, int n_tiles, const ScoreLimits& lim, int wg,
+                                         int lane, MmaThreadState& st) {
+  if constexpr (kPVOverlap) mma_tile_step<kCheckBounds, kFirst>(pipe, q, sK, sV, step, n_tiles, lim, wg, lane, st);
+  else mma_tile_step_serial<kCheckBounds, kFirst>(pipe, q, sK, sV, step, n_tiles, lim, wg, lane, st);
+}
+
 // Runs the main loop for MMA warp `warp` (0..kWarps-1 counted from the first MMA warp) over tiles n_tiles - 1 .. 0;
 // returns with O (unnormalized) and the row sums of this thread's rows. The tiles that cross the key or causal
 // limits come first (the highest t) and run the bounds-checking step; the rest run the step without it. The first
@@ -109,11 +172,11 @@ __device__ __forceinline__ void mma_warpgroup_mainloop(const KVPipeline& pipe, c
 
   mbarrier_wait(pipe.full_q(), 0);
   if (wg == kMmaWarpgroups - 1 && n_tiles > 0) named_barrier_arrive<kTurnThreads>(kTurnBarrier);  // warpgroup 0 first
-  if (n_tiles > 0) mma_tile_step<true, true>(pipe, q, sK, sV, 0, n_tiles, lim, wg, lane, st);
+  if (n_tiles > 0) mma_step<true, true>(pipe, q, sK, sV, 0, n_tiles, lim, wg, lane, st);
   for (int step = 1; step < n_checked; ++step)
-    mma_tile_step<true, false>(pipe, q, sK, sV, step, n_tiles, lim, wg, lane, st);
+    mma_step<true, false>(pipe, q, sK, sV, step, n_tiles, lim, wg, lane, st);
   for (int step = max(n_checked, 1); step < n_tiles; ++step)
-    mma_tile_step<false, false>(pipe, q, sK, sV, step, n_tiles, lim, wg, lane, st);
+    mma_step<false, false>(pipe, q, sK, sV, step, n_tiles, lim, wg, lane, st);
   if (n_tiles > 0) {
     // the turn barriers: the last warpgroup's last arrival on warpgroup 0's barrier has no partner turn; absorb it
     if (wg == 0) named_barrier_sync<kTurnThreads>(kTurnBarrier);

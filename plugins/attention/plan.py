@@ -76,8 +76,13 @@ WARP_SPECIALIZED_TILES = {64: (192, 128, 12, 0, 3), 128: (128, 128, 8, 0, 3), 25
 WARP_SPECIALIZED_TILES_MASKED = {**WARP_SPECIALIZED_TILES, 64: (128, 128, 8, 0, 3), 128: (128, 64, 8, 0, 2)}
 WARP_SPECIALIZED_DEFAULT_HEAD_DIMS = (128, 256)
 LOAD_WARPGROUP_THREADS = 128
-# Copy groups a 16-bit loader thread keeps in flight before publishing the oldest (attention_load_sm90.cuh).
+# Copy groups a 16-bit loader thread keeps in flight before publishing the oldest (attention_load_sm90.cuh; 0: each
+# group is published once it has landed, which one K/V stage needs).
 WARP_SPECIALIZED_LOAD_LAG = 1
+# 16-bit MMA warpgroups: P V(t+1) under the softmax of S(t) (1: intra-warpgroup overlap and ping-pong), or both
+# products one after the other in a turn and P over S's registers (0: ping-pong only; the tuning that lets head dim
+# 256 run 128-key tiles, with one K/V stage and KV_LOAD_LAG=0). attention_mma_warpgroups_sm90.cuh.
+WARP_SPECIALIZED_PV_OVERLAP = 1
 # FP8 (E4M3 Q/K/V): the warp-specialized kernel with e4m3 wgmmas on sm_90a only (an sm_89 mma.sync path is not built
 # yet), for these head dims (D_qk == D_v), plus staging tiles of V as copied (attention_load_sm90.cuh: the loader
 # transposes V, the FP8 wgmma's B being K-major only). P <= 1 when quantized, so the running max moves whenever it
@@ -176,7 +181,8 @@ def _mask_strides(mask_shape, batch, heads_q, len_q, len_kv) -> tuple:
 def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning: dict | None = None) -> LaunchPlan:
     """Launch plan of FusedAttention for these inputs (Q, K, V, mask, key_lengths; None when absent).
     ``tuning`` overrides tuning defines (WGMMA, BLOCK_M, BLOCK_N, NUM_WARPS, Q_IN_REGISTERS, KV_STAGES,
-    RESCALE_THRESHOLD, MIN_BLOCKS_PER_SM, WGMMA_OVERLAP, WARP_SPECIALIZED, KV_SPLIT, PACK_GQA) of the per-head-dim choice: for tests and benchmarks.
+    RESCALE_THRESHOLD, MIN_BLOCKS_PER_SM, WGMMA_OVERLAP, WARP_SPECIALIZED, KV_SPLIT, PACK_GQA; the warp-specialized
+    kernel's KV_LOAD_LAG and, at 16 bits, PV_OVERLAP) of the per-head-dim choice: for tests and benchmarks.
     WGMMA=1 forces the Hopper wgmma mainloop (sm_90a, head dims 64/128), WGMMA=0 the mma.sync one; without it
     ``WGMMA_BY_DEFAULT`` decides. WARP_SPECIALIZED=1 (on top of the wgmma mainloop) takes the warp-specialized kernel
     (attention_sm90.cu); without it (and without WGMMA) ``WARP_SPECIALIZED_DEFAULT_HEAD_DIMS`` decides."""
@@ -267,6 +273,8 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
             "PACK_GQA": decode.pack if decode else 1, "WARP_SPLIT": decode.warp_split if decode else 1}
     if ws:
         tune["KV_LOAD_LAG"] = FP8_LOAD_LAG[dim] if fp8 else WARP_SPECIALIZED_LOAD_LAG
+    if ws and not fp8:
+        tune["PV_OVERLAP"] = WARP_SPECIALIZED_PV_OVERLAP
     if fp8:
         tune["EXP2_FMA_EVERY"] = FP8_EXP2_FMA_EVERY
     unknown = set(tuning or ()) - set(tune)
@@ -299,6 +307,10 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
     if fp8 and not 1 <= tune["KV_LOAD_LAG"] < min(stages, 4):
         raise ValueError(f"FusedAttention FP8: KV_LOAD_LAG (tiles in flight past the one handed over) must be 1-3 and "
                          f"below KV_STAGES={stages}, got {tune['KV_LOAD_LAG']}")
+    if tune["WARP_SPECIALIZED"] and not fp8 and not (0 <= tune["KV_LOAD_LAG"] <= min(stages, 3)
+                                                     and (tune["KV_LOAD_LAG"] == 0 or stages > 1)):
+        raise ValueError(f"FusedAttention: KV_LOAD_LAG (copy groups in flight past the one handed over) must be 0-3, "
+                         f"at most KV_STAGES={stages}, and 0 with one stage; got {tune['KV_LOAD_LAG']}")
     smem = (shared_mem_bytes(dim, block_m, block_n, stages, bool(wgmma), bool(tune["WGMMA_OVERLAP"]), vdim, fp8,
                              key_groups, tune.get("KV_LOAD_LAG", 1))
             + combine_bytes(block_m, block_n, stages, dim, vdim, key_groups, tune["KV_SPLIT"], bool(wgmma)))

@@ -107,12 +107,15 @@ SHORT_GRID_SWEEP = [(f"ws 128x64w8 x{ctas}" + (f" c{c}" if c > 1 else ""),
                     for ctas in (1, 2) for c in (1, 2, 3, 4)]
 SHORT_GRID_SWEEP += [(f"ws 128x128w8 c4 {st}st", dict(mma="wgmma_ws", tile="128x128w8", cluster=4, stages=st))
                      for st in (5, 6)] + [("default, sums in the ring", dict(constants=dict(PUSHED_PAST_RING=False)))]
-# Small grids (batch 1) on the unspecialized wgmma loop: 64-row tiles (twice the CTAs of 128-row ones; cuDNN's kernel
-# for b1 1x1 128>512 @28 +res runs 52 CTAs of 64x128, ours 28 of 128x128) and reduction clusters.
-SMALL_GRID_SWEEP = [(f"wg {label}", dict(mma="wgmma", tile=label.split()[0], **kw)) for label, kw in [
-    ("128x128w8", {}), ("128x64w8", {}), ("128x64w4", {}), ("64x128w4", {}), ("64x256w4", {}),
-    ("64x128w4 c2", dict(cluster=2)), ("128x128w8 c2", dict(cluster=2)), ("128x64w8 c2", dict(cluster=2)),
+# Small grids (the 1x1 layers at batch 1 and 8): 64-row tiles on the warp-specialized kernel's one MMA warpgroup, twice
+# the CTAs of 128-row tiles with the whole reduction each (cuDNN: b1 1x1 128>512 @28 +res on 52 CTAs of 64x128, b8 1x1
+# 1024>256 @14 on 64x72 tiles, no split; ours 28 of 128x128, and 128x64 split over 2-CTA clusters), two blocks per SM
+# (x2) and reduction clusters (cN); the unspecialized loop's 64x128 beside them.
+SMALL_GRID_SWEEP = [(f"ws {label}", dict(mma="wgmma_ws", tile=label.split()[0], **kw)) for label, kw in [
+    ("64x64w4", {}), ("64x128w4", {}), ("64x256w4", {}), ("64x64w4 x2", dict(ws_ctas=2)),
+    ("64x64w4 c2", dict(cluster=2)), ("64x64w4 c4", dict(cluster=4)), ("64x128w4 c2", dict(cluster=2)),
     ("64x128w4 c4", dict(cluster=4))]]
+SMALL_GRID_SWEEP += [("wg 64x128w4", dict(mma="wgmma", tile="64x128w4"))]
 # Depthwise: output pixels per thread (more pixels per block re-read fewer halo rows of X from L2).
 DEPTHWISE_SWEEP = [(f"dw {p} px", dict(dw_pixels=p)) for p in (1, 2, 4)]
 # Depthwise channel chunks per block: every chunk of a 96/144/192-channel layer in one block (12/18/24 chunks of 8: a

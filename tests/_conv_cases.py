@@ -216,10 +216,10 @@ X_E4M3_CASES = [
 
 # The warp-specialized Hopper kernel (implicit_gemm_sm90.cu, mma="wgmma_ws"), float16/bfloat16 and FP8 with e4m3 X,
 # forced onto each of its
-# 8-warp tiles: odd M (batch 1, several M tiles, rows past M), K/G not a multiple of BLOCK_N, BLOCK_K 32 (64-byte
-# swizzle) and 64, a ring deeper than the reduction (one tile) and the shallowest ring (3 stages), two blocks per SM,
-# strides, dilation, conv groups, taps-inner order, cluster splits (uneven slices; a CTA of the cluster with no
-# tile), residual / post-activation / scale epilogues.
+# 8-warp tiles, 192x128 and the 64-row tiles: odd M (batch 1, several M tiles, rows past M), K/G not a multiple of
+# BLOCK_N, BLOCK_K 32 (64-byte swizzle) and 64, a ring deeper than the reduction (one tile) and the shallowest ring
+# (3 stages), two blocks per SM, strides, dilation, conv groups, taps-inner order, cluster splits (uneven slices; a
+# CTA of the cluster with no tile), residual / post-activation / scale epilogues.
 def _ws(case: ConvCase, tile: str, **overrides) -> TunedCase:
     tuned = _tuned(case, tile, **overrides)
     return TunedCase(tuned.name.replace(case.name, case.name + "_ws", 1), case, {**tuned.overrides, "mma": "wgmma_ws"})
@@ -280,4 +280,19 @@ WS_CASES = [
         cluster=2),
     _ws(ConvCase("x8_3x3_c256_k128_m192", 2, 256, 7, 9, 128, 3, 3, pad=1, scale=True, input_scale=FP8_INPUT_SCALE,
                  x_e4m3=True), "192x128w12"),
+    # 64-row tiles on one MMA warpgroup (256 threads, no register hand-over): odd M (198 rows: a part-filled last M
+    # tile) with K/G 160 past a 128-column tile, a 9-tile 3x3 reduction around a 6-stage ring, BLOCK_K 32, 64x256 on a
+    # 5-stage ring, two blocks per SM, reduction clusters of 3 (8 tiles as 2, 3, 3; 16-row blocks owned 1, 1, 2) and
+    # 4 (one block each), FP8 with e4m3 X (BLOCK_K 128)
+    _ws(ConvCase("1x1_c192_k160_m64", 2, 192, 9, 11, 160, 1, 1, residual=True, post_activation="relu"), "64x128w4"),
+    _ws(ConvCase("3x3_c64_k96_b1_m64_bf16", 1, 64, 13, 11, 96, 3, 3, pad=1, scale=True, **_WGMMA_BF16), "64x64w4"),
+    _ws(ConvCase("3x3_c96_k64_m64", 2, 96, 10, 9, 64, 3, 3, pad=1, activation="silu"), "64x64w4"),   # BLOCK_K 32
+    _ws(ConvCase("1x1_c512_k256_m64", 1, 512, 7, 9, 256, 1, 1, residual=True), "64x256w4"),
+    _ws(ConvCase("1x1_c256_k128_m64_2ctas_bf16", 2, 256, 9, 7, 128, 1, 1, scale=True, **_WGMMA_BF16), "64x128w4",
+        ws_ctas=2),
+    _ws(ConvCase("1x1_c512_k128_b1_m64", 1, 512, 9, 9, 128, 1, 1, residual=True, post_activation="relu"), "64x128w4",
+        cluster=3),
+    _ws(ConvCase("3x3_c64_k80_b1_m64", 1, 64, 9, 9, 80, 3, 3, pad=1, scale=True), "64x64w4", cluster=4),
+    _ws(ConvCase("x8_1x1_c256_k128_m64", 2, 256, 7, 9, 128, 1, 1, scale=True, input_scale=FP8_INPUT_SCALE,
+                 x_e4m3=True, activation="silu"), "64x128w4"),
 ]

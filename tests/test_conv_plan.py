@@ -481,13 +481,13 @@ def test_wgmma_cases_cover_what_they_claim():
 
 @pytest.mark.parametrize("tuned", WS_CASES, ids=lambda t: t.name)
 def test_warp_specialized_case_plans(tuned: TunedCase):
-    """mma="wgmma_ws": the sm90 source with a 128-thread load warpgroup beside the tile's 8 MMA warps (12 on 192-row
-    tiles: a warpgroup per 64 rows), the ring's 1 KB of barriers before the stages, a ring as deep as fits (<= 6) and
-    the reduction needs, the same grid."""
+    """mma="wgmma_ws": the sm90 source with a 128-thread load warpgroup beside the tile's 8 MMA warps (a warpgroup per
+    64 rows on 192- and 64-row tiles: 12, 4), the ring's 1 KB of barriers before the stages, a ring as deep as fits
+    (<= 6) and the reduction needs, the same grid."""
     plan = tuned.plan("sm_90a")
     d, case = plan.defines, tuned.case
     assert plan.source == IMPLICIT_GEMM_SM90 and plan.kernel == "fused_conv_implicit_gemm_sm90"
-    warps = 12 if d["BLOCK_M"] == 192 else 8
+    warps = {192: 12, 64: 4}.get(d["BLOCK_M"], 8)
     assert d["WARP_SPECIALIZED"] == 1 and d["WGMMA"] == 1 and d["SPLIT_K"] == 1 and d["WARPS_M"] * d["WARPS_N"] == warps
     assert plan.block == (128 + 32 * warps, 1, 1)
     ctas = d.get("WS_CTAS", 1)  # blocks per SM: each within its share of the SM's shared memory
@@ -508,15 +508,21 @@ def test_warp_specialized_case_plans(tuned: TunedCase):
 
 
 def test_warp_specialized_cases_cover_what_they_claim():
-    """Every 8-warp tile and the 12-warp 192x128, BLOCK_K 32 and 64, both dtypes, odd M, K/G not a multiple of
-    BLOCK_N, a cluster CTA with no reduction tile, the shallowest ring."""
+    """Every 8-warp tile, the 12-warp 192x128 and the 4-warp 64-row tiles, BLOCK_K 32 and 64, both dtypes, odd M, K/G
+    not a multiple of BLOCK_N, a cluster CTA with no reduction tile, the shallowest ring; the 64-row tiles with odd M,
+    two blocks per SM, clusters and e4m3 X."""
     plans = [(t, t.plan("sm_90a").defines) for t in WS_CASES]
-    assert {t.overrides["tile"] for t in WS_CASES} == {"128x128w8", "128x256w8", "256x128w8", "128x64w8", "192x128w12"}
+    assert {t.overrides["tile"] for t in WS_CASES} == {"128x128w8", "128x256w8", "256x128w8", "128x64w8", "192x128w12",
+                                                       "64x64w4", "64x128w4", "64x256w4"}
+    one = [(t, d) for t, d in plans if d["BLOCK_M"] == 64]
+    assert all(t.plan("sm_90a").block == (256, 1, 1) for t, _ in one) and any(t.case.x_e4m3 for t, _ in one)
+    assert {d.get("CLUSTER_K", 1) for _, d in one} == {1, 3, 4} and any(d.get("WS_CTAS") == 2 for _, d in one)
     assert {d["BLOCK_K"] for _, d in plans} == {32, 64, 128} and {t.case.dtype for t in WS_CASES} == {"float16", "bfloat16"}
     assert {d.get("CLUSTER_K", 1) for _, d in plans} == {1, 2, 3, 4} and any(t.case.x_e4m3 for t in WS_CASES)
     m = lambda t: t.case.n * t.case.out_hw[0] * t.case.out_hw[1]  # noqa: E731
     assert any(m(t) % d["BLOCK_M"] for t, d in plans) and any(m(t) > 2 * d["BLOCK_M"] for t, d in plans)
     assert any((t.case.k // t.case.groups) % d["BLOCK_N"] for t, d in plans)
+    assert any(m(t) % 64 and m(t) > 128 for t, _ in one)
     tiles = lambda t, d: math.ceil(t.case.kh * t.case.kw * t.case.c // t.case.groups / d["BLOCK_K"])  # noqa: E731
     assert any(tiles(t, d) < d["CLUSTER_K"] for t, d in plans if "CLUSTER_K" in d)
     for ctas in (1, 2):  # cluster sums past the ring and in its bytes (no room past it), one and two blocks per SM
@@ -542,7 +548,7 @@ def test_share_w_rejections():
 @pytest.mark.parametrize("arch, dtypes, tile, message", [
     ("sm_89", None, "128x128w8", "sm_90a"),
     ("sm_90a", "fp8", "128x128w8", "FP8"),
-    ("sm_90a", None, "128x64w4", "8-warp"),
+    ("sm_90a", None, "128x64w4", "8-warp"),  # 4 warps on 128 rows: only the 64-row tiles run on one warpgroup
     ("sm_90a", None, "128x128w8s2", "8-warp"),
 ])
 def test_warp_specialized_rejections(arch, dtypes, tile, message):

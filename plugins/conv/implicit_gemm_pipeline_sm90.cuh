@@ -22,8 +22,8 @@ constexpr int kMmaThreads = kGroupThreads;           // the MMA warpgroups (WARP
 constexpr int kMmaWarps = kMmaThreads / 32;
 constexpr int kBlockThreads = kLoadThreads + kMmaThreads;
 constexpr int kRingOffset = 1024;                    // barriers in the first 1 KB; stages on 1024-byte boundaries
-static_assert((kMmaThreads == 256 || kMmaThreads == 384) && SPLIT_K == 1, "two or three MMA warpgroups, one "
-              "reduction group");
+static_assert((kMmaThreads == 128 || kMmaThreads == 256 || kMmaThreads == 384) && SPLIT_K == 1, "one to three MMA "
+              "warpgroups, one reduction group");
 static_assert(!SHARE_W || CLUSTER_K == 1, "SHARE_W's cluster pairs M tiles: no cluster split of the reduction");
 static_assert(2 * STAGES * 8 <= kRingOffset && kStageBytes % 1024 == 0, "ring layout");
 

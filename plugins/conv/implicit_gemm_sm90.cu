@@ -1,22 +1,24 @@
 // FusedConv as a warp-specialized implicit GEMM for Hopper (sm_90a): the GEMM view, tile layout, loads, MMAs, cluster
 // split and epilogue of implicit_gemm.cu, with the loads taken off the MMA warps. One thread block computes one
-// BLOCK_M x BLOCK_N output tile with three or four warpgroups:
+// BLOCK_M x BLOCK_N output tile with two to four warpgroups:
 // - warpgroup 0 loads (implicit_gemm_load_sm90.cuh): im2col rows of X and rows of W by cp.async into a STAGES-deep
 //   ring of swizzled stages, handed over through mbarriers (implicit_gemm_pipeline_sm90.cuh); it gives most of its
-//   registers away (setmaxnreg);
-// - warpgroups 1 and 2 (BLOCK_M 192: 1 to 3) multiply (implicit_gemm_mainloop_sm90.cuh, mma_ring_tiles), their
-//   share of the BLOCK_M rows each, with wgmma straight from the stages, one tile's MMAs in flight while the next is
-//   waited for;
+//   registers away (setmaxnreg; not on one MMA warpgroup);
+// - warpgroups 1 and 2 (BLOCK_M 192: 1 to 3; BLOCK_M 64: 1 alone) multiply (implicit_gemm_mainloop_sm90.cuh,
+//   mma_ring_tiles), their share of the BLOCK_M rows each, with wgmma straight from the stages, one tile's MMAs in
+//   flight while the next is waited for;
 // SHARE_W = 1 pairs adjacent M tiles in a 2-CTA cluster that share the W tile: each CTA loads half of it and pushes
 // that half into the other's ring (DSMEM), so W moves from L2 once per pair (a 128x128 tile: 24 KB per reduction tile
 // instead of 32, where the loop is bounded by operand bytes from L2);
 // then CLUSTER_K > 1 sums the cluster's partial tiles through DSMEM, each rank finalizing its share of the rows
 // (implicit_gemm_reduction.cuh), and the MMA warpgroups run the shared output pass (implicit_gemm_store.cuh: scale, shift, activation, residual,
 // post-activation). Arguments, defines and the launch grid are implicit_gemm.cu's (WGMMA = 1, WARP_SPECIALIZED = 1,
-// 8 or 12 MMA warps as WARPS_M x WARPS_N, SPLIT_K 1, 16-byte loads, float16/bfloat16, or FP8 with X_E4M3: e4m3 X and
-// W land as bytes in the same swizzled rows, wgmma m64nNk32 e4m3, INPUT_SCALE in the epilogue); the block has 384
-// or 512 threads. BLOCK_M 192 exists for grids that 128- and 256-row tiles leave part-filled (N*P*Q = 25088 rows:
-// 131 tiles of 192 on 132 SMs, where 128 rows make 196 and 256 rows 98).
+// 4, 8 or 12 MMA warps as WARPS_M x WARPS_N, SPLIT_K 1, 16-byte loads, float16/bfloat16, or FP8 with X_E4M3: e4m3 X
+// and W land as bytes in the same swizzled rows, wgmma m64nNk32 e4m3, INPUT_SCALE in the epilogue); the block has 256,
+// 384 or 512 threads. BLOCK_M 192 exists for grids that 128- and 256-row tiles leave part-filled (N*P*Q = 25088 rows:
+// 131 tiles of 192 on 132 SMs, where 128 rows make 196 and 256 rows 98); BLOCK_M 64 (one MMA warpgroup) for grids
+// that 128-row tiles leave short: twice the CTAs, each with the whole reduction, where 128-row tiles split it over a
+// cluster (cuDNN's b8 1x1 1024>256 @14 runs 64-row tiles, the whole reduction per CTA).
 #include "epilogue.cuh"
 #include "implicit_gemm_config.cuh"
 #include "implicit_gemm_load_sm90.cuh"
@@ -36,11 +38,13 @@ static_assert(WARP_SPECIALIZED && WGMMA && IN_VEC == 8 && (!FP8 || X_E4M3), "the
 // MMA warps 128 accumulators at most. Three (BLOCK_M 192, 64 rows and 64 accumulators each): the 512 threads start
 // with 128 registers each, which both roles keep (12 A + 8 W rows for the loader). Two blocks per SM: every role
 // keeps the 80 registers per thread each block starts with (ptxas compiles the whole kernel within that cap and
-// cannot use a setmaxnreg.inc above it), so 32 accumulators at most.
+// cannot use a setmaxnreg.inc above it), so 32 accumulators at most. One MMA warpgroup (BLOCK_M 64): the 256 threads
+// start with 255 registers at one block per SM, 128 at two (64 accumulators at most), and keep them.
 constexpr bool kMoveRegisters = WS_CTAS == 1 && kMmaThreads == 256;
 constexpr int kLoadRegisters = 128;
 constexpr int kMmaRegisters = 184;
-static_assert(WS_CTAS == 1 || (WS_CTAS == 2 && kMI * kNI * 4 <= 32), "two blocks per SM: 32 accumulators at most");
+static_assert(WS_CTAS == 1 || (WS_CTAS == 2 && kMI * kNI * 4 <= (kMmaThreads == 128 ? 64 : 32)),
+              "two blocks per SM: 32 accumulators at most (64 on one MMA warpgroup)");
 constexpr int kMmaBarrier = 1;  // named barrier of the MMA warpgroups (0 is __syncthreads')
 #if SHARE_W
 #define WS_CLUSTER_ATTRIBUTE __cluster_dims__(2, 1, 1)  // the two M tiles sharing a W tile (grid.x is even)

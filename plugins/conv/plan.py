@@ -111,12 +111,14 @@ GEMM_TILES = {
     "256x128w8": (256, 128, 2, 4, 1), "192x128w12": (192, 128, 3, 4, 1),
 }
 # The warp-specialized Hopper kernel (implicit_gemm_sm90.cu): a load warpgroup feeding two MMA warpgroups through a
-# ring of up to WS_MAX_STAGES stages; its tiles are the 8-warp wgmma tiles without split groups, and 192x128 on three
-# MMA warpgroups (WS_ONLY_TILES: the unspecialized loop is not built for 12 warps).
+# ring of up to WS_MAX_STAGES stages; its tiles are the 8-warp wgmma tiles without split groups, 192x128 on three
+# MMA warpgroups (WS_ONLY_TILES: the unspecialized loop is not built for 12 warps), and the 4-warp 64-row tiles on one
+# (WS_ONE_WARPGROUP_TILES: twice the CTAs of 128-row tiles on short grids; overrides only, not yet timed).
 WS_LOAD_THREADS = 128
 WS_RING_OFFSET = 1024  # the ring's mbarriers, before the 1024-byte-aligned stages
 WS_MAX_STAGES = 6
 WS_ONLY_TILES = ("192x128w12",)
+WS_ONE_WARPGROUP_TILES = ("64x64w4", "64x128w4", "64x256w4")
 # The warp-specialized kernel is sm_90a's float16/bfloat16 default where default_ws_tile picks it (NOTES.md), and FP8's
 # with e4m3 X where the output is too small for the channel tile (narrowed or split over a cluster: faster at batch 1
 # and 8 in conv-2) or takes 192-row tiles (b32 3x3 128 @28: 14.3 µs, the unspecialized FP8 loop 15.9; session 5).
@@ -367,9 +369,10 @@ def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, b
         raise ValueError(f"unknown implicit-GEMM tile {name!r}; pick one of {', '.join(GEMM_TILES)}")
     block_m, block_n, warps_m, warps_n, split = GEMM_TILES[name]
     wgmma = wants_wgmma and wgmma_fits(name)
-    if warp_specialized and not (wgmma and (warps_m * warps_n == 8 or name in WS_ONLY_TILES) and split == 1):
+    ws_tile = warps_m * warps_n == 8 or name in WS_ONLY_TILES + WS_ONE_WARPGROUP_TILES
+    if warp_specialized and not (wgmma and ws_tile and split == 1):
         raise ValueError(f"mma='wgmma_ws' takes the 8-warp wgmma tiles without split groups, or "
-                         f"{', '.join(WS_ONLY_TILES)}; {name} is not one")
+                         f"{', '.join(WS_ONLY_TILES + WS_ONE_WARPGROUP_TILES)}; {name} is not one")
     if name in WS_ONLY_TILES and not warp_specialized:
         raise ValueError(f"tile {name} runs on the warp-specialized kernel only: give mma='wgmma_ws' (sm_90a)")
     if ws_ctas not in (None, 1, 2) or (ws_ctas == 2 and not (warp_specialized and block_m * block_n <= 128 * 64)):

@@ -9,14 +9,21 @@
 #include "attention_mainloop_sm90.cuh"
 #include "attention_softmax.cuh"
 
-// Tuning PV_OVERLAP (16-bit): 1 (default) issues P V(t+1) beside Q K^T(t) and runs the softmax of S(t) under it, so P
-// of the previous tile is live beside S; 0 runs the products of a turn one after the other (P V(t+1), then Q K^T(t)
-// into the registers P leaves) and the softmax under the other warpgroups' turns only: P and S are never live
-// together, which lets head dim 256 hold O (128 registers) and a 128-key S (64) in the MMA warpgroups' 240.
+// Tuning PV_OVERLAP (16-bit and FP8): 1 (default) issues P V(t+1) beside Q K^T(t) and runs the softmax of S(t)
+// under it, so P of the previous tile is live beside S; 0 runs the products of a turn one after the other (P V(t+1),
+// then Q K^T(t) into the registers P leaves) and the softmax under the other warpgroups' turns only: P and S are never
+// live together, which lets head dim 256 hold O (128 registers) and a 128-key S (64) in the MMA warpgroups' 240.
 #ifndef PV_OVERLAP
 #define PV_OVERLAP 1
 #endif
 constexpr bool kPVOverlap = PV_OVERLAP;
+// Tuning SERIAL_PV_IN_TURN (with PV_OVERLAP=0): 1 (default) issues the pending P V(t+1) in the turn, before Q K^T(t);
+// 0 issues P V(t) after the softmax of S(t), outside the turn, and awaits it in the same step (the FP8 candidate's
+// order: the turn holds one product, and the P V wgmmas interleave with the other warpgroups' turns).
+#ifndef SERIAL_PV_IN_TURN
+#define SERIAL_PV_IN_TURN 1
+#endif
+constexpr bool kSerialPVInTurn = SERIAL_PV_IN_TURN;
 
 constexpr int kTurnBarrier = 1;  // id 1 + w: warpgroup w's turn, handed over by warpgroup w - 1 (mod the count)
 constexpr int kTurnThreads = 2 * 128;
@@ -111,18 +118,21 @@ __device__ __forceinline__ void mma_tile_step(const KVPipeline& pipe, const QFro
 // pending P V(t+1), wait K(t) full meanwhile, wait for P V (P's registers are then free); release V; issue Q K^T(t);
 // hand the turn on; wait for S; release K; mask + online softmax; rescale O (idle: no product pending); pack P.
 // K(t) is awaited inside the turn so that P V runs while it lands (with one K/V stage, K(t) is loaded only after
-// the other warpgroup's Q K^T(t+1) has ended).
+// the other warpgroup's Q K^T(t+1) has ended). SERIAL_PV_IN_TURN=0: K(t) is awaited before the turn, which holds
+// Q K^T(t) only, and P V(t) is issued after P is packed, then awaited; V(t) released.
 template <bool kCheckBounds, bool kFirst>
 __device__ __forceinline__ void mma_tile_step_serial(const KVPipeline& pipe, const QFromSmem& q, const qkv_t* sK,
                                                      const qkv_t* sV, int step, int n_tiles, const ScoreLimits& lim,
                                                      int wg, int lane, MmaThreadState& st) {
   const int t = n_tiles - 1 - step;
   const int v_step = step - 1;  // the pending product's V tile
-  if constexpr (!kFirst) pipe.wait_v(v_step);
+  constexpr bool kPending = kSerialPVInTurn && !kFirst;
+  if constexpr (kPending) pipe.wait_v(v_step);
+  if constexpr (!kSerialPVInTurn) pipe.wait_k(step);
   named_barrier_sync<kTurnThreads>(kTurnBarrier + wg);
-  if constexpr (!kFirst) gemm_pv_issue(st.o, st.p, sV + KVPipeline::stage(v_step) * kVTileElems);
-  pipe.wait_k(step);
-  if constexpr (!kFirst) {
+  if constexpr (kPending) gemm_pv_issue(st.o, st.p, sV + KVPipeline::stage(v_step) * kVTileElems);
+  if constexpr (kSerialPVInTurn) pipe.wait_k(step);
+  if constexpr (kPending) {
     wgmma_wait<0>();
     fence_operands(st.p);
     fence_operands(st.o[0]);
@@ -130,7 +140,7 @@ __device__ __forceinline__ void mma_tile_step_serial(const KVPipeline& pipe, con
   float s[1][kNTiles][4];
   gemm_qk_issue(s, q, sK + KVPipeline::stage(step) * kKTileElems);
   named_barrier_arrive<kTurnThreads>(kTurnBarrier + next_turn(wg));
-  if constexpr (!kFirst) pipe.release_v(v_step);
+  if constexpr (kPending) pipe.release_v(v_step);
   wgmma_wait<0>();
   fence_operands(s[0]);
   pipe.release_k(step);
@@ -142,6 +152,14 @@ __device__ __forceinline__ void mma_tile_step_serial(const KVPipeline& pipe, con
     for (int half = 0; half < 2; ++half) rescale_output_row(st.o, 0, half, o_scale[half]);
   }
   pack_p(st.p, s);
+  if constexpr (!kSerialPVInTurn) {
+    pipe.wait_v(step);
+    gemm_pv_issue(st.o, st.p, sV + KVPipeline::stage(step) * kVTileElems);
+    wgmma_wait<0>();
+    fence_operands(st.p);
+    fence_operands(st.o[0]);
+    pipe.release_v(step);
+  }
 }
 
 // The step of the PV_OVERLAP tuning.
@@ -172,14 +190,20 @@ __device__ __forceinline__ void mma_warpgroup_mainloop(const KVPipeline& pipe, c
 
   mbarrier_wait(pipe.full_q(), 0);
   if (wg == kMmaWarpgroups - 1 && n_tiles > 0) named_barrier_arrive<kTurnThreads>(kTurnBarrier);  // warpgroup 0 first
-  if (n_tiles > 0) mma_step<true, true>(pipe, q, sK, sV, 0, n_tiles, lim, wg, lane, st);
-  for (int step = 1; step < n_checked; ++step)
+  // the first step runs apart where it differs (no pending P V to issue); SERIAL_PV_IN_TURN=0 has none pending ever,
+  // and a third inlined copy of its step spilled (FP8 hd128 x 128 keys: 32-48 B and serialized wgmmas)
+  constexpr int kFirstApart = kPVOverlap || kSerialPVInTurn;
+  if constexpr (kFirstApart) {
+    if (n_tiles > 0) mma_step<true, true>(pipe, q, sK, sV, 0, n_tiles, lim, wg, lane, st);
+  }
+  for (int step = kFirstApart; step < n_checked; ++step)
     mma_step<true, false>(pipe, q, sK, sV, step, n_tiles, lim, wg, lane, st);
-  for (int step = max(n_checked, 1); step < n_tiles; ++step)
+  for (int step = max(n_checked, kFirstApart); step < n_tiles; ++step)
     mma_step<false, false>(pipe, q, sK, sV, step, n_tiles, lim, wg, lane, st);
   if (n_tiles > 0) {
     // the turn barriers: the last warpgroup's last arrival on warpgroup 0's barrier has no partner turn; absorb it
     if (wg == 0) named_barrier_sync<kTurnThreads>(kTurnBarrier);
+    if constexpr (!kPVOverlap && !kSerialPVInTurn) return;  // every P V was awaited in its step
     pipe.wait_v(n_tiles - 1);
     gemm_pv_issue(o, st.p, sV + KVPipeline::stage(n_tiles - 1) * kVTileElems);
     wgmma_wait<0>();

@@ -20,9 +20,11 @@ static_assert((kWarps == 8 || kWarps == 12) && kBlockM == 16 * kWarps,
 constexpr int kBlockThreads = kLoadThreads + kMmaThreads;
 // Two MMA warpgroups: 24 * 128 + 240 * 256 = 64512 of the SM's 65536 registers; the FP8 loader, which also
 // transposes V, keeps 40 (40 * 128 + 232 * 256 = 64512). Three (FlashAttention-3's hd64 shape): 32 * 128 + 160 * 384
-// = 65536; FP8 40 * 128 + 152 * 384 = 63488.
-constexpr int kLoadRegisters = FP8 ? 40 : kMmaWarpgroups == 2 ? 24 : 32;
-constexpr int kMmaRegisters = kMmaWarpgroups == 2 ? (FP8 ? 232 : 240) : (FP8 ? 152 : 160);
+// = 65536; FP8 40 * 128 + 152 * 384 = 63488. FP8 on three warpgroups with PV_OVERLAP=0 and S + O of 128 registers
+// (hd128 on 128-key tiles: they and the softmax's state spill at 152) takes the 16-bit split, its loader fitting 32.
+constexpr bool kFp8LoaderWide = FP8 && (kMmaWarpgroups == 2 || kPVOverlap || kBlockN / 2 + kHeadDimV / 2 < 128);
+constexpr int kLoadRegisters = kFp8LoaderWide ? 40 : kMmaWarpgroups == 2 ? 24 : 32;
+constexpr int kMmaRegisters = kMmaWarpgroups == 2 ? (FP8 ? 232 : 240) : (kFp8LoaderWide ? 152 : 160);
 
 extern "C" __global__ void __launch_bounds__(kBlockThreads, 1) fused_attention(ATTENTION_KERNEL_PARAMS) {
   extern __shared__ __align__(16) unsigned char smem[];

@@ -10,7 +10,7 @@ batch 0): RMSE and max |err| / max |ref| of the dequantized outputs against floa
 inputs.
 
     python benchmarks/attention_fp8.py --out benchmarks/results/attention_fp8_h100.md [--quick] [--seqs 2048,8192]
-        [--dims 64,128,256] [--variants 128:KV_STAGES=2,...]
+        [--dims 64,128,256] [--variants 128:KV_STAGES=2,...] [--fp8-only]
 """
 from __future__ import annotations
 
@@ -63,11 +63,16 @@ class FP8Problem:
             "output_scale": self.output_scale if output_dtype == "float8e4m3fn" else 0.0})
 
 
+def fp8_plan(problem: FP8Problem, output_dtype: str, arch: str, tuning=None):
+    """Our FP8 launch plan for this problem (its scales are compile-time: each grid point is a specialization)."""
+    return plan_attention([tuple(problem.fp8[0].shape)] * 3 + [None, None], [E4M3] * 3 + [None, None],
+                          problem.attrs(output_dtype), arch, tuning=tuning)
+
+
 def ours_fp8(problem: FP8Problem, out: torch.Tensor, output_dtype: str, arch: str, tuning=None):
     """A closure launching our FP8 kernel (plan made once, like an engine)."""
     q, k, v = problem.fp8
-    plan = plan_attention([tuple(q.shape)] * 3 + [None, None], [E4M3] * 3 + [None, None],
-                          problem.attrs(output_dtype), arch, tuning=tuning)
+    plan = fp8_plan(problem, output_dtype, arch, tuning)
     precompile([plan], arch)
     ptrs = [q.data_ptr(), k.data_ptr(), v.data_ptr(), None, None]
     return lambda: launch(plan, arch, ptrs, [out.data_ptr()], stream=torch.cuda.current_stream().cuda_stream,
@@ -140,52 +145,65 @@ def fp8_gemm_ceiling() -> str:
     return f"measured ceiling: fp8 GEMM 8192^3 {2 * 8192 ** 3 / ms / 1e9:.0f} TFLOP/s (torch._scaled_mm)"
 
 
-def grid(dims, seqs, causals, variants, arch, error_max_seq: int, outliers: bool, on_row):
-    """The grid's rows (``on_row(header, rows)`` after each, so a crash keeps what was measured) and a summary."""
+def grid(dims, seqs, causals, variants, arch, error_max_seq: int, outliers: bool, on_row, fp8_only: bool = False):
+    """The grid's rows (``on_row(header, rows)`` after each, so a crash keeps what was measured) and a summary;
+    ``fp8_only`` leaves the 16-bit columns (ours fp16-out, ours BF16, torch) empty, for short GPU jobs."""
     header = ["hd", "causal", "seq", "ours e4m3 TFLOP/s", "cuDNN FP8", "ours/cuDNN FP8", "ours fp16-out", "ours BF16",
               "best torch BF16", "ours FP8/best BF16", "RMSE / max rel: ours", "cuDNN FP8", "ours BF16"]
     header += [f"hd{d} " + " ".join(f"{k}={v}" for k, v in t.items()) for d, ts in variants.items() for t in ts]
+    points = [(dim, causal, seq) for dim in dims for causal in causals for seq in seqs]
+
+    def problem_of(dim, causal, seq):
+        return FP8Problem(TOKENS // seq, seq, HIDDEN // dim, dim, causal, outliers, seed=seq + dim + int(causal))
+
+    plans = []  # every point's specializations, compiled in parallel first (one at a time they took most of a run)
+    for dim, causal, seq in points:
+        problem = problem_of(dim, causal, seq)
+        plans += [fp8_plan(problem, "float8e4m3fn", arch, t) for t in [None] + variants.get(dim, [])]
+        plans += [] if fp8_only else [fp8_plan(problem, "float16", arch)]
+        del problem
+    precompile(plans, arch)
     rows = []
-    for dim in dims:
-        heads = HIDDEN // dim
-        for causal in causals:
-            for seq in seqs:
-                batch = TOKENS // seq
-                problem = FP8Problem(batch, seq, heads, dim, causal, outliers, seed=seq + dim + int(causal))
-                flops = 4 * batch * heads * seq * seq * dim / (2 if causal else 1)
-                tflops = lambda ms: f"{flops / ms / 1e9:.0f}"  # noqa: E731
-                shape = problem.fp8[0].shape
-                out8 = torch.full(shape, float("nan"), device="cuda").to(torch.float8_e4m3fn)
-                out16 = torch.full(shape, float("nan"), device="cuda", dtype=torch.float16)
-                t_e4m3 = time_ms(ours_fp8(problem, out8, "float8e4m3fn", arch))
-                t_fp16 = time_ms(ours_fp8(problem, out16, "float16", arch))
-                cudnn_out = torch.full(shape, float("nan"), device="cuda").to(torch.float8_e4m3fn)
-                try:
-                    t_cudnn = time_ms(cudnn_fp8(problem, cudnn_out))
-                except Exception as exc:  # a cuDNN that cannot build this graph: say why in the table
-                    t_cudnn, cudnn_out = float("nan"), None
-                    print(f"cuDNN FP8 hd{dim} causal {causal} seq {seq}: {type(exc).__name__}: {exc}".splitlines()[0])
-                q16, k16, v16 = (t.to(torch.bfloat16) for t in problem.real)
-                out_bf16 = torch.full_like(q16, float("nan"))
-                t_bf16 = time_ms(ours(q16, k16, v16, out_bf16, causal))
-                torch_times, _ = torch_backends(q16, k16, v16, causal)
-                t_torch = min(t for t in torch_times.values() if t == t)
-                row = [dim, int(causal), seq, tflops(t_e4m3), tflops(t_cudnn), f"{t_cudnn / t_e4m3:.2f}",
-                       tflops(t_fp16), tflops(t_bf16), tflops(t_torch), f"{t_torch / t_e4m3:.2f}"]
-                if seq <= error_max_seq:
-                    ref = float64_reference(problem)
-                    row += [errors(dequantized(out8, problem.output_scale), ref),
-                            errors(dequantized(cudnn_out, problem.output_scale), ref) if cudnn_out is not None else "",
-                            errors(out_bf16, ref)]
-                else:
-                    row += ["", "", ""]
-                for d, ts in variants.items():
-                    for t in ts:
-                        row.append(tflops(time_ms(ours_fp8(problem, out8, "float8e4m3fn", arch, t))) if d == dim else "")
-                rows.append(row)
-                print(" | ".join(map(str, row)), flush=True)
-                on_row(header, rows)
-                del problem
+    for dim, causal, seq in points:
+        batch, heads = TOKENS // seq, HIDDEN // dim
+        problem = problem_of(dim, causal, seq)
+        flops = 4 * batch * heads * seq * seq * dim / (2 if causal else 1)
+        tflops = lambda ms: f"{flops / ms / 1e9:.0f}"  # noqa: E731
+        shape = problem.fp8[0].shape
+        out8 = torch.full(shape, float("nan"), device="cuda").to(torch.float8_e4m3fn)
+        out16 = torch.full(shape, float("nan"), device="cuda", dtype=torch.float16)
+        t_e4m3 = time_ms(ours_fp8(problem, out8, "float8e4m3fn", arch))
+        t_fp16 = float("nan") if fp8_only else time_ms(ours_fp8(problem, out16, "float16", arch))
+        cudnn_out = torch.full(shape, float("nan"), device="cuda").to(torch.float8_e4m3fn)
+        try:
+            t_cudnn = time_ms(cudnn_fp8(problem, cudnn_out))
+        except Exception as exc:  # a cuDNN that cannot build this graph: say why in the table
+            t_cudnn, cudnn_out = float("nan"), None
+            print(f"cuDNN FP8 hd{dim} causal {causal} seq {seq}: {type(exc).__name__}: {exc}".splitlines()[0])
+        q16, k16, v16 = (t.to(torch.bfloat16) for t in problem.real)
+        out_bf16 = torch.full_like(q16, float("nan"))
+        if fp8_only:
+            t_bf16 = t_torch = float("nan")
+        else:
+            t_bf16 = time_ms(ours(q16, k16, v16, out_bf16, causal))
+            torch_times, _ = torch_backends(q16, k16, v16, causal)
+            t_torch = min(t for t in torch_times.values() if t == t)
+        row = [dim, int(causal), seq, tflops(t_e4m3), tflops(t_cudnn), f"{t_cudnn / t_e4m3:.2f}",
+               tflops(t_fp16), tflops(t_bf16), tflops(t_torch), f"{t_torch / t_e4m3:.2f}"]
+        if seq <= error_max_seq:
+            ref = float64_reference(problem)
+            row += [errors(dequantized(out8, problem.output_scale), ref),
+                    errors(dequantized(cudnn_out, problem.output_scale), ref) if cudnn_out is not None else "",
+                    "" if fp8_only else errors(out_bf16, ref)]
+        else:
+            row += ["", "", ""]
+        for d, ts in variants.items():
+            for t in ts:
+                row.append(tflops(time_ms(ours_fp8(problem, out8, "float8e4m3fn", arch, t))) if d == dim else "")
+        rows.append(row)
+        print(" | ".join(map(str, row)), flush=True)
+        on_row(header, rows)
+        del problem
     summary = []
     for dim in dims:
         pts = [float(r[5]) for r in rows if r[0] == dim and r[2] >= 2048 and r[5] != "nan"]
@@ -200,6 +218,7 @@ def main():
                          "FP8 tuning variants to time, e.g. 128:KV_STAGES=2")
     parser.add_argument("--error-max-seq", type=int, default=4096, help="measure errors up to this sequence length")
     parser.add_argument("--outliers", action="store_true", help="heavy-tailed inputs with outliers (FA3's test)")
+    parser.add_argument("--fp8-only", action="store_true", help="skip the 16-bit columns (fp16-out, BF16, torch)")
     args = parser.parse_args()
     seqs = grid_seqs(args)
     arch = device_arch(0)
@@ -218,7 +237,8 @@ def main():
         return write_report(head, header, rows, summary, args.out)
 
     header, rows, summary = grid(tuple(int(x) for x in args.dims.split(",")), seqs, (False, True),
-                                 parse_variants(args.variants), arch, args.error_max_seq, args.outliers, write)
+                                 parse_variants(args.variants), arch, args.error_max_seq, args.outliers, write,
+                                 args.fp8_only)
     print(write(header, rows, summary))
 
 

@@ -559,9 +559,9 @@ def table_rows(nets: dict, batches_of: dict, arch: str, budget_s: float | None, 
     return rows, reasons, sums
 
 
-# The previous session's rule, as the plan constants that changed since (session 7: clusters of 2 tiles a rank, the
-# warp-specialized kernel's pushed cluster sums past its ring, two pixels per depthwise thread): the "prev" column.
-PREVIOUS_RULE = dict(WS_MIN_RANK_TILES=4, PUSHED_PAST_RING=False, DEPTHWISE_PIXELS=1)
+# The previous session's rule, as the plan constants that changed since (session 8: 64-row tiles on the
+# warp-specialized kernel's one MMA warpgroup for short 1x1 grids): the "prev" column.
+PREVIOUS_RULE = dict(ROWS64_BY_DEFAULT=False)
 
 
 @contextlib.contextmanager
@@ -739,9 +739,8 @@ def main():
              "kernel (main loop: ws = the warp-specialized Hopper kernel, wgmma, mma.sync, dw = depthwise; BLOCK_MxN, "
              "cN = the reduction split over an N-CTA cluster, sw = M-tile pairs sharing the W tile, Nst = the ring's "
              "stages of the unspecialized wgmma loop, trN = the stem's tap-row gather for N blocks per SM); prev = the previous session's rule (benchmarks/conv.py "
-             "PREVIOUS_RULE: clusters of >= 4 tiles a rank, the cluster sums pushed into the ring's bytes after a "
-             "cluster barrier, one pixel per depthwise thread; \"=\": the same "
-             "kernel). err = |fused - base| "
+             "PREVIOUS_RULE: 1x1 layers on short grids keep 128-row tiles, no 64-row tiles on one MMA warpgroup; "
+             "\"=\": the same kernel). err = |fused - base| "
              "/ |base|, graph err = |graph - base| / |base| (normwise).\n"]
     if args.quick:
         lines.append(f"Quick run: batches {QUICK_BATCHES}.\n")

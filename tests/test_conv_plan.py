@@ -569,12 +569,16 @@ def test_warp_specialized_rejections(arch, dtypes, tile, message):
             fp16.plan("sm_90a", mma=mma, tile="192x128w12")
 
 
-def test_warp_specialized_default_by_reduction_and_static_output_size():
+def test_warp_specialized_default_by_reduction_and_static_output_size(monkeypatch):
     """sm_90a float16/bfloat16: the warp-specialized kernel for reductions >= 1024 (1x1: >= 512); tile by channels;
     with N*P*Q static, below half the SMs' worth of CTAs narrower tiles and then the largest reduction cluster whose
     CTAs fit at once with >= 4 reduction tiles each; float16/bfloat16 3x3 reductions of >= 32 tiles split before they
     narrow where the split grid fills half the SMs. The expected choices are the fastest measured (H100 run 2, the
-    conv-1 sweeps of sessions 4 and 6)."""
+    conv-1 sweeps of sessions 4 and 6). The 128-row rule alone: the 64-row tiles that replace its short 1x1 grids are
+    test_short_1x1_grids_take_64_row_tiles_on_one_mma_warpgroup's."""
+    from trt_fusedattn.plugins.conv import plan as conv_plan
+    monkeypatch.setattr(conv_plan, "ROWS64_BY_DEFAULT", False)
+
     def choice(c, k, kernel, n=32, hw=14, dtype="float16", arch="sm_90a", stride=1):
         case = ConvCase("t", n, c, hw, hw, k, kernel, kernel, pad=kernel // 2, stride=stride, dtype=dtype)
         d = case.plan(arch).defines
@@ -618,6 +622,36 @@ def test_warp_specialized_default_by_reduction_and_static_output_size():
     d = plan_conv(shapes, sym.dtypes(), sym.attrs(), "sm_90a").defines
     assert d["WARP_SPECIALIZED"] == 1 and (d["BLOCK_N"], d.get("CLUSTER_K", 1)) == (128, 1)
     assert "SHARE_W" not in d  # symbolic batch: no M-tile pairs either
+
+
+def test_short_1x1_grids_take_64_row_tiles_on_one_mma_warpgroup():
+    """1x1 layers whose 128-row tile makes fewer than half the SMs' worth of CTAs (before a reduction split) take 64x64
+    on the warp-specialized kernel's one MMA warpgroup, split over the largest cluster that fits at once with >= 4
+    tiles a rank where even those are short; deep reductions (>= 32 tiles) only split (prep-conv-next's small_grids
+    sweep, H100). 3x3 layers, grids of enough 128-row CTAs, narrow outputs, FP8 and a symbolic batch keep their rule."""
+    def choice(c, k, n, hw, kernel=1, stride=1, **kw):
+        case = ConvCase("t", n, c, hw, hw, k, kernel, kernel, pad=kernel // 2, stride=stride, **kw)
+        p = case.plan("sm_90a")
+        d = p.defines
+        return bool(d.get("WARP_SPECIALIZED")), d["BLOCK_M"], d["BLOCK_N"], d.get("CLUSTER_K", 1), p.block[0]
+    assert choice(64, 256, 1, 56) == (True, 64, 64, 1, 256)       # 50 CTAs of 128x128 -> 196 of 64x64 (3.9 vs 4.9 µs)
+    assert choice(256, 64, 1, 56) == (True, 64, 64, 1, 256)       # 4 tiles: no 2-CTA split (4.1 vs c2 4.4)
+    assert choice(128, 512, 1, 28) == (True, 64, 64, 1, 256)      # 104 CTAs (4.0 vs 6.0)
+    assert choice(512, 256, 1, 28) == (True, 64, 64, 2, 256)      # 52 CTAs, 8 tiles: 2-CTA split (4.9 vs 5.4)
+    assert choice(1024, 256, 1, 14) == (True, 64, 64, 4, 256)     # 16 CTAs, 16 tiles: 4-CTA split (4.7 vs 5.7)
+    assert choice(2048, 512, 1, 7) == (True, 64, 64, 4, 256)      # 32 tiles, split: 5.7 vs 7.3
+    assert choice(1024, 256, 8, 14) == (True, 64, 64, 1, 256)     # 52 CTAs of 128x64 -> 100 (6.8 vs 7.0)
+    assert choice(256, 512, 1, 56, stride=2)[1:3] == (64, 64)     # strided 1x1: the same rule on the output grid
+    assert choice(512, 128, 8, 28)[1] == 128                      # 98 CTAs of 128x64: kept (6.3 vs 6.4)
+    assert choice(1024, 512, 8, 14)[1] == 128                     # 104 CTAs: kept (9.1 vs 9.3)
+    assert choice(2048, 512, 32, 7)[1:4] == (128, 128, 2)         # deep, 200 CTAs of 64x64 unsplit: kept
+    assert choice(128, 128, 1, 28, kernel=3)[1] == 128            # 3x3: not swept, kept
+    assert choice(64, 32, 1, 56)[0] is False                      # K/G <= 32: mma.sync 128x32
+    assert choice(256, 128, 1, 14, input_scale=FP8_INPUT_SCALE)[1] == 128  # FP8 (float16 X): kept
+    sym = ConvCase("t", 1, 64, 56, 56, 256, 1, 1)
+    shapes = sym.shapes()
+    shapes[0] = (Sym.var("n"), *shapes[0][1:])
+    assert plan_conv(shapes, sym.dtypes(), sym.attrs(), "sm_90a").defines["BLOCK_M"] == 128
 
 
 def test_share_w_is_an_override_off_by_default(monkeypatch):
@@ -691,10 +725,13 @@ def test_a_256_deep_reduction_on_the_wgmma_loop_takes_three_stages_so_two_ctas_s
     assert 2 * plan.shared_mem <= SHARED_LIMIT["sm_90a"] or c != 256
 
 
-def test_the_three_stage_ring_only_where_the_grid_outnumbers_the_sms():
+def test_the_three_stage_ring_only_where_the_grid_outnumbers_the_sms(monkeypatch):
     """The 3-stage ring pays only when a second CTA comes to the SM: with N*P*Q static and at most SM_COUNT tiles
     (batch 1; 1x1 256>1024 @14 at batch 8: 104 CTAs) the 256-deep reduction keeps 4 stages (lead's H100 run: 3 stages
-    ~5% slower there); a symbolic batch keeps the 3 (the batch-32 rule)."""
+    ~5% slower there); a symbolic batch keeps the 3 (the batch-32 rule). Batch 1's grids of 25 tiles take 64-row tiles
+    on the warp-specialized kernel by default now: the rule is checked without them."""
+    from trt_fusedattn.plugins.conv import plan as conv_plan
+    monkeypatch.setattr(conv_plan, "ROWS64_BY_DEFAULT", False)
     def stages(n, hw, k):
         return ConvCase("1x1", n, 256, hw, hw, k, 1, 1).plan("sm_90a").defines["STAGES"]
     assert stages(8, 56, 128) == 3 and stages(32, 14, 1024) == 3   # 196 / 392 CTAs

@@ -172,6 +172,19 @@ THREE_STAGE_MIN_CTAS = SM_COUNT + 1
 # 10.6 µs vs 12.0, 3x3 64 @56 27.2 vs 29.8, 1x1 256>64 @56 27.3 vs 28.7; at batch 8, 196 CTAs, 3x3 64 @56 was faster on
 # two warpgroups, 10.0 vs 10.5).
 ONE_WARPGROUP_MIN_CTAS = 2 * SM_COUNT + 1
+# 1x1 layers on static grids too small for a 128-row tile (fewer than WS_MIN_CTAS of the channel tile the rules above
+# pick, before any reduction split): 64x64 tiles on the warp-specialized kernel's one MMA warpgroup, twice the CTAs of
+# 128x64 with the whole reduction each; where even those are fewer than WS_MIN_CTAS, the reduction splits over the
+# largest cluster whose CTAs fit at once (CLUSTER_CTA_CAP) with >= ROWS64_RANK_TILES tiles a rank; a reduction of
+# >= WS_SPLIT_FIRST_TILES tiles only where it splits (wider tiles re-read fewer bytes per MAC on the grids that are not
+# short). prep-conv-next's small_grids sweep (H100, 2026-11-24 22:19, µs; default = the rule before this one):
+# b1 1x1 64>64 @56 3.6 vs 4.2, 64>256 @56 3.9 vs 4.9, 256>64 @56 4.1 vs 5.3, 256>128 @56 4.1 vs 6.1, 128>512 @28 +res
+# 4.0 vs 6.0, 256>1024 @14 +res 4.4 vs 6.7; split: 512>256 @28 c2 4.9 vs 5.4, 512>2048 @7 +res c2 5.0 vs 5.5, 512>128
+# @28 c2 4.7 (c4 4.5) vs 5.2, 1024>256 @14 c4 4.7 vs 5.7, 2048>512 @7 c4 5.7 vs 7.3; b8 1024>256 @14 (52 CTAs of
+# 128x64 before the split) 6.8 vs 7.0. Splits of 4 tiles a rank lost (b1 256>64 @56 c2 4.4, 256>1024 +res c2 4.6); b8
+# 512>128 @28 and 1024>512 @14 (98-104 CTAs of 128x64) tied or lost on 64-row tiles (6.4 vs 6.3, 9.3 vs 9.1): not taken.
+ROWS64_BY_DEFAULT = True
+ROWS64_RANK_TILES = 4
 # The wgmma main loop is the default on sm_90a since its GPU tests passed and it timed faster (NOTES.md); for FP8 it is
 # the only way to Hopper's FP8 rate (ptxas lowers mma.sync e4m3 to fp16 HMMA there).
 FP8_WGMMA_BY_DEFAULT = True
@@ -277,6 +290,20 @@ def default_ws_tile(cg: int, kg: int, taps: int, pixels: int | None, block_k: in
     return tile, cluster
 
 
+def default_rows64_tile(kg: int, taps: int, pixels: int | None, k_tiles: int,
+                        choice: tuple[str, int] | None) -> tuple[str, int] | None:
+    """(tile, cluster) of the 64-row warp-specialized tile for a 1x1 layer whose static output is too small for the
+    128-row ``choice`` of the other rules (ROWS64_BY_DEFAULT), or None where that choice stays. ``k_tiles``: reduction
+    tiles of the whole reduction."""
+    if not (ROWS64_BY_DEFAULT and taps == 1 and kg > 32 and isinstance(pixels, int) and choice) \
+            or output_tiles(pixels, kg, *GEMM_TILES[choice[0]][:2]) >= WS_MIN_CTAS:
+        return None
+    ctas = output_tiles(pixels, kg, 64, 64)
+    fits = [c for c, cap in CLUSTER_CTA_CAP.items() if ctas * c <= cap and k_tiles >= ROWS64_RANK_TILES * c]
+    cluster = 1 if ctas >= WS_MIN_CTAS else max(fits, default=1)
+    return None if cluster == 1 and k_tiles >= WS_SPLIT_FIRST_TILES else ("64x64w4", cluster)
+
+
 def output_tiles(pixels: int, kg: int, block_m: int, block_n: int) -> int:
     """Output tiles (CTAs) of one conv group over a static output: ``pixels`` = N*P*Q rows by ``kg`` channels."""
     return -(-pixels // block_m) * -(-kg // block_n)
@@ -353,6 +380,12 @@ def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, b
     wants_wgmma = (mma in ("wgmma", "wgmma_ws") or (mma is None and by_default)) and arch in WGMMA_ARCHES \
         and in_vec == 8
     choice = (ws_choice or default_wgmma_tile(cg, kg, taps)) if wants_wgmma and tile is None else None
+    rows64 = None
+    if choice and not fp8 and (warp_specialized or (mma is None and by_default_ws)):
+        rows64 = default_rows64_tile(kg, taps, pixels, -(-taps * cg // (64 if cg % 64 == 0 else 32)), choice)
+    if rows64:
+        choice = ws_choice = rows64
+        warp_specialized, mma = True, "wgmma_ws"
     one_warpgroup = (choice == ("128x64w8", 1) and not ws_choice and not fp8 and isinstance(pixels, int)
                      and output_tiles(pixels, kg, 128, 64) >= ONE_WARPGROUP_MIN_CTAS)
     if one_warpgroup:

@@ -1,16 +1,17 @@
 """FusedAttention decode (issue 10 item 2) beside torch SDPA's cuDNN and flash backends, one run, one GPU: 1-16
 queries x 1k-128k keys, GQA 32/8, head dim 128 (or --head-dim 64), bfloat16; ours' K/V read bandwidth against the device
-read measured in the same run, and the plan's decode tuning variants (cluster splits, wgmma key groups and K/V stages,
-the previous rule's choice) as columns beside the plan's choice. Several queries attend bottom-right causally (torch gets the same
-as a boolean mask). Timing as benchmarks/attention.py (CUDA-graph replays, median).
+read measured in the same run, the previous rule's choice as a column beside the plan's choice, and with --candidates
+the candidate decode tiles (grid size after the split, wgmma key groups, K/V tile, K/V stages) on grids that split.
+Several queries attend bottom-right causally (torch gets the same as a boolean mask). Timing as
+benchmarks/attention.py (CUDA-graph replays, median).
 
-    python benchmarks/attention_decode.py --out benchmarks/results/attention_h100_decode_v4.md
+    python benchmarks/attention_decode.py --out benchmarks/results/attention_h100_decode_v6.md
     python benchmarks/attention_decode.py --head-dim 64 --quick   # 4k and 32k keys only
+    python benchmarks/attention_decode.py --keys 4096,32768,131072 --candidates
 """
 from __future__ import annotations
 
 import argparse
-from unittest import mock
 
 import torch
 
@@ -19,6 +20,7 @@ from trt_fusedattn.launcher import device_arch, precompile
 from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION
 from trt_fusedattn.plugins.attention import plan_decode
 from trt_fusedattn.plugins.attention.plan import plan_attention
+from trt_fusedattn.plugins.attention.plan_decode import SPLIT_TARGET_CTAS
 
 # (queries, keys, batch)
 DECODE = tuple((lq, lkv, b) for lq in (1, 4, 16)
@@ -28,49 +30,58 @@ DECODE = tuple((lq, lkv, b) for lq in (1, 4, 16)
 DECODE_TUNING = ("WGMMA", "BLOCK_M", "BLOCK_N", "NUM_WARPS", "Q_IN_REGISTERS", "KV_STAGES", "PACK_GQA", "KV_SPLIT",
                  "WARP_SPLIT", "MIN_BLOCKS_PER_SM")
 L2_BYTES = 50 * 2 ** 20  # H100's L2: K/V smaller than this stay in it across the graph's back-to-back calls
-# 64 packed rows on the wgmma mainloop (attention_decode_sm90.cuh): key groups of one warpgroup, K/V tile of each,
-# K/V stages of each (3: a ring with two tiles in flight while one is computed)
-WGMMA_GROUPS = ((1, 64, 2), (1, 128, 2), (2, 64, 2), (3, 64, 2), (1, 64, 3), (1, 128, 3), (2, 64, 3))
-# the plan's own tile with a third K/V stage a key group
-STAGES3 = "plan's tile, 3 K/V stages"
-# the plan's choice by the rule before v5 (session 4's v4.2: no 3-stage split tiles, head dim 64 on mma.sync)
-PREVIOUS_RULE = "previous rule (v4.2)"
+# Candidate tiles timed beside the plan on grids that split (session 7, --candidates): 64 packed rows on the wgmma
+# mainloop as (CTAs after the split, key groups of one warpgroup, keys a K/V tile, K/V stages a group), the split
+# being that CTA count over the grid's CTAs without one (only where it is one of the plan's splits). 64 CTAs are one
+# an SM (clusters of 8 fit 120 CTAs a wave, 2-CTA clusters 128+), 128 one or two an SM, 256 two an SM.
+WGMMA_CANDIDATES = ((64, 2, 64, 3), (64, 3, 64, 2), (64, 2, 128, 3), (64, 4, 64, 3), (64, 3, 128, 2),
+                    (128, 1, 64, 3), (128, 1, 128, 3), (128, 2, 64, 3), (128, 2, 128, 3), (256, 1, 64, 3))
+# <= 16 packed rows: the 16-row mma.sync tile of four one-warp key groups on 32-key tiles with three stages, at the
+# plan's split (session 5 run 1: 1 x 32k x 1 at head dim 64 in 0.0289 ms = cuDNN, the plan's wgmma tile 0.0341)
+MMA16_CANDIDATE = "mma.sync 16 rows, 4 groups x32, 3 stages"
+MMA16_TUNING = {"WGMMA": 0, "BLOCK_M": 16, "NUM_WARPS": 4, "WARP_SPLIT": 4, "BLOCK_N": 32, "KV_STAGES": 3}
+# the plan's choice by the rule before this session's (v5)
+PREVIOUS_RULE = "previous rule (v5)"
 
 
-def _wgmma_name(groups: int, block_n: int, stages: int) -> str:
-    return f"wgmma {groups} key groups x{block_n}" + (f", {stages} stages" if stages != 2 else "")
+def _candidate_name(ctas: int, groups: int, block_n: int, stages: int) -> str:
+    return f"{ctas} CTAs: {groups} groups x{block_n}, {stages} stages"
 
 
-DECODE_VARIANTS = (["split 1", "split 2", "split 4", "split 8"] + [_wgmma_name(*g) for g in WGMMA_GROUPS]
-                   + [STAGES3, PREVIOUS_RULE])
+CANDIDATE_COLUMNS = [_candidate_name(*c) for c in WGMMA_CANDIDATES] + [MMA16_CANDIDATE]
 
 
-def decode_variants(plan, previous) -> dict:
-    """Tunings to time beside the plan's decode choice: each cluster split, wgmma key groups of one 64-row warpgroup
-    (each at the plan's split), the plan's tile with three K/V stages, and ``previous`` (the previous rule's plan)."""
+def decode_variants(plan, previous, candidates: bool, rows: int, kv_heads_batch: int) -> dict:
+    """Tunings to time beside the plan's decode choice: ``previous`` (the previous rule's plan) where it differs, and
+    with ``candidates`` the candidate tiles for <= 64 packed ``rows`` on grids that split (fewer than
+    SPLIT_TARGET_CTAS CTAs before any split
+    (``kv_heads_batch`` CTAs: one 64-row tile per K/V head and batch)."""
     base = {k: plan.defines[k] for k in DECODE_TUNING}
-    variants = {f"split {s}": {**base, "KV_SPLIT": s} for s in (1, 2, 4, 8) if s != base["KV_SPLIT"]}
-    for w, block_n, stages in WGMMA_GROUPS:  # (1-4 queries: a 64-row warpgroup with 4-16 packed rows)
-        tuning = {**base, "WGMMA": 1, "BLOCK_M": 64, "NUM_WARPS": 4 * w, "WARP_SPLIT": w, "BLOCK_N": block_n,
-                  "KV_STAGES": stages}
-        if tuning != base:
-            variants[_wgmma_name(w, block_n, stages)] = tuning
-    if base["KV_STAGES"] != 3:
-        variants[STAGES3] = {**base, "KV_STAGES": 3}
+    variants = {}
     old = {k: previous.defines[k] for k in DECODE_TUNING}
     if old != base:
         variants[PREVIOUS_RULE] = old
+    grid_ctas = kv_heads_batch
+    if not candidates or grid_ctas >= SPLIT_TARGET_CTAS or rows > 64:
+        return variants
+    for ctas, groups, block_n, stages in WGMMA_CANDIDATES:
+        split = ctas // grid_ctas
+        tuning = {**base, "WGMMA": 1, "BLOCK_M": 64, "NUM_WARPS": 4 * groups, "WARP_SPLIT": groups, "BLOCK_N": block_n,
+                  "KV_STAGES": stages, "KV_SPLIT": split, "Q_IN_REGISTERS": 0}
+        if split in plan_decode.SPLITS and split * grid_ctas == ctas and tuning != base:
+            variants[_candidate_name(ctas, groups, block_n, stages)] = tuning
+    mma16 = {**base, **MMA16_TUNING}
+    if rows <= 16 and mma16 != base:
+        variants[MMA16_CANDIDATE] = mma16
     return variants
 
 
 def _previous_rule_plan(*args):
-    """plan_attention(*args) as the decode rule before v5 chose (its wgmma split tiles off, head dim 128 only)."""
-    with mock.patch.object(plan_decode, "wgmma_split_tile", lambda *a: None), \
-         mock.patch.object(plan_decode, "WGMMA_DECODE_HEAD_DIMS", (128,)):
-        return plan_attention(*args)
+    """plan_attention(*args) as the v5 decode rule chose."""
+    return plan_attention(*args)
 
 
-def decode_plans(dtype, lq: int, lkv: int, batch: int, dim: int, arch: str) -> tuple:
+def decode_plans(dtype, lq: int, lkv: int, batch: int, dim: int, arch: str, candidates: bool = False) -> tuple:
     """The plan's choice for one decode shape, its variants (name -> tuning) and their plans."""
     causal = int(lq > 1)
     attrs = FUSED_ATTENTION.resolve({"causal": causal, "causal_alignment": "bottom_right" if causal else "top_left"})
@@ -79,7 +90,8 @@ def decode_plans(dtype, lq: int, lkv: int, batch: int, dim: int, arch: str) -> t
     plan = plan_attention(shapes, dtypes, attrs, arch)
     previous = _previous_rule_plan(shapes, dtypes, attrs, arch)
     variants, plans = {}, []
-    for name, tuning in (decode_variants(plan, previous) if plan.defines["PACK_GQA"] > 1 else {}).items():
+    chosen = decode_variants(plan, previous, candidates, lq * 4, 8 * batch) if plan.defines["PACK_GQA"] > 1 else {}
+    for name, tuning in chosen.items():
         try:
             plans.append(plan_attention(shapes, dtypes, attrs, arch, tuning=tuning))
             variants[name] = tuning
@@ -93,17 +105,19 @@ def kv_bytes(lkv: int, batch: int, dim: int, dtype) -> int:
     return 2 * batch * 8 * lkv * dim * torch.empty(0, dtype=dtype).element_size()
 
 
-def decode(dtype, dim: int = 128, shapes=DECODE) -> tuple[list, list, list]:
+def decode(dtype, dim: int = 128, shapes=DECODE, candidates: bool = False) -> tuple[list, list, list]:
     """The decode grid: ours (the plan's choice) beside cuDNN and the best torch backend, with ours' K/V read bandwidth
-    against the measured device read bandwidth, and the variants."""
+    against the measured device read bandwidth, and the variants (the previous rule; with ``candidates`` the
+    candidate tiles too) with the fastest of plan and variants."""
     arch = device_arch(0)
     read = read_bandwidth()
-    precompile([p for lq, lkv, b in shapes for plan, _, plans in [decode_plans(dtype, lq, lkv, b, dim, arch)]
-                for p in [plan, *plans]], arch)  # in parallel
-    names = DECODE_VARIANTS
-    header = ["queries", "keys", "batch", "K/V MB", "plan (rows x keys tile, warps, key groups, pack, split, wgmma)",
+    plans = {s: decode_plans(dtype, *s, dim, arch, candidates) for s in shapes}
+    precompile([p for plan, _, more in plans.values() for p in [plan, *more]], arch)  # in parallel
+    present = {n for _, variants, _ in plans.values() for n in variants}
+    names = [n for n in [PREVIOUS_RULE] + CANDIDATE_COLUMNS if n in present]
+    header = ["queries", "keys", "batch", "K/V MB", "plan (rows x keys tile, warps, key groups, K/V stages, pack, split, wgmma)",
               "ours ms", "ours K/V TB/s", "% of read", "cuDNN ms", "flash (FA2) ms", "best torch", "ours/best",
-              "ours/cuDNN", "err vs torch"] + [f"{n} ms" for n in names]
+              "ours/cuDNN", "err vs torch"] + [f"{n} ms" for n in names] + ["fastest of ours and columns"]
     rows, gen = [], torch.Generator(device="cuda").manual_seed(0)
     for lq, lkv, b in shapes:
         q = torch.randn(b, lq, 32, dim, device="cuda", dtype=dtype, generator=gen)
@@ -111,7 +125,7 @@ def decode(dtype, dim: int = 128, shapes=DECODE) -> tuple[list, list, list]:
         causal = lq > 1
         out = torch.full_like(q, float("nan"))
         alignment = "bottom_right" if causal else "top_left"
-        plan, variants, _ = decode_plans(dtype, lq, lkv, b, dim, arch)
+        plan, variants, _ = plans[lq, lkv, b]
         t_ours = time_ms(ours(q, k, v, out, causal, alignment=alignment))
         mask = torch.ones(lq, lkv, device="cuda", dtype=torch.bool).tril(lkv - lq) if causal else None
         times, ref = torch_backends(q, k, v, False, mask)
@@ -119,14 +133,19 @@ def decode(dtype, dim: int = 128, shapes=DECODE) -> tuple[list, list, list]:
         kv = kv_bytes(lkv, b, dim, dtype)
         d = plan.defines
         row = [lq, lkv, b, f"{kv / 2 ** 20:.0f}" + (" (L2)" if kv < L2_BYTES else ""),
-               f"{d['BLOCK_M']}x{d['BLOCK_N']}, {d['NUM_WARPS']}, {d['WARP_SPLIT']}, {d['PACK_GQA']}, {d['KV_SPLIT']}, "
+               f"{d['BLOCK_M']}x{d['BLOCK_N']}, {d['NUM_WARPS']}, {d['WARP_SPLIT']}, {d['KV_STAGES']}, {d['PACK_GQA']}, "
+               f"{d['KV_SPLIT']}, "
                f"{d['WGMMA']}", f"{t_ours:.4f}",
                f"{kv / t_ours / 1e9:.2f}", f"{kv / t_ours / 1e9 / read:.0%}", f"{times['cuDNN']:.4f}",
                f"{times['flash (FA2)']:.4f}", best_name, f"{times[best_name] / t_ours:.2f}",
                f"{times['cuDNN'] / t_ours:.2f}", f"{rel_err(out, ref) if ref is not None else float('nan'):.1e}"]
+        timed = {"plan": t_ours}
         for n in names:
-            row.append(f"{time_ms(ours(q, k, v, out, causal, variants[n], alignment=alignment)):.4f}"
-                       if n in variants else "")
+            if n in variants:
+                timed[n] = time_ms(ours(q, k, v, out, causal, variants[n], alignment=alignment))
+            row.append(f"{timed[n]:.4f}" if n in variants else "")
+        fastest = min(timed, key=timed.get)
+        row.append(f"{fastest} ({timed[fastest] / t_ours:.2f}x the plan's time)")
         rows.append(row)
         print(" | ".join(map(str, row)), flush=True)
         del q, k, v, out
@@ -150,9 +169,13 @@ def main():
     parser.add_argument("--out", help="markdown file for the table")
     parser.add_argument("--head-dim", type=int, default=128, help="head dim of Q, K and V (default 128)")
     parser.add_argument("--quick", action="store_true", help="only the 4k and 32k key shapes")
+    parser.add_argument("--keys", help="only these key lengths, comma-separated (e.g. 4096,32768,131072)")
+    parser.add_argument("--candidates", action="store_true",
+                        help="also time the candidate tiles (WGMMA_CANDIDATES) on grids that split")
     args = parser.parse_args()
-    shapes = tuple(s for s in DECODE if s[1] in (4096, 32768)) if args.quick else DECODE
-    header, rows, summary = decode(torch.bfloat16, args.head_dim, shapes)
+    keys = {int(k) for k in args.keys.split(",")} if args.keys else {4096, 32768} if args.quick else None
+    shapes = tuple(s for s in DECODE if keys is None or s[1] in keys)
+    header, rows, summary = decode(torch.bfloat16, args.head_dim, shapes, args.candidates)
     intro = (f"Decode, GQA 32 query / 8 K/V heads, head dim {args.head_dim}, bfloat16, BSHD; several queries attend "
              "bottom-right "
              "causally (torch gets the same as a boolean mask); CUDA-graph replays, median; K/V TB/s = K and V bytes / "

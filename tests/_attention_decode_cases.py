@@ -17,6 +17,13 @@ GROUPS4_64_WIDE = (("WGMMA", 0), ("BLOCK_M", 64), ("NUM_WARPS", 8), ("BLOCK_N", 
 WGMMA_GROUPS2_64 = (("WGMMA", 1), ("BLOCK_M", 64), ("NUM_WARPS", 8), ("BLOCK_N", 64), ("WARP_SPLIT", 2))
 WGMMA_GROUPS3_64 = (("WGMMA", 1), ("BLOCK_M", 64), ("NUM_WARPS", 12), ("BLOCK_N", 64), ("WARP_SPLIT", 3))
 WGMMA_GROUP1_128 = (("WGMMA", 1), ("BLOCK_M", 64), ("NUM_WARPS", 4), ("BLOCK_N", 128), ("WARP_SPLIT", 1))
+# session 7's candidates (more bytes in flight a key group at head dim 64): 128-key tiles in two or three groups, four
+# groups of 64-key tiles (16 warps); one block an SM's register budget, as the decode plan gives (a tuning alone would
+# get the hd64 prefill tiles' two)
+ONE_BLOCK = (("MIN_BLOCKS_PER_SM", 1),)
+WGMMA_GROUPS2_128 = (("WGMMA", 1), ("BLOCK_M", 64), ("NUM_WARPS", 8), ("BLOCK_N", 128), ("WARP_SPLIT", 2)) + ONE_BLOCK
+WGMMA_GROUPS3_128 = (("WGMMA", 1), ("BLOCK_M", 64), ("NUM_WARPS", 12), ("BLOCK_N", 128), ("WARP_SPLIT", 3)) + ONE_BLOCK
+WGMMA_GROUPS4_64 = (("WGMMA", 1), ("BLOCK_M", 64), ("NUM_WARPS", 16), ("BLOCK_N", 64), ("WARP_SPLIT", 4)) + ONE_BLOCK
 GROUPS3_64 = (("WGMMA", 0), ("BLOCK_M", 64), ("NUM_WARPS", 12), ("BLOCK_N", 32), ("WARP_SPLIT", 3))
 # a ring of three K/V stages per key group (KV_STAGES 3: two tiles in flight while one is computed)
 STAGES3 = (("KV_STAGES", 3),)
@@ -141,6 +148,31 @@ def _cases():
         AttentionCase("wgmma-groups2-3stages-hd64-16x1500-split2-fp16", len_q=16, len_kv=1500, heads_q=8, heads_kv=2,
                       dim=64, dtype="float16", tuning=WGMMA_GROUPS2_64 + STAGES3 + (("PACK_GQA", 4), ("KV_SPLIT", 2)),
                       small=True),
+        # session 7's candidate tiles (head dim 64): uneven cluster splits, key lengths 0 and 1, unequal tile counts
+        # without a cluster, a one-tile part
+        AttentionCase("wgmma-groups2-x128-3stages-hd64-split8-uneven-1x5000", len_q=1, len_kv=5000, heads_q=8,
+                      heads_kv=2, dim=64, tuning=WGMMA_GROUPS2_128 + STAGES3 + (("PACK_GQA", 4), ("KV_SPLIT", 8)),
+                      small=True),
+        AttentionCase("wgmma-groups2-x128-3stages-hd64-nosplit-16x1900-causal-br-keylen", batch=3, len_q=16,
+                      len_kv=1900, heads_q=8, heads_kv=2, dim=64, key_lengths=True,
+                      tuning=WGMMA_GROUPS2_128 + STAGES3 + (("PACK_GQA", 4), ("KV_SPLIT", 1)), small=True, **br),
+        AttentionCase("wgmma-groups4-3stages-hd64-split2-4x3001-causal-br-fp16", len_q=4, len_kv=3001, heads_q=8,
+                      heads_kv=2, dim=64, dtype="float16",
+                      tuning=WGMMA_GROUPS4_64 + STAGES3 + (("PACK_GQA", 4), ("KV_SPLIT", 2)), small=True, **br),
+        AttentionCase("wgmma-groups4-3stages-hd64-nosplit-16x1000-causal-br-keylen", batch=3, len_q=16, len_kv=1000,
+                      heads_q=8, heads_kv=2, dim=64, key_lengths=True,
+                      tuning=WGMMA_GROUPS4_64 + STAGES3 + (("PACK_GQA", 4), ("KV_SPLIT", 1)), small=True, **br),
+        AttentionCase("wgmma-groups4-3stages-hd64-split8-keylen-0-and-1", batch=2, len_q=16, len_kv=1, heads_q=8,
+                      heads_kv=2, dim=64, key_lengths=True,
+                      tuning=WGMMA_GROUPS4_64 + STAGES3 + (("PACK_GQA", 4), ("KV_SPLIT", 8)), small=True, **br),
+        AttentionCase("wgmma-groups3-x128-hd64-split4-uneven-2x9000-keylen", batch=2, len_q=2, len_kv=9000, heads_q=8,
+                      heads_kv=2, dim=64, key_lengths=True,
+                      tuning=WGMMA_GROUPS3_128 + (("PACK_GQA", 4), ("KV_SPLIT", 4)), small=True),
+        AttentionCase("wgmma-group1-x128-3stages-hd64-split2-1x4100", batch=2, len_q=1, len_kv=4100, heads_q=32,
+                      heads_kv=8, dim=64, tuning=WGMMA_GROUP1_128 + STAGES3 + ONE_BLOCK + (("PACK_GQA", 4), ("KV_SPLIT", 2))),
+        AttentionCase("groups4-x32-3stages-hd64-split8-1x3000", len_q=1, len_kv=3000, heads_q=8, heads_kv=2, dim=64,
+                      tuning=(("WGMMA", 0), ("BLOCK_M", 16), ("NUM_WARPS", 4), ("BLOCK_N", 32), ("WARP_SPLIT", 4))
+                      + STAGES3 + (("PACK_GQA", 4), ("KV_SPLIT", 8)), small=True),
         # key lengths 0 (batch 0) and 1 (the only key) over 8 CTAs x 4 key groups: 31 of the 32 parts see no key
         AttentionCase("groups4-split8-keylen-0-and-1", batch=2, len_q=2, len_kv=1, heads_q=8, heads_kv=2, dim=128,
                       key_lengths=True, tuning=GROUPS4_16 + (("PACK_GQA", 4), ("KV_SPLIT", 8)), small=True),

@@ -190,11 +190,13 @@ def test_loader_lag_is_a_tuning_of_the_16_bit_warp_specialized_kernel():
         plan(128, tuning={"WGMMA": 1, "KV_LOAD_LAG": 2})
 
 
-def test_pv_overlap_is_a_tuning_of_the_16_bit_warp_specialized_kernel():
-    """PV_OVERLAP (P V under the softmax, or P over S's registers) is set on the 16-bit warp-specialized kernel only;
+def test_pv_overlap_is_a_tuning_of_the_warp_specialized_kernel():
+    """PV_OVERLAP (P V under the softmax, or P over S's registers) is set on the warp-specialized kernel only;
     one K/V stage needs the loader to publish each group once it has landed (KV_LOAD_LAG=0), else it would wait for
     a stage that only its own unpublished K tile can free."""
-    assert plan(256).defines["PV_OVERLAP"] == plan_module.WARP_SPECIALIZED_PV_OVERLAP == 1
+    assert plan(256).defines["PV_OVERLAP"] == plan_module.WARP_SPECIALIZED_PV_OVERLAP[256] == 0
+    assert plan(128).defines["PV_OVERLAP"] == plan_module.WARP_SPECIALIZED_PV_OVERLAP[128] == 1
+    assert plan(256, tuning={"PV_OVERLAP": 1}).defines["PV_OVERLAP"] == 1
     one_stage = {"BLOCK_N": 128, "KV_STAGES": 1, "PV_OVERLAP": 0}
     assert plan(256, tuning={**one_stage, "KV_LOAD_LAG": 0}).defines["KV_STAGES"] == 1
     with pytest.raises(ValueError, match="0 with one stage"):

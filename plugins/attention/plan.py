@@ -79,10 +79,12 @@ LOAD_WARPGROUP_THREADS = 128
 # Copy groups a 16-bit loader thread keeps in flight before publishing the oldest (attention_load_sm90.cuh; 0: each
 # group is published once it has landed, which one K/V stage needs).
 WARP_SPECIALIZED_LOAD_LAG = 1
-# 16-bit MMA warpgroups: P V(t+1) under the softmax of S(t) (1: intra-warpgroup overlap and ping-pong), or both
-# products one after the other in a turn and P over S's registers (0: ping-pong only; the tuning that lets head dim
-# 256 run 128-key tiles, with one K/V stage and KV_LOAD_LAG=0). attention_mma_warpgroups_sm90.cuh.
-WARP_SPECIALIZED_PV_OVERLAP = 1
+# 16-bit MMA warpgroups, per head dim: P V(t+1) under the softmax of S(t) (1: intra-warpgroup overlap and ping-pong),
+# or both products one after the other in a turn and P over S's registers (0: ping-pong only).
+# attention_mma_warpgroups_sm90.cuh. Head dim 256 takes 0: on its 64-key tiles the serial step timed +10% (H100 job
+# prep-ws-next, 2026-11-24, bf16 non-causal 2k-16k 620/643/624/652 TFLOP/s vs 563/556/578/579 with the overlap,
+# causal 498/532/570/638 vs 441/457/517/578); 128-key tiles with one K/V stage lost there (480-522).
+WARP_SPECIALIZED_PV_OVERLAP = {64: 1, 128: 1, 256: 0}
 # FP8 (E4M3 Q/K/V): the warp-specialized kernel with e4m3 wgmmas on sm_90a only (an sm_89 mma.sync path is not built
 # yet), for these head dims (D_qk == D_v), plus staging tiles of V as copied (attention_load_sm90.cuh: the loader
 # transposes V, the FP8 wgmma's B being K-major only). P <= 1 when quantized, so the running max moves whenever it
@@ -98,6 +100,8 @@ FP8_TILES_MASKED = {**FP8_TILES, 64: (128, 128, 8, 0, 3), 128: (128, 128, 8, 0, 
 # staging tiles as copied, before its transpose): 2 at hd64/hd128 (attn-fp8-3: +2-5% at every point of both), 1 at
 # hd256 (three stages with lag 2: -3..+1%).
 FP8_LOAD_LAG = {64: 2, 128: 2, 256: 1}
+# FP8 MMA warpgroups' step per head dim (PV_OVERLAP, as WARP_SPECIALIZED_PV_OVERLAP): the overlapped step until timed.
+FP8_PV_OVERLAP = {64: 1, 128: 1, 256: 1}
 FP8_RESCALE_THRESHOLD = "0.0f"
 # Every n-th n8 block of S exponentiated on the FP32 pipe instead of MUFU (attention_softmax.cuh; 0: none): every 4th
 # was 3-9% slower at every point on the H100 (FP8 run 3, NOTES.md).
@@ -182,7 +186,7 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
     """Launch plan of FusedAttention for these inputs (Q, K, V, mask, key_lengths; None when absent).
     ``tuning`` overrides tuning defines (WGMMA, BLOCK_M, BLOCK_N, NUM_WARPS, Q_IN_REGISTERS, KV_STAGES,
     RESCALE_THRESHOLD, MIN_BLOCKS_PER_SM, WGMMA_OVERLAP, WARP_SPECIALIZED, KV_SPLIT, PACK_GQA; the warp-specialized
-    kernel's KV_LOAD_LAG and, at 16 bits, PV_OVERLAP) of the per-head-dim choice: for tests and benchmarks.
+    kernel's KV_LOAD_LAG, PV_OVERLAP and SERIAL_PV_IN_TURN) of the per-head-dim choice: for tests and benchmarks.
     WGMMA=1 forces the Hopper wgmma mainloop (sm_90a, head dims 64/128), WGMMA=0 the mma.sync one; without it
     ``WGMMA_BY_DEFAULT`` decides. WARP_SPECIALIZED=1 (on top of the wgmma mainloop) takes the warp-specialized kernel
     (attention_sm90.cu); without it (and without WGMMA) ``WARP_SPECIALIZED_DEFAULT_HEAD_DIMS`` decides."""
@@ -273,8 +277,8 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
             "PACK_GQA": decode.pack if decode else 1, "WARP_SPLIT": decode.warp_split if decode else 1}
     if ws:
         tune["KV_LOAD_LAG"] = FP8_LOAD_LAG[dim] if fp8 else WARP_SPECIALIZED_LOAD_LAG
-    if ws and not fp8:
-        tune["PV_OVERLAP"] = WARP_SPECIALIZED_PV_OVERLAP
+        tune["PV_OVERLAP"] = FP8_PV_OVERLAP[dim] if fp8 else WARP_SPECIALIZED_PV_OVERLAP[dim]
+        tune["SERIAL_PV_IN_TURN"] = 1
     if fp8:
         tune["EXP2_FMA_EVERY"] = FP8_EXP2_FMA_EVERY
     unknown = set(tuning or ()) - set(tune)

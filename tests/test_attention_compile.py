@@ -8,7 +8,9 @@ mainloop's 128x64 tile at two blocks per SM (128 registers) spills 8-32 bytes un
 warp-specialized head dim 256 with an additive mask (36 bytes at 240 registers; not a default path), and head dim
 128's 128x32 tile that the 99 KB GPUs (sm_86/sm_89) get (8 bytes at 255 registers, causal bf16), and head dim 64's
 three-MMA-warpgroup 192x128 tile with a negative scale (8 bytes at 160 registers; the default scale is positive), and
-FP8 head dim 128's causal 192-key tile (8 bytes stored once a block, reloaded once a K/V tile). Head dim 512
+FP8 head dim 128's causal 192-key tile (8 bytes stored once a block, reloaded once a K/V tile), and FP8 head dim
+128's causal three-warpgroup 128-key tile with PV_OVERLAP=0 (20-24 bytes at 160 registers, the loader's 32 among
+them; a tuning) and head dim 256's causal 128x128 one (4-8 bytes). Head dim 512
 (the portable path's "correct, not fast" case) holds O in D_v / 2 = 256 registers a thread alone, so it spills."""
 from __future__ import annotations
 
@@ -27,6 +29,9 @@ ARCHES = ("sm_80", "sm_90a")
 # (widest head dim, BLOCK_N) -> most spill-store bytes allowed
 ACCEPTED_SPILL_BYTES = {(128, 64): 64, (128, 32): 16, (256, 64): 64, (256, 128): 64, (512, 16): 1024, (64, 128): 8,
                         (128, 192): 8}
+# FP8 with PV_OVERLAP=0: causal bounds-checking steps spill 20-24 B on three warpgroups x 128 keys at head dim 128,
+# 4-8 B on 128x128 tiles at head dim 256
+ACCEPTED_SPILL_BYTES_FP8_SERIAL = {(128, 128): 24, (256, 128): 8}
 
 
 def _nvcc_missing() -> bool:
@@ -52,7 +57,8 @@ def test_every_tested_specialization_compiles_without_spills():
     for (arch, defines), report in reports.items():
         d = dict(defines)
         widest = max(-(-d["HEAD_DIM"] // 16), -(-d["HEAD_DIM_V"] // 16)) * 16  # O's and Q's registers, padded
-        allowed = ACCEPTED_SPILL_BYTES.get((widest, d["BLOCK_N"]), 0)
+        allowed = (ACCEPTED_SPILL_BYTES_FP8_SERIAL if d.get("FP8") and d.get("PV_OVERLAP") == 0
+                   else ACCEPTED_SPILL_BYTES).get((widest, d["BLOCK_N"]), 0)
         spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", report)]
         assert spills and max(spills) <= allowed, f"{arch} {d}: register spills over {allowed} bytes\n{report}"
         # FP8: no ptxas warning (C7514/C7517); the warp-specialized kernel: no wgmma serialized (info C7512, when the

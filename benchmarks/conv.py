@@ -116,6 +116,15 @@ SMALL_GRID_SWEEP = [(f"ws {label}", dict(mma="wgmma_ws", tile=label.split()[0], 
     ("64x64w4 c2", dict(cluster=2)), ("64x64w4 c4", dict(cluster=4)), ("64x128w4 c2", dict(cluster=2)),
     ("64x128w4 c4", dict(cluster=4))]]
 SMALL_GRID_SWEEP += [("wg 64x128w4", dict(mma="wgmma", tile="64x128w4"))]
+# Deep rings (b8's 16-tile 1x1 reductions and 3x3 256 @14): the WS ring past its 6-stage cap where the stages are small
+# (cuDNN's graph runs b8 1x1 1024>256 @14 as 64x72 tiles on a 12-stage ring, session 7 ncu), on the 64-row tiles and
+# 128x64, with the plan's cluster choice beside the forced ones.
+DEEP_RING_SWEEP = [(f"ws {t}" + (f" c{c}" if c > 1 else "") + f" {st}st",
+                    dict(mma="wgmma_ws", tile=t, stages=st, **({"cluster": c} if c > 1 else {})))
+                   for t, c, depths in (("64x64w4", 1, (4, 6, 8, 10, 12)), ("64x128w4", 1, (6, 8)),
+                                        ("64x64w4", 2, (6, 10)), ("64x128w4", 2, (6, 8)), ("128x64w8", 1, (6, 9)),
+                                        ("128x64w8", 2, (6, 9)), ("64x256w4", 4, (5,)))
+                   for st in depths]
 # Depthwise: output pixels per thread (more pixels per block re-read fewer halo rows of X from L2).
 DEPTHWISE_SWEEP = [(f"dw {p} px", dict(dw_pixels=p)) for p in (1, 2, 4)]
 # Depthwise channel chunks per block: every chunk of a 96/144/192-channel layer in one block (12/18/24 chunks of 8: a
@@ -124,7 +133,7 @@ DEPTHWISE_CHUNK_SWEEP = [("dw default", dict(dw_pixels=None))] + [
     (f"dw {c} chunks {p} px", dict(dw_chunks=c, dw_pixels=p)) for c in (12, 18, 24) for p in (1, 2)]
 SWEEPS = {"mma.sync": MMA_SYNC_SWEEP, "wgmma": WGMMA_SWEEP, "wgmma_ws": WS_SWEEP, "ws_rows": WS_ROWS_SWEEP,
           "ws_cluster": WS_CLUSTER_SWEEP, "short": SHORT_SWEEP, "stem": STEM_SWEEP, "short_grids": SHORT_GRID_SWEEP,
-          "depthwise": DEPTHWISE_SWEEP, "small_grids": SMALL_GRID_SWEEP,
+          "depthwise": DEPTHWISE_SWEEP, "small_grids": SMALL_GRID_SWEEP, "deep_rings": DEEP_RING_SWEEP,
           "depthwise_chunks": DEPTHWISE_CHUNK_SWEEP}
 BATCHES = (1, 8, 32)
 QUICK_BATCHES = {"ResNet-50": (8, 32), "MobileNetV2": (32,)}  # --quick: the lead's one run in under 4 minutes
@@ -145,7 +154,10 @@ FP8_VARIANTS += [(f"x8 ws {label}", dict(mma="wgmma_ws", tile=label.split()[0], 
     ("192x128w12 c2", dict(cluster=2)),
     # wide tiles split before narrowing (float16's rule for deep reductions, not yet FP8's): b8 on 256 channels, b32 on 512
     ("128x128w8 c3", dict(cluster=3)), ("128x128w8 c4", dict(cluster=4)), ("128x256w8 c2", dict(cluster=2)),
-    ("128x256w8 c4", dict(cluster=4))]]
+    ("128x256w8 c4", dict(cluster=4)),
+    # 64-row tiles on one MMA warpgroup (b8's short grids: twice the CTAs of a 128-row tile per reduction split)
+    ("64x64w4 c2", dict(cluster=2)), ("64x64w4 c4", dict(cluster=4)), ("64x128w4 c2", dict(cluster=2)),
+    ("64x128w4 c4", dict(cluster=4)), ("64x256w4 c4", dict(cluster=4))]]
 
 
 @dataclass(frozen=True)
@@ -560,8 +572,8 @@ def table_rows(nets: dict, batches_of: dict, arch: str, budget_s: float | None, 
 
 
 # The previous session's rule, as the plan constants that changed since (session 8: 64-row tiles on the
-# warp-specialized kernel's one MMA warpgroup for short 1x1 grids): the "prev" column.
-PREVIOUS_RULE = dict(ROWS64_BY_DEFAULT=False)
+# warp-specialized kernel's one MMA warpgroup for short 1x1 grids; whole-pixel blocks for dw/2 144): the "prev" column.
+PREVIOUS_RULE = dict(ROWS64_BY_DEFAULT=False, DW_WHOLE_PIXEL_BYTES=0)
 
 
 @contextlib.contextmanager
@@ -740,6 +752,7 @@ def main():
              "cN = the reduction split over an N-CTA cluster, sw = M-tile pairs sharing the W tile, Nst = the ring's "
              "stages of the unspecialized wgmma loop, trN = the stem's tap-row gather for N blocks per SM); prev = the previous session's rule (benchmarks/conv.py "
              "PREVIOUS_RULE: 1x1 layers on short grids keep 128-row tiles, no 64-row tiles on one MMA warpgroup; "
+             "stride-2 depthwise layers keep their default channel chunks; "
              "\"=\": the same kernel). err = |fused - base| "
              "/ |base|, graph err = |graph - base| / |base| (normwise).\n"]
     if args.quick:

@@ -700,7 +700,7 @@ def test_depthwise_chunks_cover_the_channels_without_an_idle_quarter():
     dw = lambda n, c, hw, stride=1: ConvCase("dw", n, c, hw, hw, c, 3, 3, stride=stride, pad=1,  # noqa: E731
                                              groups=c).plan("sm_90a").defines["DW_PIX"]
     assert dw(32, 192, 28) == dw(8, 144, 56) == dw(8, 576, 14) == dw(32, 960, 7) == 2
-    assert dw(32, 144, 56, stride=2) == dw(8, 960, 7) == dw(1, 144, 56) == 1
+    assert dw(32, 96, 112, stride=2) == dw(8, 960, 7) == dw(1, 144, 56) == 1
     with pytest.raises(ValueError, match="dw_pixels=3"):
         depthwise_tile(144, 144, 3)
     assert depthwise_tile(144, 144, chunk_override=18)["CHUNKS"] == 18  # 14 pixels a pass, 4 threads idle
@@ -710,6 +710,21 @@ def test_depthwise_chunks_cover_the_channels_without_an_idle_quarter():
     for c in (32, 96, 144, 192, 384, 576, 960):
         t = depthwise_tile(c, c)
         assert (c // t["DW_VEC"]) % t["CHUNKS"] == 0
+
+
+def test_stride_2_depthwise_reading_under_64_bytes_a_pixel_takes_whole_pixel_blocks():
+    """dw/2 144 @56 (2 chunks of 8 channels: 32 bytes of each pixel a block) takes all 18 chunks in one block, 2 pixels a
+    thread, where that grid keeps >= 132 blocks (b32: 18.5 vs 24.5 µs, session 7 conv-3); 96 channels (4 chunks, 64
+    bytes), stride 1, small grids and overrides keep their block."""
+    def dw(n, c, hw, stride=2, **overrides):
+        p = ConvCase("dw", n, c, hw, hw, c, 3, 3, stride=stride, pad=1, groups=c).plan("sm_90a", **overrides)
+        return p.defines["CHUNKS"], p.defines["DW_PIX"], p.grid
+    assert dw(32, 144, 56) == (18, 2, (896, 1, 1)) and dw(8, 144, 56)[:2] == (18, 2)
+    assert dw(1, 144, 56)[:2] == (2, 1)                           # 28 whole-pixel blocks: kept
+    assert dw(32, 96, 112)[:2] == (4, 1) and dw(32, 144, 56, stride=1)[:2] == (2, 2)
+    assert dw(32, 144, 56, dw_chunks=2)[:2] == (2, 1) and dw(32, 144, 56, dw_pixels=1)[:2] == (2, 1)
+    whole = next(c for c in CASES if c.name == "dw3x3_s2_c144_whole_pixels").plan("sm_90a")  # the GPU tests' case
+    assert (whole.defines["CHUNKS"], whole.defines["DW_PIX"], whole.grid) == (18, 2, (139, 1, 1))
 
 
 @pytest.mark.parametrize("c, stages", [(256, 3), (512, None), (128, 3)])

@@ -205,6 +205,12 @@ TAP_ROWS_WAVE_COST = {3: 1.0, 4: 1.2}
 # 5.2; dw 144 @56 b32 46.8 vs 47.2). Stride 2 lost at every size (dw/2 96 @112 b32 53.3 vs 67.3), 4 pixels on most
 # (won only dw 192 @28 and dw 384 @14 at b32, 15.5 / 9.6 vs 16.5 / 11.1 at 2, and dw 32 @112 b8): 1 there.
 DEPTHWISE_PIXELS = 2
+# Stride-2 depthwise layers whose default block reads fewer than DW_WHOLE_PIXEL_BYTES of each input pixel (a warp's
+# loads then take 16-32 bytes of each of 16 pixels) put every channel chunk in one block, DEPTHWISE_PIXELS pixels a
+# thread, where that grid keeps >= SM_COUNT blocks (depthwise_whole_pixels). Session 7 conv-3's chunk sweep (H100, b32):
+# dw/2 144 @56 on 18 chunks x 2 pixels 18.5 µs vs 24.5 on 2 chunks x 1 (32 bytes a pixel); dw/2 96 @112 (4 chunks, 64
+# bytes) 51.3 at 12 chunks x 1 vs 53.3, x 2 56.2: not taken; stride 1 lost everywhere (dw 144 @56 50.2 vs 47.5).
+DW_WHOLE_PIXEL_BYTES = 64
 
 
 def default_gemm_tile(cg: int, kg: int, taps: int) -> tuple[str, int | None]:
@@ -526,6 +532,18 @@ def depthwise_pixels(tile: dict, geo: dict, pixels) -> int:
     return DEPTHWISE_PIXELS if stride_one and isinstance(pixels, int) and blocks(DEPTHWISE_PIXELS) >= SM_COUNT else 1
 
 
+def depthwise_whole_pixels(tile: dict, geo: dict, pixels) -> dict | None:
+    """The default depthwise block with every channel chunk in it and DEPTHWISE_PIXELS pixels a thread, for a stride-2
+    filter whose ``tile`` reads fewer than DW_WHOLE_PIXEL_BYTES of each pixel (2-byte X) on a static output (``pixels``
+    = N*P*Q, an int) that keeps >= SM_COUNT such blocks; else None."""
+    chunks = -(-geo["K"] // tile["DW_VEC"])
+    if tuple(geo["strides"]) != (2, 2) or not isinstance(pixels, int) or tile["CH_MULT"] != 1 \
+            or 2 * tile["CHUNKS"] * tile["DW_VEC"] >= DW_WHOLE_PIXEL_BYTES or chunks > 256:
+        return None
+    whole = {**tile, "CHUNKS": chunks, "DW_PIX": DEPTHWISE_PIXELS}
+    return whole if -(-pixels // (256 // chunks * DEPTHWISE_PIXELS)) >= SM_COUNT else None
+
+
 def output_shape_conv(input_shapes, attrs) -> tuple:
     """Y's shape: [N, K, P, Q] (1-D: [N, K, Q]); ints or symbolic dims, ``+ - * //`` only."""
     geo = conv_geometry(input_shapes[0], input_shapes[1], attrs)
@@ -654,6 +672,8 @@ def plan_conv(input_shapes, input_dtypes, attrs, arch: str, *, formats=None, til
         dw = depthwise_tile(geo["C"], geo["K"], dw_pixels, dw_chunks)
         if dw_pixels is None:
             dw["DW_PIX"] = depthwise_pixels(dw, geo, pixels)
+        if dw_pixels is None and dw_chunks is None:
+            dw = depthwise_whole_pixels(dw, geo, pixels) or dw
         block_pixels, block_channels = 256 // dw["CHUNKS"] * dw["DW_PIX"], dw["CHUNKS"] * dw["DW_VEC"]
         return LaunchPlan(source=DEPTHWISE, kernel="fused_conv_depthwise", defines={**defines, **dw},
                           grid=((pixels + block_pixels - 1) // block_pixels,

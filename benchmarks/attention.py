@@ -55,14 +55,19 @@ def time_ms(fn, reps_in_graph: int = 10, replays: int = 15) -> float:
     return statistics.median(times)
 
 
+def ours_plan(q_shape, kv_shape, dtype: str, causal: bool, arch: str, tuning=None, *, lengths_shape=None,
+              alignment="top_left"):
+    """Our launch plan for BSHD Q of ``q_shape`` and K/V of ``kv_shape`` (``lengths_shape``: key lengths' shape)."""
+    attrs = FUSED_ATTENTION.resolve({"layout": "BSHD", "causal": int(causal), "causal_alignment": alignment})
+    return plan_attention([tuple(q_shape), tuple(kv_shape), tuple(kv_shape), None, lengths_shape],
+                          [dtype] * 3 + [None, None if lengths_shape is None else "int32"], attrs, arch, tuning=tuning)
+
+
 def ours(q, k, v, out, causal: bool, tuning=None, *, key_lengths=None, alignment="top_left"):
     """A closure launching our kernel on BSHD q/k/v into ``out`` (plan made once, like an engine)."""
     arch = device_arch(q.device.index or 0)
-    attrs = FUSED_ATTENTION.resolve({"layout": "BSHD", "causal": int(causal), "causal_alignment": alignment})
-    dtype = str(q.dtype).removeprefix("torch.")
-    plan = plan_attention([tuple(q.shape), tuple(k.shape), tuple(v.shape), None,
-                           None if key_lengths is None else tuple(key_lengths.shape)],
-                          [dtype] * 3 + [None, None if key_lengths is None else "int32"], attrs, arch, tuning=tuning)
+    plan = ours_plan(q.shape, k.shape, str(q.dtype).removeprefix("torch."), causal, arch, tuning,
+                     lengths_shape=None if key_lengths is None else tuple(key_lengths.shape), alignment=alignment)
     precompile([plan], arch)
     ptrs = [q.data_ptr(), k.data_ptr(), v.data_ptr(), None, None if key_lengths is None else key_lengths.data_ptr()]
     return lambda: launch(plan, arch, ptrs, [out.data_ptr()],
@@ -142,6 +147,10 @@ def grid(dtypes, dims, seqs, variants, arch) -> tuple[list, list]:
     header = ["dtype", "hd", "causal", "seq", "ours", "flash (FA2)", "cuDNN", "ours/FA2", "ours/cuDNN", "err vs FA2"]
     header += [f"hd{d} " + " ".join(f"{k}={v}" for k, v in t.items()) for d, ts in variants.items() for t in ts]
     rows = []
+    # every point's specializations compiled in parallel first (one by one they took most of a GPU job's minutes)
+    precompile([ours_plan(shape, shape, str(dtype).removeprefix("torch."), causal, arch, t)
+                for dtype in dtypes for dim in dims for causal in (False, True) for seq in seqs
+                for shape in [(TOKENS // seq, seq, HIDDEN // dim, dim)] for t in [None] + variants.get(dim, [])], arch)
     for dtype in dtypes:
         for dim in dims:
             heads = HIDDEN // dim

@@ -35,6 +35,26 @@ static_assert(FP8 ? kLoadLag >= 1 && kLoadLag <= 3 && kLoadLag < kStages
               "KV_LOAD_LAG: FP8 1-3, below KV_STAGES; 16-bit 0-3, at most KV_STAGES, 0 with one stage");
 constexpr int kVStagingTiles = FP8 ? kLoadLag + 1 : 0;  // V tiles as copied, before the FP8 transpose
 
+// cp.async.wait_group takes its count as an immediate: publish(Newest<n>{}, g) gets it as a type.
+template <int kNewest>
+struct Newest {
+  static constexpr int value = kNewest;
+};
+
+// After the last copy group (`last`): publish the kLoadLag - 1 .. 0 newest groups, oldest first, each once all but
+// the newer ones have landed (both loaders' tail: publish(Newest<pending>{}, group)).
+template <typename Publish>
+__device__ __forceinline__ void publish_pending(int last, Publish&& publish) {
+#pragma unroll
+  for (int pending = kLoadLag - 1; pending >= 0; --pending) {
+    const int g = last - pending;
+    if (g < 0) continue;
+    if (pending == 2) publish(Newest<2>{}, g);
+    else if (pending == 1) publish(Newest<1>{}, g);
+    else publish(Newest<0>{}, g);
+  }
+}
+
 #if FP8
 // the load warpgroup's own named barrier (1..kMmaWarpgroups are the MMA warpgroups' turns)
 constexpr int kLoaderBarrier = 1 + kMmaWarpgroups;
@@ -88,14 +108,9 @@ __device__ __forceinline__ void load_q_and_kv(const KVPipeline& pipe, qkv_t* sQ,
     cp_async_commit();  // group 1 + step
     if (step + 1 >= kLoadLag) publish_group<kLoadLag>(pipe, staging, sV, step + 1 - kLoadLag, tid);
   }
-#pragma unroll
-  for (int pending = kLoadLag - 1; pending >= 0; --pending) {  // groups n_tiles - pending, oldest first
-    const int g = n_tiles - pending;
-    if (g < 0) continue;
-    if (pending == 2) publish_group<2>(pipe, staging, sV, g, tid);
-    else if (pending == 1) publish_group<1>(pipe, staging, sV, g, tid);
-    else publish_group<0>(pipe, staging, sV, g, tid);
-  }
+  publish_pending(n_tiles, [&](auto newest, int g) {
+    publish_group<decltype(newest)::value>(pipe, staging, sV, g, tid);
+  });
 }
 #else
 
@@ -104,25 +119,17 @@ __device__ __forceinline__ uint32_t group_full_barrier(const KVPipeline& pipe, i
   return h == 0 ? pipe.full_q() : h % 2 ? pipe.full_k(KVPipeline::stage(h / 2)) : pipe.full_v(KVPipeline::stage(h / 2 - 1));
 }
 
-// Group `newest` was just committed: publish group newest - kLoadLag (all but the kLoadLag newest have landed).
-__device__ __forceinline__ void publish_lagging(const KVPipeline& pipe, int newest) {
-  if (newest < kLoadLag) return;
-  cp_async_wait<kLoadLag>();
+// Copy group h has landed, all but the newest kNewest groups: hand it over.
+template <int kNewest>
+__device__ __forceinline__ void publish_group(const KVPipeline& pipe, int h) {
+  cp_async_wait<kNewest>();
   fence_async_proxy();
-  mbarrier_arrive(group_full_barrier(pipe, newest - kLoadLag));
+  mbarrier_arrive(group_full_barrier(pipe, h));
 }
 
-// After the last group (`last`): publish the kLoadLag - 1 .. 0 newest, oldest first.
-__device__ __forceinline__ void publish_remaining(const KVPipeline& pipe, int last) {
-#pragma unroll
-  for (int pending = kLoadLag - 1; pending >= 0; --pending) {
-    if (last - pending < 0) continue;
-    if (pending == 2) cp_async_wait<2>();
-    else if (pending == 1) cp_async_wait<1>();
-    else cp_async_wait<0>();
-    fence_async_proxy();
-    mbarrier_arrive(group_full_barrier(pipe, last - pending));
-  }
+// Group `newest` was just committed: publish group newest - kLoadLag (all but the kLoadLag newest have landed).
+__device__ __forceinline__ void publish_lagging(const KVPipeline& pipe, int newest) {
+  if (newest >= kLoadLag) publish_group<kLoadLag>(pipe, newest - kLoadLag);
 }
 
 // The loader's whole job for one thread block: Q, then K and V of tiles n_tiles - 1 down to 0 (the order the MMA
@@ -147,6 +154,6 @@ __device__ __forceinline__ void load_q_and_kv(const KVPipeline& pipe, qkv_t* sQ,
     cp_async_commit();
     publish_lagging(pipe, 2 + 2 * step);
   }
-  publish_remaining(pipe, 2 * n_tiles);
+  publish_pending(2 * n_tiles, [&](auto newest, int h) { publish_group<decltype(newest)::value>(pipe, h); });
 }
 #endif

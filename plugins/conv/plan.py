@@ -113,7 +113,8 @@ GEMM_TILES = {
 # The warp-specialized Hopper kernel (implicit_gemm_sm90.cu): a load warpgroup feeding two MMA warpgroups through a
 # ring of up to WS_MAX_STAGES stages; its tiles are the 8-warp wgmma tiles without split groups, 192x128 on three
 # MMA warpgroups (WS_ONLY_TILES: the unspecialized loop is not built for 12 warps), and the 4-warp 64-row tiles on one
-# (WS_ONE_WARPGROUP_TILES: twice the CTAs of 128-row tiles on short grids; overrides only, not yet timed).
+# (WS_ONE_WARPGROUP_TILES: twice the CTAs of 128-row tiles on short grids; 64x64 is the default of short 1x1 grids,
+# default_rows64_tile).
 WS_LOAD_THREADS = 128
 WS_RING_OFFSET = 1024  # the ring's mbarriers, before the 1024-byte-aligned stages
 WS_MAX_STAGES = 6

@@ -125,7 +125,7 @@ def _cases():
         FP8Case("fp8-n192-hd128-2stages", dim=128, len_q=700, len_kv=1100, tuning=n192 + (("KV_STAGES", 2),)),
     ]
     # head dim 128 on three MMA warpgroups with 96-key tiles (V^T in three 32-byte-swizzled column blocks)
-    wg3_n96 = (("BLOCK_M", 192), ("NUM_WARPS", 12), ("BLOCK_N", 96))
+    wg3_n96 = (("BLOCK_M", 192), ("NUM_WARPS", 12), ("BLOCK_N", 96), ("PV_OVERLAP", 1))  # (v9's default)
     cases += [
         FP8Case("fp8-3wg-n96-hd128-e4m3-out", dim=128, len_q=300, len_kv=700, **e4m3_out, tuning=wg3_n96, small=True),
         FP8Case("fp8-3wg-n96-hd128-keylen-causal-br", dim=128, key_lengths=True, len_q=500, len_kv=1000, causal=1,
@@ -164,10 +164,10 @@ def _cases():
                 len_kv=4100, dim=128, causal=1, tuning=after_softmax),
         FP8Case("fp8-pvserial-n96-hd128-bf16-out", dim=128, len_q=700, len_kv=1100, output_dtype="bfloat16",
                 tuning=serial),
-        FP8Case("fp8-pvserial-hd256-e4m3-out", dim=256, len_q=300, len_kv=1000, **e4m3_out, tuning=serial,
-                small=True),
-        FP8Case("fp8-pvserial-hd256-causal-br-300x1000", dim=256, len_q=300, len_kv=1000, causal=1,
-                alignment="bottom_right", tuning=serial),
+        FP8Case("fp8-pvserial-n64-hd256-e4m3-out", dim=256, len_q=300, len_kv=1000, **e4m3_out,
+                tuning=serial + (("BLOCK_N", 64),), small=True),
+        FP8Case("fp8-pvserial-n64-hd256-causal-br-300x1000", dim=256, len_q=300, len_kv=1000, causal=1,
+                alignment="bottom_right", tuning=serial + (("BLOCK_N", 64),)),
         FP8Case("fp8-pvserial-after-hd256-additive-heavy", dim=256, data="heavy", mask="additive", len_q=200,
                 len_kv=500, tuning=serial + (("SERIAL_PV_IN_TURN", 0),), small=True),
         FP8Case("fp8-pvserial-n128-hd256-e4m3-out", dim=256, len_q=300, len_kv=1000, **e4m3_out,
@@ -176,6 +176,8 @@ def _cases():
                 causal=1, alignment="bottom_right", tuning=serial + (("BLOCK_N", 128),)),
         FP8Case("fp8-pvserial-after-n128-hd256-heavy-causal-1100", dim=256, data="heavy", len_q=1100, len_kv=1100,
                 causal=1, tuning=serial + (("BLOCK_N", 128), ("SERIAL_PV_IN_TURN", 0)), small=True),
+        FP8Case("fp8-overlap-n64-hd256-keylen", dim=256, key_lengths=True, len_q=300, len_kv=1000,
+                tuning=(("BLOCK_N", 64), ("PV_OVERLAP", 1)), small=True),  # (v9's default)
         FP8Case("fp8-pvserial-hd64-gqa-causal-500x700", dim=64, heads_q=8, heads_kv=2, len_q=500, len_kv=700,
                 causal=1, tuning=serial, small=True),
         FP8Case("fp8-pvserial-after-hd64-500x700", dim=64, len_q=500, len_kv=700,
@@ -187,13 +189,13 @@ def _cases():
         FP8Case("fp8-lag2-hd128-keylen-causal-br", dim=128, key_lengths=True, len_q=300, len_kv=700, causal=1,
                 alignment="bottom_right", tuning=lag2, small=True),
         FP8Case("fp8-lag2-hd64-gqa-500x700", heads_q=8, heads_kv=2, len_q=500, len_kv=700, tuning=lag2, small=True),
-        FP8Case("fp8-lag2-hd256-3stages-e4m3-out", dim=256, len_q=300, len_kv=1000, **e4m3_out,
-                tuning=lag2 + (("KV_STAGES", 3),), small=True),
+        FP8Case("fp8-lag2-n64-hd256-3stages-e4m3-out", dim=256, len_q=300, len_kv=1000, **e4m3_out,
+                tuning=lag2 + (("KV_STAGES", 3), ("BLOCK_N", 64)), small=True),
         FP8Case("fp8-lag2-hd128-long-kv-7x16534", batch=1, heads_q=2, heads_kv=2, len_q=7, len_kv=16534, dim=128,
                 tuning=lag2),
         FP8Case("fp8-lag2-hd128-1x1", len_q=1, len_kv=1, dim=128, tuning=lag2),  # fewer tiles than the lag
         FP8Case("fp8-lag2-hd256-3stages-additive-heavy", dim=256, data="heavy", mask="additive", len_q=200, len_kv=500,
-                tuning=lag2 + (("KV_STAGES", 3),)),
+                tuning=lag2 + (("KV_STAGES", 3),)),  # (masked: 64-key tiles, FP8_TILES_MASKED)
     ]
     two_stages = (("KV_STAGES", 2), ("KV_LOAD_LAG", 1))  # the benchmark's alternatives (lag < stages)
     cases += [replace(c, name=c.name + "-2stages", tuning=two_stages, small=False)

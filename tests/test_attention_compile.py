@@ -9,8 +9,9 @@ warp-specialized head dim 256 with an additive mask (36 bytes at 240 registers; 
 128's 128x32 tile that the 99 KB GPUs (sm_86/sm_89) get (8 bytes at 255 registers, causal bf16), and head dim 64's
 three-MMA-warpgroup 192x128 tile with a negative scale (8 bytes at 160 registers; the default scale is positive), and
 FP8 head dim 128's causal 192-key tile (8 bytes stored once a block, reloaded once a K/V tile), and FP8 head dim
-128's causal three-warpgroup 128-key tile with PV_OVERLAP=0 (20-24 bytes at 160 registers, the loader's 32 among
-them; a tuning) and head dim 256's causal 128x128 one (4-8 bytes). Head dim 512
+128's causal three-warpgroup 128-key tile with PV_OVERLAP=0 (20-24 bytes at 160 registers, 16 of them in the
+loader's 32; FP8 v10's default, timed even with v9's spill-free causal tile) and head dim 256's causal 128x128 one
+(4-8 bytes). Head dim 512
 (the portable path's "correct, not fast" case) holds O in D_v / 2 = 256 registers a thread alone, so it spills."""
 from __future__ import annotations
 

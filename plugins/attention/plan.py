@@ -88,20 +88,26 @@ WARP_SPECIALIZED_PV_OVERLAP = {64: 1, 128: 1, 256: 0}
 # FP8 (E4M3 Q/K/V): the warp-specialized kernel with e4m3 wgmmas on sm_90a only (an sm_89 mma.sync path is not built
 # yet), for these head dims (D_qk == D_v), plus staging tiles of V as copied (attention_load_sm90.cuh: the loader
 # transposes V, the FP8 wgmma's B being K-major only). P <= 1 when quantized, so the running max moves whenever it
-# grows (threshold 0). Head dim 256 takes 64-key tiles: the 128-key tile was 3-7% faster in v4's run although ptxas
-# serializes its wgmmas (C7512, insufficient registers), but it spills 72 B, over the compile test's allowance (with
-# a mask's loads, 60-160 B). Head dim 64 without a mask takes three MMA warpgroups (192-row tiles; H100 run attn-ws-2: +21-41%
-# non-causal, +6-19% causal at 2k-16k, 0.85-1.03x cuDNN FP8), and so does hd128 on 96-key tiles (H100 run attn-fp8-3:
-# +4-6% non-causal at 2k-16k, -0..+5% causal; three warpgroups on 64-key tiles timed equal, on 128 keys they spill).
-# Masked or soft-capped hd64/hd128 keep two warpgroups (three spill 60-244 B at hd128). Timings: NOTES.md.
-FP8_TILES = {64: (192, 128, 12, 0, 3), 128: (192, 96, 12, 0, 3), 256: (128, 64, 8, 0, 2)}
-FP8_TILES_MASKED = {**FP8_TILES, 64: (128, 128, 8, 0, 3), 128: (128, 128, 8, 0, 3)}
+# grows (threshold 0). Head dim 64 without a mask takes three MMA warpgroups (192-row tiles; H100 run attn-ws-2:
+# +21-41% non-causal, +6-19% causal at 2k-16k, 0.85-1.03x cuDNN FP8). FP8 v10 (H100 run attn-fp8-1, 2026-11-24,
+# attention_fp8_h100_v10_candidates.md), with the serial step (FP8_PV_OVERLAP 0, S and P never live together):
+# hd128 on three warpgroups x 128 keys, 738/782/826/863 TFLOP/s non-causal at 2k-16k vs v9's 192x96 overlapped
+# 683/735/781/803 (+6-8%), causal 501/600/694/777 vs 499/605/712/759 (even); hd256 on 128x128 tiles (two stages, one
+# V staging tile: 230,384 B), 818/860/898/960 vs v9's 128x64 677/754/804/818 (+12-21%), causal 607/724/787/914 vs
+# 505/631/708/812 (+11-20%); the serial step on hd256's 64-key tiles gained 0-5%. Masked or soft-capped hd64/hd128
+# keep two warpgroups (three spill 60-244 B at hd128), and hd256 64-key tiles (128 keys spill 44-416 B with a mask).
+# Timings: NOTES.md.
+FP8_TILES = {64: (192, 128, 12, 0, 3), 128: (192, 128, 12, 0, 3), 256: (128, 128, 8, 0, 2)}
+FP8_TILES_MASKED = {**FP8_TILES, 64: (128, 128, 8, 0, 3), 128: (128, 128, 8, 0, 3), 256: (128, 64, 8, 0, 2)}
 # Tiles of K and V an FP8 loader thread keeps in flight before it publishes the oldest (KV_LOAD_LAG; V takes lag + 1
 # staging tiles as copied, before its transpose): 2 at hd64/hd128 (attn-fp8-3: +2-5% at every point of both), 1 at
 # hd256 (three stages with lag 2: -3..+1%).
 FP8_LOAD_LAG = {64: 2, 128: 2, 256: 1}
-# FP8 MMA warpgroups' step per head dim (PV_OVERLAP, as WARP_SPECIALIZED_PV_OVERLAP): the overlapped step until timed.
-FP8_PV_OVERLAP = {64: 1, 128: 1, 256: 1}
+# FP8 MMA warpgroups' step per head dim (PV_OVERLAP, as WARP_SPECIALIZED_PV_OVERLAP). attn-fp8-1: hd64's serial step
+# timed even (505/540/603/611 vs 481/545/603/608 non-causal, -1..-3% causal), so hd64 keeps the overlap; the serial
+# step's other P V order (SERIAL_PV_IN_TURN=0, P V after the softmax) lost 1-3% at hd128 non-causal and up to 9% at
+# hd256 x 128 keys (-4/+1/-4/-7% non-causal, 0/-1/+3/-9% causal).
+FP8_PV_OVERLAP = {64: 1, 128: 0, 256: 0}
 FP8_RESCALE_THRESHOLD = "0.0f"
 # Every n-th n8 block of S exponentiated on the FP32 pipe instead of MUFU (attention_softmax.cuh; 0: none): every 4th
 # was 3-9% slower at every point on the H100 (FP8 run 3, NOTES.md).

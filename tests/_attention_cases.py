@@ -286,12 +286,14 @@ def _warp_specialized_cases():
               AttentionCase("ws-hd128-serial-lag0-keylen", dim=128, len_q=7, len_kv=1000, key_lengths=True,
                             tuning=serial + (("KV_LOAD_LAG", 0),))]
     # head dim 256's default since v11 is the serial step: its previous step (PV_OVERLAP=1) stays a tuning; the serial
-    # step with P V after the softmax (SERIAL_PV_IN_TURN=0, FP8's candidate order); the serial step on three MMA
-    # warpgroups (hd64's tile; hd128 on 96-key tiles with three stages: 128-key ones with two spill 8 B when causal)
+    # step with P V after the softmax (SERIAL_PV_IN_TURN=0, FP8's candidate order) or both products in the turn
+    # without a wait between them (2); the serial step on three MMA warpgroups (hd64's tile; hd128 on 96-key tiles
+    # with three stages: 128-key ones with two spill 8 B when causal)
     overlap = ws + (("PV_OVERLAP", 1),)
     wg3_serial = wg3 + (("PV_OVERLAP", 0),)
     bn96 = wg3_serial + (("BLOCK_N", 96),)
-    small |= {"ws-hd256-overlap-keylen", "ws-3wg-hd128-bn96-serial-keylen", "ws-3wg-hd64-serial-500x700"}
+    small |= {"ws-hd256-overlap-keylen", "ws-3wg-hd128-bn96-serial-keylen", "ws-3wg-hd64-serial-500x700",
+              "ws-hd256-turn-both-keylen"}
     cases += [AttentionCase("ws-hd256-overlap-keylen", dim=256, len_q=7, len_kv=300, key_lengths=True, tuning=overlap),
               AttentionCase("ws-hd256-overlap-causal-2100", batch=1, heads_q=2, heads_kv=2, len_q=2100, len_kv=2100,
                             dim=256, causal=1, tuning=overlap),
@@ -307,6 +309,13 @@ def _warp_specialized_cases():
                             len_kv=2100, dim=256, causal=1, tuning=ws + (("SERIAL_PV_IN_TURN", 0),)),
               AttentionCase("ws-hd256-pv-after-softmax-keylen", dim=256, len_q=7, len_kv=300, key_lengths=True,
                             dtype="float16", tuning=ws + (("SERIAL_PV_IN_TURN", 0),)),
+              AttentionCase("ws-hd256-turn-both-causal-2100", batch=1, heads_q=2, heads_kv=2, len_q=2100,
+                            len_kv=2100, dim=256, causal=1, tuning=ws + (("SERIAL_PV_IN_TURN", 2),)),
+              AttentionCase("ws-hd256-turn-both-keylen", dim=256, len_q=7, len_kv=300, key_lengths=True,
+                            tuning=ws + (("SERIAL_PV_IN_TURN", 2),)),
+              AttentionCase("ws-hd128-turn-both-causal-br-gqa", dim=128, heads_q=8, heads_kv=2, len_q=300,
+                            len_kv=1000, causal=1, alignment="bottom_right", dtype="float16",
+                            tuning=serial + (("SERIAL_PV_IN_TURN", 2),)),
               AttentionCase("ws-3wg-hd64-serial-500x700", len_q=500, len_kv=700, tuning=wg3_serial),
               AttentionCase("ws-3wg-hd64-serial-causal-2100", batch=1, heads_q=2, heads_kv=2, len_q=2100,
                             len_kv=2100, causal=1, dtype="float16", tuning=wg3_serial)]

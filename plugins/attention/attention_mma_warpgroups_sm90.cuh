@@ -19,11 +19,15 @@
 constexpr bool kPVOverlap = PV_OVERLAP;
 // Tuning SERIAL_PV_IN_TURN (with PV_OVERLAP=0): 1 (default) issues the pending P V(t+1) in the turn, before Q K^T(t);
 // 0 issues P V(t) after the softmax of S(t), outside the turn, and awaits it in the same step (the FP8 candidate's
-// order: the turn holds one product, and the P V wgmmas interleave with the other warpgroups' turns).
+// order: the turn holds one product, and the P V wgmmas interleave with the other warpgroups' turns); 2 issues P V(t+1)
+// and Q K^T(t) in the turn back to back and awaits both after it (no drain between them, so S is live beside P: fits
+// where the tile's S + P + O do, e.g. head dim 256 on 64-key tiles, hd128 on 128).
 #ifndef SERIAL_PV_IN_TURN
 #define SERIAL_PV_IN_TURN 1
 #endif
 constexpr bool kSerialPVInTurn = SERIAL_PV_IN_TURN;
+constexpr bool kSerialDrainPV = SERIAL_PV_IN_TURN == 1;  // P V awaited before Q K^T(t) writes over P's registers
+static_assert(SERIAL_PV_IN_TURN >= 0 && SERIAL_PV_IN_TURN <= 2, "SERIAL_PV_IN_TURN: 0, 1 or 2");
 
 constexpr int kTurnBarrier = 1;  // id 1 + w: warpgroup w's turn, handed over by warpgroup w - 1 (mod the count)
 constexpr int kTurnThreads = 2 * 128;
@@ -119,7 +123,8 @@ __device__ __forceinline__ void mma_tile_step(const KVPipeline& pipe, const QFro
 // hand the turn on; wait for S; release K; mask + online softmax; rescale O (idle: no product pending); pack P.
 // K(t) is awaited inside the turn so that P V runs while it lands (with one K/V stage, K(t) is loaded only after
 // the other warpgroup's Q K^T(t+1) has ended). SERIAL_PV_IN_TURN=0: K(t) is awaited before the turn, which holds
-// Q K^T(t) only, and P V(t) is issued after P is packed, then awaited; V(t) released.
+// Q K^T(t) only, and P V(t) is issued after P is packed, then awaited; V(t) released. SERIAL_PV_IN_TURN=2: Q K^T(t)
+// is issued right after P V(t+1) (no wait between), both awaited after the turn; then V and K released.
 template <bool kCheckBounds, bool kFirst>
 __device__ __forceinline__ void mma_tile_step_serial(const KVPipeline& pipe, const QFromSmem& q, const qkv_t* sK,
                                                      const qkv_t* sV, int step, int n_tiles, const ScoreLimits& lim,
@@ -132,7 +137,7 @@ __device__ __forceinline__ void mma_tile_step_serial(const KVPipeline& pipe, con
   named_barrier_sync<kTurnThreads>(kTurnBarrier + wg);
   if constexpr (kPending) gemm_pv_issue(st.o, st.p, sV + KVPipeline::stage(v_step) * kVTileElems);
   if constexpr (kSerialPVInTurn) pipe.wait_k(step);
-  if constexpr (kPending) {
+  if constexpr (kPending && kSerialDrainPV) {
     wgmma_wait<0>();
     fence_operands(st.p);
     fence_operands(st.o[0]);
@@ -140,9 +145,14 @@ __device__ __forceinline__ void mma_tile_step_serial(const KVPipeline& pipe, con
   float s[1][kNTiles][4];
   gemm_qk_issue(s, q, sK + KVPipeline::stage(step) * kKTileElems);
   named_barrier_arrive<kTurnThreads>(kTurnBarrier + next_turn(wg));
-  if constexpr (kPending) pipe.release_v(v_step);
+  if constexpr (kPending && kSerialDrainPV) pipe.release_v(v_step);
   wgmma_wait<0>();
   fence_operands(s[0]);
+  if constexpr (kPending && !kSerialDrainPV) {
+    fence_operands(st.p);
+    fence_operands(st.o[0]);
+    pipe.release_v(v_step);
+  }
   pipe.release_k(step);
   float o_scale[2];
   mask_and_softmax<kCheckBounds>(s, t, lim, lane, st, o_scale);

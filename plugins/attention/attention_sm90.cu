@@ -22,9 +22,18 @@ constexpr int kBlockThreads = kLoadThreads + kMmaThreads;
 // transposes V, keeps 40 (40 * 128 + 232 * 256 = 64512). Three (FlashAttention-3's hd64 shape): 32 * 128 + 160 * 384
 // = 65536; FP8 40 * 128 + 152 * 384 = 63488. FP8 on three warpgroups with PV_OVERLAP=0 and S + O of 128 registers
 // (hd128 on 128-key tiles: they and the softmax's state spill at 152) takes the 16-bit split, its loader fitting 32.
+// FP8 V_TRANSPOSE_BATCH=4 (two MMA warpgroups with PV_OVERLAP=0): the loader keeps 56 for four transpose units in
+// flight, the MMA warpgroups 224 (56 * 128 + 224 * 256 = 64512; hd256 x 128 keys fits).
 constexpr bool kFp8LoaderWide = FP8 && (kMmaWarpgroups == 2 || kPVOverlap || kBlockN / 2 + kHeadDimV / 2 < 128);
-constexpr int kLoadRegisters = kFp8LoaderWide ? 40 : kMmaWarpgroups == 2 ? 24 : 32;
-constexpr int kMmaRegisters = kMmaWarpgroups == 2 ? (FP8 ? 232 : 240) : (kFp8LoaderWide ? 152 : 160);
+#if FP8 && V_TRANSPOSE_BATCH == 4
+constexpr bool kFp8LoaderDeep = true;
+static_assert(kMmaWarpgroups == 2 && !kPVOverlap, "V_TRANSPOSE_BATCH=4 takes registers of two serial MMA warpgroups");
+#else
+constexpr bool kFp8LoaderDeep = false;
+#endif
+constexpr int kLoadRegisters = kFp8LoaderDeep ? 56 : kFp8LoaderWide ? 40 : kMmaWarpgroups == 2 ? 24 : 32;
+constexpr int kMmaRegisters = kMmaWarpgroups == 2 ? (kFp8LoaderDeep ? 224 : FP8 ? 232 : 240)
+                                                  : (kFp8LoaderWide ? 152 : 160);
 
 extern "C" __global__ void __launch_bounds__(kBlockThreads, 1) fused_attention(ATTENTION_KERNEL_PARAMS) {
   extern __shared__ __align__(16) unsigned char smem[];

@@ -31,6 +31,12 @@
 #include "common/ldmatrix.cuh"
 
 static_assert(FP8, "V^T tiles are for the FP8 P V");
+// Tuning V_TRANSPOSE_BATCH: the units a warp loads (ldmatrix) before it stores them (stmatrix), 2 (default; 4 spilled
+// 8-44 B at the loader's 40 registers) or 4 (the loader then takes 56 registers: attention_sm90.cu).
+#ifndef V_TRANSPOSE_BATCH
+#define V_TRANSPOSE_BATCH 2
+#endif
+static_assert(V_TRANSPOSE_BATCH == 2 || V_TRANSPOSE_BATCH == 4, "V_TRANSPOSE_BATCH is 2 or 4");
 static_assert(kBlockN % kVtRowBytes == 0, "V^T rows are whole 32-, 64- or 128-byte swizzle rows of keys");
 constexpr int kVtTileBytes = kHeadDim * kBlockN;
 
@@ -52,10 +58,10 @@ __device__ __forceinline__ void transpose_v_tile(const qkv_t* v, qkv_t* vt, int 
   constexpr int kKeyGroups = kBlockN / 16, kUnits = kKeyGroups * (kHeadDim / 32), kWarpsT = kThreadsT / 32;
   static_assert(kUnits % kWarpsT == 0, "whole units per warp");
   constexpr int kUnitsPerWarp = kUnits / kWarpsT;
-  constexpr int kBatch = kUnitsPerWarp % 2 == 0 ? 2 : 1;  // (4 spills 8-44 B at 40 registers)
+  constexpr int kBatch = kUnitsPerWarp % V_TRANSPOSE_BATCH == 0 ? V_TRANSPOSE_BATCH : kUnitsPerWarp % 2 == 0 ? 2 : 1;
   const int warp = tid / 32, lane = tid % 32, m = lane / 8, j = lane % 8;
   const uint32_t v_tile = smem_addr(v), vt_tile = smem_addr(vt);
-#pragma unroll 1  // batches: more in flight would spill the loader's 40 registers
+#pragma unroll 1  // batches: more in flight would spill the loader's registers
   for (int i0 = 0; i0 < kUnitsPerWarp; i0 += kBatch) {
     uint32_t r[kBatch][4];
 #pragma unroll

@@ -1,6 +1,7 @@
 """FusedAttention decode (issue 10 item 2) beside torch SDPA's cuDNN and flash backends, one run, one GPU: 1-16
 queries x 1k-128k keys, GQA 32/8, head dim 128 (or --head-dim 64), bfloat16; ours' K/V read bandwidth against the device
-read measured in the same run, the previous rule's choice as a column beside the plan's choice, and with --candidates
+read measured in the same run, the previous rule's choice and the plan's tile with L2 prefetch as columns beside the
+plan's choice, and with --candidates
 the candidate decode tiles (grid size after the split, wgmma key groups, K/V tile, K/V stages) on grids that split.
 Several queries attend bottom-right causally (torch gets the same as a boolean mask). Timing as
 benchmarks/attention.py (CUDA-graph replays, median).
@@ -12,6 +13,7 @@ benchmarks/attention.py (CUDA-graph replays, median).
 from __future__ import annotations
 
 import argparse
+from unittest import mock
 
 import torch
 
@@ -28,7 +30,7 @@ DECODE = tuple((lq, lkv, b) for lq in (1, 4, 16)
                for b in batches)
 # (MIN_BLOCKS_PER_SM too: a tuning would otherwise get the prefill tiles' register cap, two blocks at head dim 64)
 DECODE_TUNING = ("WGMMA", "BLOCK_M", "BLOCK_N", "NUM_WARPS", "Q_IN_REGISTERS", "KV_STAGES", "PACK_GQA", "KV_SPLIT",
-                 "WARP_SPLIT", "MIN_BLOCKS_PER_SM")
+                 "WARP_SPLIT", "MIN_BLOCKS_PER_SM", "KV_L2_PREFETCH")
 L2_BYTES = 50 * 2 ** 20  # H100's L2: K/V smaller than this stay in it across the graph's back-to-back calls
 # Candidate tiles timed beside the plan on grids that split (session 7, --candidates): 64 packed rows on the wgmma
 # mainloop as (CTAs after the split, key groups of one warpgroup, keys a K/V tile, K/V stages a group), the split
@@ -42,18 +44,25 @@ MMA16_CANDIDATE = "mma.sync 16 rows, 4 groups x32, 3 stages"
 MMA16_TUNING = {"WGMMA": 0, "BLOCK_M": 16, "NUM_WARPS": 4, "WARP_SPLIT": 4, "BLOCK_N": 32, "KV_STAGES": 3}
 # the plan's choice by the rule before this session's (v5)
 PREVIOUS_RULE = "previous rule (v5)"
+# the plan's tile with its K/V lines prefetched into L2 this many tiles beyond the stages' next load (KV_L2_PREFETCH)
+L2_PREFETCH = (2, 4)
 
 
 def _candidate_name(ctas: int, groups: int, block_n: int, stages: int) -> str:
     return f"{ctas} CTAs: {groups} groups x{block_n}, {stages} stages"
 
 
+def _prefetch_name(tiles: int) -> str:
+    return f"plan's tile, L2 prefetch {tiles} tiles ahead"
+
+
 CANDIDATE_COLUMNS = [_candidate_name(*c) for c in WGMMA_CANDIDATES] + [MMA16_CANDIDATE]
+PREFETCH_COLUMNS = [_prefetch_name(n) for n in L2_PREFETCH]
 
 
 def decode_variants(plan, previous, candidates: bool, rows: int, kv_heads_batch: int) -> dict:
-    """Tunings to time beside the plan's decode choice: ``previous`` (the previous rule's plan) where it differs, and
-    with ``candidates`` the candidate tiles for <= 64 packed ``rows`` on grids that split (fewer than
+    """Tunings to time beside the plan's decode choice: ``previous`` (the previous rule's plan) where it differs, the
+    plan's tile with each L2 prefetch distance of L2_PREFETCH, and with ``candidates`` the candidate tiles for <= 64 packed ``rows`` on grids that split (fewer than
     SPLIT_TARGET_CTAS CTAs before any split
     (``kv_heads_batch`` CTAs: one 64-row tile per K/V head and batch)."""
     base = {k: plan.defines[k] for k in DECODE_TUNING}
@@ -61,6 +70,9 @@ def decode_variants(plan, previous, candidates: bool, rows: int, kv_heads_batch:
     old = {k: previous.defines[k] for k in DECODE_TUNING}
     if old != base:
         variants[PREVIOUS_RULE] = old
+    for tiles in L2_PREFETCH:
+        if base["KV_STAGES"] >= 2 and tiles != base["KV_L2_PREFETCH"]:
+            variants[_prefetch_name(tiles)] = {**base, "KV_L2_PREFETCH": tiles}
     grid_ctas = kv_heads_batch
     if not candidates or grid_ctas >= SPLIT_TARGET_CTAS or rows > 64:
         return variants
@@ -77,8 +89,9 @@ def decode_variants(plan, previous, candidates: bool, rows: int, kv_heads_batch:
 
 
 def _previous_rule_plan(*args):
-    """plan_attention(*args) as the v5 decode rule chose."""
-    return plan_attention(*args)
+    """plan_attention(*args) as the v5 decode rule chose (v6's head-dim-64 split tiles off)."""
+    with mock.patch.object(plan_decode, "V6_HEAD_DIMS", ()):
+        return plan_attention(*args)
 
 
 def decode_plans(dtype, lq: int, lkv: int, batch: int, dim: int, arch: str, candidates: bool = False) -> tuple:
@@ -114,7 +127,7 @@ def decode(dtype, dim: int = 128, shapes=DECODE, candidates: bool = False) -> tu
     plans = {s: decode_plans(dtype, *s, dim, arch, candidates) for s in shapes}
     precompile([p for plan, _, more in plans.values() for p in [plan, *more]], arch)  # in parallel
     present = {n for _, variants, _ in plans.values() for n in variants}
-    names = [n for n in [PREVIOUS_RULE] + CANDIDATE_COLUMNS if n in present]
+    names = [n for n in [PREVIOUS_RULE] + PREFETCH_COLUMNS + CANDIDATE_COLUMNS if n in present]
     header = ["queries", "keys", "batch", "K/V MB", "plan (rows x keys tile, warps, key groups, K/V stages, pack, split, wgmma)",
               "ours ms", "ours K/V TB/s", "% of read", "cuDNN ms", "flash (FA2) ms", "best torch", "ours/best",
               "ours/cuDNN", "err vs torch"] + [f"{n} ms" for n in names] + ["fastest of ours and columns"]

@@ -175,17 +175,54 @@ def test_decode_packs_a_kv_heads_query_heads_and_splits_small_grids(batch, lq, l
 
 
 def test_v5_split_tiles_fit_where_the_rule_says():
-    """v5's split tiles: two groups x three stages on clusters of 8 (one block an SM), one group x three stages on
-    grids of >= 128 CTAs (two blocks an SM: 115,696 B each plus the 1 KB the driver reserves a block, within an
-    H100/H200 SM's 233,472 B), for head dims 64 and 128 alike."""
-    for dim in (64, 128):
-        split8 = _decode(batch=1, lkv=32768, dim=dim)
-        full = _decode(batch=4, lkv=32768, dim=dim)
-        assert (split8.defines["WARP_SPLIT"], split8.defines["KV_STAGES"], split8.defines["KV_SPLIT"]) == (2, 3, 8)
-        assert (full.defines["WARP_SPLIT"], full.defines["KV_STAGES"], full.defines["KV_SPLIT"]) == (1, 3, 4)
-        assert split8.defines["WGMMA"] == full.defines["WGMMA"] == 1
-        assert full.shared_mem == (64 + 2 * 3 * 64) * dim * 2 + 1024 - 16
-    assert 2 * (_decode(batch=4, lkv=32768).shared_mem + 1024) <= 233472
+    """v5's split tiles (head dim 128): two groups x three stages on clusters of 8 (one block an SM), one group x three
+    stages on grids of >= 128 CTAs (two blocks an SM: 115,696 B each plus the 1 KB the driver reserves a block, within
+    an H100/H200 SM's 233,472 B)."""
+    split8 = _decode(batch=1, lkv=32768)
+    full = _decode(batch=4, lkv=32768)
+    assert (split8.defines["WARP_SPLIT"], split8.defines["KV_STAGES"], split8.defines["KV_SPLIT"]) == (2, 3, 8)
+    assert (full.defines["WARP_SPLIT"], full.defines["KV_STAGES"], full.defines["KV_SPLIT"]) == (1, 3, 4)
+    assert split8.defines["WGMMA"] == full.defines["WGMMA"] == 1
+    assert full.shared_mem == (64 + 2 * 3 * 64) * 128 * 2 + 1024 - 16
+    assert 2 * (full.shared_mem + 1024) <= 233472
+
+
+@pytest.mark.parametrize("batch, lq, lkv, tile, groups, stages, split, wgmma", [
+    (1, 1, 32768, (16, 32, 4), 4, 3, 8, 0),     # 64 CTAs, 4 rows: the 16-row mma.sync tile, four groups x three stages
+    (1, 4, 131072, (16, 32, 4), 4, 3, 8, 0),    # 16 rows alike
+    (1, 16, 32768, (64, 128, 8), 2, 3, 8, 1),   # 64 CTAs, 64 rows: two groups of 128-key tiles
+    (8, 1, 4096, (64, 128, 4), 1, 3, 2, 1),     # 128 CTAs (split 4 would leave parts of 1k keys)
+    (2, 16, 32768, (64, 128, 4), 1, 3, 8, 1),   # 128 CTAs at split 8
+    (4, 1, 32768, (64, 64, 4), 1, 3, 8, 1),     # 256 CTAs of a three-an-SM tile in clusters of 8
+    (4, 16, 131072, (64, 64, 4), 1, 3, 8, 1),
+])
+def test_v6_head_dim_64_split_tiles_follow_the_grid(batch, lq, lkv, tile, groups, stages, split, wgmma):
+    """v6 (head dim 64, sm_90a, where v5's split tiles apply): the largest split whose grid stays <= 256 CTAs with
+    parts of >= 2k keys, the tile by the grid after it; 256 CTAs fit in one wave because the tile fits three an SM."""
+    p = _decode(batch, lq, lkv, dim=64, causal=int(lq > 1), causal_alignment="bottom_right")
+    d = p.defines
+    assert (d["BLOCK_M"], d["BLOCK_N"], d["NUM_WARPS"]) == tile and d["WARP_SPLIT"] == groups
+    assert (d["KV_STAGES"], d["KV_SPLIT"], d["WGMMA"]) == (stages, split, wgmma) and d["PACK_GQA"] == 4
+    assert p.grid[0] * p.grid[1] * p.grid[2] == 8 * batch * split
+    if split * 8 * batch == 256:
+        assert 3 * (p.shared_mem + 1024) <= 233472
+
+
+def test_v6_leaves_head_dim_128_and_short_keys_to_v5():
+    """Head dim 128 keeps v5's split tiles; head dim 64 with parts under 2k keys (L2-resident K/V) keeps v4.1's."""
+    from trt_fusedattn.plugins.attention import plan_decode
+    for batch, lq, lkv in ((1, 1, 32768), (4, 1, 32768), (8, 4, 4096), (4, 16, 32768)):
+        assert _decode(batch, lq, lkv).defines == _decode_v5(batch, lq, lkv)
+    assert _decode(1, 1, 4096, dim=64).defines == _decode_v5(1, 1, 4096, dim=64)
+    assert plan_decode.V6_HEAD_DIMS == (64,)
+
+
+def _decode_v5(batch, lq, lkv, dim=128):
+    """_decode's defines as v5's rule gives them (v6's head dims emptied)."""
+    from unittest import mock
+    from trt_fusedattn.plugins.attention import plan_decode
+    with mock.patch.object(plan_decode, "V6_HEAD_DIMS", ()):
+        return _decode(batch, lq, lkv, dim=dim).defines
 
 
 def test_decode_tile_follows_the_grid():

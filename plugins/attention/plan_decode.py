@@ -77,6 +77,20 @@ V5_MIN_PART_KEYS = 2048
 WGMMA_SPLIT8_TILE = ((64, 64, 8, 0, 3), 2, 1)
 WGMMA_SPLIT_FULL_TILE = ((64, 64, 4, 0, 3), 1, 2)
 WGMMA_SPLIT_FEW_CTAS_TILE = ((64, 64, 12, 0, 2), 3, 1)
+# v6, head dim 64 (session 7 run 1, H100, candidate columns; NOTES.md): where v5's split tiles apply, the split is the
+# largest whose grid stays <= V6_MAX_CTAS CTAs with parts of >= V5_MIN_PART_KEYS keys, and the tile follows the grid:
+# - 64 CTAs (batch 1 x 8 K/V heads in clusters of 8): <= 16 rows on the 16-row mma.sync tile of four one-warp key
+#   groups x 32-key tiles x three stages (1 x 32k x 1 0.0292 ms = 0.99x cuDNN, v5 0.0339: a 64-row warpgroup spends its
+#   softmax on 60 empty rows, which at head dim 64 weighs twice per K/V byte what it does at 128), more rows on two
+#   groups of 128-key tiles x three stages (128 KB in flight a CTA; 16 x 32k x 1 0.0318 vs 0.0354);
+# - 128 CTAs: one group of 128-key tiles x three stages (107,504 B, two an SM; 1 x 4k x 8 0.0270 vs 0.0280);
+# - 256 CTAs: one group of 64-key tiles x three stages (58,352 B: three an SM, so 256 CTAs in clusters of 8 run in one
+#   wave; 1 x 32k x 4 0.0963 vs 0.1090, 16 x 32k x 4 0.0980 vs 0.1095).
+# Head dim 128 keeps v5: no candidate beat it by more than 1% (its tiles are twice the bytes a key).
+V6_HEAD_DIMS = (64,)
+V6_MAX_CTAS = 256
+V6_SPLIT_TILES = {64: ((16, (16, 32, 4, 0, 3), 4, 1, 0), (64, (64, 128, 8, 0, 3), 2, 1, 1)),
+                  128: ((64, (64, 128, 4, 0, 3), 1, 2, 1),), 256: ((64, (64, 64, 4, 0, 3), 1, 3, 1),)}
 
 
 class DecodeChoice(NamedTuple):
@@ -85,6 +99,7 @@ class DecodeChoice(NamedTuple):
     split: int        # KV_SPLIT: CTAs of a cluster sharing the keys (1: no split)
     warp_split: int   # WARP_SPLIT: key groups of warps in a block
     wgmma: int = 0    # WGMMA: the tile runs on the wgmma mainloop (sm_90a; a key group is one 64-row warpgroup)
+    l2_prefetch: int = 0  # KV_L2_PREFETCH: tiles beyond the stages' next load whose K/V lines are prefetched into L2
 
 
 def _static(*dims) -> bool:
@@ -128,6 +143,16 @@ def wgmma_split_tile(rows: int, ctas: int, split: int, len_kv: int):
     return WGMMA_SPLIT_FEW_CTAS_TILE if rows > 16 else None
 
 
+def v6_split_choice(rows: int, ctas: int, len_kv: int):
+    """v6's head-dim-64 split (split, tile, key groups, blocks an SM, wgmma) for ``rows`` packed rows on a grid of
+    ``ctas`` CTAs before the split, or None where no split keeps parts of V5_MIN_PART_KEYS keys."""
+    split = next((s for s in reversed(SPLITS) if s > 1 and ctas * s <= V6_MAX_CTAS and len_kv >= V5_MIN_PART_KEYS * s),
+                 None)
+    tiles = V6_SPLIT_TILES.get(ctas * split) if split else None
+    choice = next(((t, w, b, g) for max_rows, t, w, b, g in tiles or () if rows <= max_rows), None)
+    return (split, *choice) if choice else None
+
+
 def plan_decode(batch, len_q, len_kv, heads_q, heads_kv, dim: int, dim_v: int, arch: str) -> DecodeChoice | None:
     """The decode plan for these dimensions, or None when the shape is not decode (or not static enough to know)."""
     if not _static(len_q, heads_q, heads_kv) or len_q > DECODE_MAX_QUERIES:
@@ -158,7 +183,10 @@ def plan_decode(batch, len_q, len_kv, heads_q, heads_kv, dim: int, dim_v: int, a
                 tile, warp_split, per_sm = other
                 split = decode_split(ctas, len_kv, warp_split, arch, per_sm)
             v5 = wgmma_ok and pack > 1 and rows <= 64 and split > 1 and wgmma_split_tile(rows, ctas, split, len_kv)
-            if v5:
+            v6 = v5 and dim in V6_HEAD_DIMS and v6_split_choice(rows, ctas, len_kv)
+            if v6:
+                split, tile, warp_split, per_sm, wgmma = v6
+            elif v5:
                 (tile, warp_split, per_sm), wgmma = v5, 1
     if pack == 1 and split == 1 and not wgmma:
         return None  # nothing decode-specific: the general tiles serve it

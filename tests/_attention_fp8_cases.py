@@ -183,6 +183,17 @@ def _cases():
         FP8Case("fp8-pvserial-after-hd64-500x700", dim=64, len_q=500, len_kv=700,
                 tuning=serial + (("SERIAL_PV_IN_TURN", 0),)),
     ]
+    # V_TRANSPOSE_BATCH=4: four transpose units in flight a loader warp (loader 56 registers, MMA 224)
+    vtb4 = (("V_TRANSPOSE_BATCH", 4),)
+    cases += [
+        FP8Case("fp8-vtb4-hd256-e4m3-out", dim=256, len_q=300, len_kv=1000, **e4m3_out, tuning=vtb4, small=True),
+        FP8Case("fp8-vtb4-hd256-keylen-causal-br", dim=256, key_lengths=True, len_q=500, len_kv=1000, causal=1,
+                alignment="bottom_right", tuning=vtb4, small=True),
+        FP8Case("fp8-vtb4-hd256-long-kv-7x16534", batch=1, heads_q=2, heads_kv=2, len_q=7, len_kv=16534, dim=256,
+                tuning=vtb4),
+        FP8Case("fp8-vtb4-hd256-additive-heavy", dim=256, data="heavy", mask="additive", len_q=200, len_kv=500,
+                tuning=vtb4),  # (masked: 64-key tiles)
+    ]
     # the loader publishing tile i while tiles i + 1, i + 2 (lag 2) are in flight: three V staging tiles
     lag2 = (("KV_LOAD_LAG", 2),)
     cases += [

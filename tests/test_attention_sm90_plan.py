@@ -218,3 +218,19 @@ def test_pv_overlap_off_keeps_head_dim_256_on_128_key_tiles_asynchronous():
                            tuning={"BLOCK_N": 128, "KV_STAGES": 1, "KV_LOAD_LAG": 0, "PV_OVERLAP": 0})
         report = compile_cubin(p.source, "sm_90a", p.defines)[1]
         assert "serialized" not in report and "0 bytes spill stores" in report, report
+
+
+def test_fp8_transpose_batch_of_four_needs_two_serial_mma_warpgroups():
+    """V_TRANSPOSE_BATCH=4 gives the FP8 loader 56 registers out of two MMA warpgroups that run the serial step."""
+    attrs = FUSED_ATTENTION.resolve({"q_scale": 0.5, "k_scale": 0.25, "v_scale": 0.125})
+
+    def fp8(dim, tuning):
+        q = (2, 1000, 8, dim)
+        return plan_attention([q, q, q, None, None], ["float8_e4m3fn"] * 3 + [None, None], attrs, "sm_90a",
+                              tuning=tuning)
+    assert fp8(256, None).defines["V_TRANSPOSE_BATCH"] == 2
+    assert fp8(256, {"V_TRANSPOSE_BATCH": 4}).defines["V_TRANSPOSE_BATCH"] == 4
+    for dim, bad in ((256, {"V_TRANSPOSE_BATCH": 3}), (256, {"V_TRANSPOSE_BATCH": 4, "PV_OVERLAP": 1}),
+                     (128, {"V_TRANSPOSE_BATCH": 4})):
+        with pytest.raises(ValueError, match="V_TRANSPOSE_BATCH is 2 or 4, and 4 .* needs two MMA warpgroups"):
+            fp8(dim, bad)

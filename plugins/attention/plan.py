@@ -112,6 +112,9 @@ FP8_RESCALE_THRESHOLD = "0.0f"
 # Every n-th n8 block of S exponentiated on the FP32 pipe instead of MUFU (attention_softmax.cuh; 0: none): every 4th
 # was 3-9% slower at every point on the H100 (FP8 run 3, NOTES.md).
 FP8_EXP2_FMA_EVERY = 0
+# Units of the FP8 V transpose a loader warp keeps in flight (attention_v_transpose_sm90.cuh): 2, or 4 with the
+# loader taking 56 registers from two MMA warpgroups with PV_OVERLAP=0 (a tuning until timed).
+FP8_V_TRANSPOSE_BATCH = 2
 
 
 def pipeline_barrier_bytes(stages: int) -> int:
@@ -289,6 +292,7 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
         tune["KV_L2_PREFETCH"] = decode.l2_prefetch if decode else 0
     if fp8:
         tune["EXP2_FMA_EVERY"] = FP8_EXP2_FMA_EVERY
+        tune["V_TRANSPOSE_BATCH"] = FP8_V_TRANSPOSE_BATCH
     unknown = set(tuning or ()) - set(tune)
     if unknown:
         raise ValueError(f"FusedAttention: unknown tuning defines {sorted(unknown)}; known: {sorted(tune)}")
@@ -316,6 +320,11 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
     if tune["WARP_SPECIALIZED"] and (tune["WGMMA_OVERLAP"] or (block_m, warps) not in ((128, 8), (192, 12))):
         raise ValueError("FusedAttention: the warp-specialized kernel has its own overlap (WGMMA_OVERLAP=0) and two or "
                          "three MMA warpgroups (BLOCK_M=128, NUM_WARPS=8 or BLOCK_M=192, NUM_WARPS=12)")
+    if fp8 and (tune["V_TRANSPOSE_BATCH"] not in (2, 4)
+                or tune["V_TRANSPOSE_BATCH"] == 4 and (warps != 8 or tune["PV_OVERLAP"])):
+        raise ValueError(f"FusedAttention FP8: V_TRANSPOSE_BATCH is 2 or 4, and 4 (the loader taking 56 registers) "
+                         f"needs two MMA warpgroups (NUM_WARPS=8) with PV_OVERLAP=0; got {tune['V_TRANSPOSE_BATCH']} "
+                         f"with NUM_WARPS={warps}, PV_OVERLAP={tune['PV_OVERLAP']}")
     if fp8 and not 1 <= tune["KV_LOAD_LAG"] < min(stages, 4):
         raise ValueError(f"FusedAttention FP8: KV_LOAD_LAG (tiles in flight past the one handed over) must be 1-3 and "
                          f"below KV_STAGES={stages}, got {tune['KV_LOAD_LAG']}")

@@ -1,14 +1,13 @@
 """FusedAttention decode (issue 10 item 2) beside torch SDPA's cuDNN and flash backends, one run, one GPU: 1-16
 queries x 1k-128k keys, GQA 32/8, head dim 128 (or --head-dim 64), bfloat16; ours' K/V read bandwidth against the device
-read measured in the same run, the previous rule's choice and the plan's tile with L2 prefetch as columns beside the
-plan's choice, and with --candidates
+read measured in the same run, the previous rule's choice as a column beside the plan's choice, and with --candidates
 the candidate decode tiles (grid size after the split, wgmma key groups, K/V tile, K/V stages) on grids that split.
 Several queries attend bottom-right causally (torch gets the same as a boolean mask). Timing as
 benchmarks/attention.py (CUDA-graph replays, median).
 
     python benchmarks/attention_decode.py --out benchmarks/results/attention_h100_decode_v6.md
     python benchmarks/attention_decode.py --head-dim 64 --quick   # 4k and 32k keys only
-    python benchmarks/attention_decode.py --keys 4096,32768,131072 --candidates
+    python benchmarks/attention_decode.py --keys 4096,32768,131072 --candidates   # (or --candidates h200)
 """
 from __future__ import annotations
 
@@ -30,7 +29,7 @@ DECODE = tuple((lq, lkv, b) for lq in (1, 4, 16)
                for b in batches)
 # (MIN_BLOCKS_PER_SM too: a tuning would otherwise get the prefill tiles' register cap, two blocks at head dim 64)
 DECODE_TUNING = ("WGMMA", "BLOCK_M", "BLOCK_N", "NUM_WARPS", "Q_IN_REGISTERS", "KV_STAGES", "PACK_GQA", "KV_SPLIT",
-                 "WARP_SPLIT", "MIN_BLOCKS_PER_SM", "KV_L2_PREFETCH")
+                 "WARP_SPLIT", "MIN_BLOCKS_PER_SM")
 L2_BYTES = 50 * 2 ** 20  # H100's L2: K/V smaller than this stay in it across the graph's back-to-back calls
 # Candidate tiles timed beside the plan on grids that split (session 7, --candidates): 64 packed rows on the wgmma
 # mainloop as (CTAs after the split, key groups of one warpgroup, keys a K/V tile, K/V stages a group), the split
@@ -42,27 +41,28 @@ WGMMA_CANDIDATES = ((64, 2, 64, 3), (64, 3, 64, 2), (64, 2, 128, 3), (64, 4, 64,
 # plan's split (session 5 run 1: 1 x 32k x 1 at head dim 64 in 0.0289 ms = cuDNN, the plan's wgmma tile 0.0341)
 MMA16_CANDIDATE = "mma.sync 16 rows, 4 groups x32, 3 stages"
 MMA16_TUNING = {"WGMMA": 0, "BLOCK_M": 16, "NUM_WARPS": 4, "WARP_SPLIT": 4, "BLOCK_N": 32, "KV_STAGES": 3}
+# v4.2's tile for <= 16 packed rows on grids of >= 32 CTAs: four one-warp groups of 16-key tiles x two stages, at the
+# plan's split
+MMA16_V42_CANDIDATE = "mma.sync 16 rows, 4 groups x16, 2 stages (v4.2)"
+MMA16_V42_TUNING = {**MMA16_TUNING, "BLOCK_N": 16, "KV_STAGES": 2}
 # the plan's choice by the rule before this session's (v5)
 PREVIOUS_RULE = "previous rule (v5)"
-# the plan's tile with its K/V lines prefetched into L2 this many tiles beyond the stages' next load (KV_L2_PREFETCH)
-L2_PREFETCH = (2, 4)
 
 
 def _candidate_name(ctas: int, groups: int, block_n: int, stages: int) -> str:
     return f"{ctas} CTAs: {groups} groups x{block_n}, {stages} stages"
 
 
-def _prefetch_name(tiles: int) -> str:
-    return f"plan's tile, L2 prefetch {tiles} tiles ahead"
+CANDIDATE_COLUMNS = [_candidate_name(*c) for c in WGMMA_CANDIDATES] + [MMA16_CANDIDATE, MMA16_V42_CANDIDATE]
+# --candidates h200: the columns whose H200 times decide the next head-dim-128 rule there (NOTES.md, decode session 7):
+# three groups x two stages on 64 CTAs (the H200's best at 16 x 32k/128k x 1 under v4.2) and v4.2's 16-row tile (the
+# H200's 1 x 32k x 4 at 0.86x cuDNN under v4.2, 0.79x under v5)
+H200_COLUMNS = [_candidate_name(64, 3, 64, 2), MMA16_V42_CANDIDATE]
 
 
-CANDIDATE_COLUMNS = [_candidate_name(*c) for c in WGMMA_CANDIDATES] + [MMA16_CANDIDATE]
-PREFETCH_COLUMNS = [_prefetch_name(n) for n in L2_PREFETCH]
-
-
-def decode_variants(plan, previous, candidates: bool, rows: int, kv_heads_batch: int) -> dict:
-    """Tunings to time beside the plan's decode choice: ``previous`` (the previous rule's plan) where it differs, the
-    plan's tile with each L2 prefetch distance of L2_PREFETCH, and with ``candidates`` the candidate tiles for <= 64 packed ``rows`` on grids that split (fewer than
+def decode_variants(plan, previous, candidates, rows: int, kv_heads_batch: int) -> dict:
+    """Tunings to time beside the plan's decode choice: ``previous`` (the previous rule's plan) where it differs, and
+    the ``candidates`` columns (names) of the candidate tiles for <= 64 packed ``rows`` on grids that split (fewer than
     SPLIT_TARGET_CTAS CTAs before any split
     (``kv_heads_batch`` CTAs: one 64-row tile per K/V head and batch)."""
     base = {k: plan.defines[k] for k in DECODE_TUNING}
@@ -70,9 +70,6 @@ def decode_variants(plan, previous, candidates: bool, rows: int, kv_heads_batch:
     old = {k: previous.defines[k] for k in DECODE_TUNING}
     if old != base:
         variants[PREVIOUS_RULE] = old
-    for tiles in L2_PREFETCH:
-        if base["KV_STAGES"] >= 2 and tiles != base["KV_L2_PREFETCH"]:
-            variants[_prefetch_name(tiles)] = {**base, "KV_L2_PREFETCH": tiles}
     grid_ctas = kv_heads_batch
     if not candidates or grid_ctas >= SPLIT_TARGET_CTAS or rows > 64:
         return variants
@@ -80,11 +77,12 @@ def decode_variants(plan, previous, candidates: bool, rows: int, kv_heads_batch:
         split = ctas // grid_ctas
         tuning = {**base, "WGMMA": 1, "BLOCK_M": 64, "NUM_WARPS": 4 * groups, "WARP_SPLIT": groups, "BLOCK_N": block_n,
                   "KV_STAGES": stages, "KV_SPLIT": split, "Q_IN_REGISTERS": 0}
-        if split in plan_decode.SPLITS and split * grid_ctas == ctas and tuning != base:
-            variants[_candidate_name(ctas, groups, block_n, stages)] = tuning
-    mma16 = {**base, **MMA16_TUNING}
-    if rows <= 16 and mma16 != base:
-        variants[MMA16_CANDIDATE] = mma16
+        name = _candidate_name(ctas, groups, block_n, stages)
+        if name in candidates and split in plan_decode.SPLITS and split * grid_ctas == ctas and tuning != base:
+            variants[name] = tuning
+    for name, mma16 in ((MMA16_CANDIDATE, MMA16_TUNING), (MMA16_V42_CANDIDATE, MMA16_V42_TUNING)):
+        if name in candidates and rows <= 16 and {**base, **mma16} != base:
+            variants[name] = {**base, **mma16}
     return variants
 
 
@@ -94,7 +92,7 @@ def _previous_rule_plan(*args):
         return plan_attention(*args)
 
 
-def decode_plans(dtype, lq: int, lkv: int, batch: int, dim: int, arch: str, candidates: bool = False) -> tuple:
+def decode_plans(dtype, lq: int, lkv: int, batch: int, dim: int, arch: str, candidates=()) -> tuple:
     """The plan's choice for one decode shape, its variants (name -> tuning) and their plans."""
     causal = int(lq > 1)
     attrs = FUSED_ATTENTION.resolve({"causal": causal, "causal_alignment": "bottom_right" if causal else "top_left"})
@@ -118,16 +116,16 @@ def kv_bytes(lkv: int, batch: int, dim: int, dtype) -> int:
     return 2 * batch * 8 * lkv * dim * torch.empty(0, dtype=dtype).element_size()
 
 
-def decode(dtype, dim: int = 128, shapes=DECODE, candidates: bool = False) -> tuple[list, list, list]:
+def decode(dtype, dim: int = 128, shapes=DECODE, candidates=()) -> tuple[list, list, list]:
     """The decode grid: ours (the plan's choice) beside cuDNN and the best torch backend, with ours' K/V read bandwidth
-    against the measured device read bandwidth, and the variants (the previous rule; with ``candidates`` the
-    candidate tiles too) with the fastest of plan and variants."""
+    against the measured device read bandwidth, and the variants (the previous rule and the ``candidates`` columns)
+    with the fastest of plan and variants."""
     arch = device_arch(0)
     read = read_bandwidth()
     plans = {s: decode_plans(dtype, *s, dim, arch, candidates) for s in shapes}
     precompile([p for plan, _, more in plans.values() for p in [plan, *more]], arch)  # in parallel
     present = {n for _, variants, _ in plans.values() for n in variants}
-    names = [n for n in [PREVIOUS_RULE] + PREFETCH_COLUMNS + CANDIDATE_COLUMNS if n in present]
+    names = [n for n in [PREVIOUS_RULE] + CANDIDATE_COLUMNS if n in present]
     header = ["queries", "keys", "batch", "K/V MB", "plan (rows x keys tile, warps, key groups, K/V stages, pack, split, wgmma)",
               "ours ms", "ours K/V TB/s", "% of read", "cuDNN ms", "flash (FA2) ms", "best torch", "ours/best",
               "ours/cuDNN", "err vs torch"] + [f"{n} ms" for n in names] + ["fastest of ours and columns"]
@@ -183,12 +181,13 @@ def main():
     parser.add_argument("--head-dim", type=int, default=128, help="head dim of Q, K and V (default 128)")
     parser.add_argument("--quick", action="store_true", help="only the 4k and 32k key shapes")
     parser.add_argument("--keys", help="only these key lengths, comma-separated (e.g. 4096,32768,131072)")
-    parser.add_argument("--candidates", action="store_true",
-                        help="also time the candidate tiles (WGMMA_CANDIDATES) on grids that split")
+    parser.add_argument("--candidates", nargs="?", const="all", choices=("all", "h200"),
+                        help="also time the candidate tiles on grids that split: all of them, or h200 (H200_COLUMNS)")
     args = parser.parse_args()
     keys = {int(k) for k in args.keys.split(",")} if args.keys else {4096, 32768} if args.quick else None
     shapes = tuple(s for s in DECODE if keys is None or s[1] in keys)
-    header, rows, summary = decode(torch.bfloat16, args.head_dim, shapes, args.candidates)
+    candidates = {"all": CANDIDATE_COLUMNS, "h200": H200_COLUMNS, None: []}[args.candidates]
+    header, rows, summary = decode(torch.bfloat16, args.head_dim, shapes, candidates)
     intro = (f"Decode, GQA 32 query / 8 K/V heads, head dim {args.head_dim}, bfloat16, BSHD; several queries attend "
              "bottom-right "
              "causally (torch gets the same as a boolean mask); CUDA-graph replays, median; K/V TB/s = K and V bytes / "

@@ -27,7 +27,6 @@ WGMMA_GROUPS4_64 = (("WGMMA", 1), ("BLOCK_M", 64), ("NUM_WARPS", 16), ("BLOCK_N"
 GROUPS3_64 = (("WGMMA", 0), ("BLOCK_M", 64), ("NUM_WARPS", 12), ("BLOCK_N", 32), ("WARP_SPLIT", 3))
 # a ring of three K/V stages per key group (KV_STAGES 3: two tiles in flight while one is computed)
 STAGES3 = (("KV_STAGES", 3),)
-L2_PREFETCH2 = (("KV_L2_PREFETCH", 2),)  # K/V lines into L2 two tiles beyond the stages' next load
 
 
 def _cases():
@@ -182,21 +181,6 @@ def _cases():
         AttentionCase("gqa32-8-16x17000-causal-br-hd64", batch=1, len_q=16, len_kv=17000, heads_q=32, heads_kv=8, dim=64, **br),
         AttentionCase("gqa32-8-3x16500-causal-br-b4-hd64-fp16", batch=4, len_q=3, len_kv=16500, heads_q=32, heads_kv=8,
                       dim=64, dtype="float16", **br),
-        # KV_L2_PREFETCH (K/V lines into L2 a few tiles ahead of the stages): the prologue's tiles, the loop's, parts
-        # shorter than the distance, rows past the end, key lengths 0 and 1; both mainloops, two and three stages
-        AttentionCase("wgmma-groups2-3stages-l2pf2-split8-uneven-1x5000", len_q=1, len_kv=5000, heads_q=8, heads_kv=2,
-                      dim=128, tuning=WGMMA_GROUPS2_64 + STAGES3 + L2_PREFETCH2 + (("PACK_GQA", 4), ("KV_SPLIT", 8)),
-                      small=True),
-        AttentionCase("wgmma-group1-l2pf4-nosplit-16x1000-causal-br-keylen", batch=3, len_q=16, len_kv=1000, heads_q=8,
-                      heads_kv=2, dim=64, key_lengths=True,
-                      tuning=WGMMA_GROUP1_128 + ONE_BLOCK + (("KV_L2_PREFETCH", 4), ("PACK_GQA", 4), ("KV_SPLIT", 1)),
-                      small=True, **br),
-        AttentionCase("groups4-x32-3stages-l2pf4-hd64-split8-keylen-0-and-1", batch=2, len_q=2, len_kv=1, heads_q=8,
-                      heads_kv=2, dim=64, key_lengths=True,
-                      tuning=(("WGMMA", 0), ("BLOCK_M", 16), ("NUM_WARPS", 4), ("BLOCK_N", 32), ("WARP_SPLIT", 4))
-                      + STAGES3 + (("KV_L2_PREFETCH", 4), ("PACK_GQA", 4), ("KV_SPLIT", 8)), small=True),
-        AttentionCase("groups4-l2pf2-split4-uneven-2x3001-causal-br", len_q=2, len_kv=3001, heads_q=8, heads_kv=2,
-                      dim=128, tuning=GROUPS4_16 + L2_PREFETCH2 + (("PACK_GQA", 4), ("KV_SPLIT", 4)), small=True, **br),
         # key lengths 0 (batch 0) and 1 (the only key) over 8 CTAs x 4 key groups: 31 of the 32 parts see no key
         AttentionCase("groups4-split8-keylen-0-and-1", batch=2, len_q=2, len_kv=1, heads_q=8, heads_kv=2, dim=128,
                       key_lengths=True, tuning=GROUPS4_16 + (("PACK_GQA", 4), ("KV_SPLIT", 8)), small=True),

@@ -26,16 +26,6 @@
 #define KV_SPLIT_CLUSTER
 #endif
 #include "common/named_barrier.cuh"
-#include "common/prefetch.cuh"
-
-// KV_L2_PREFETCH (decode, the plan's tuning; 0 when absent): the K/V lines of the tile this many tiles beyond the
-// stages' next load are prefetched into L2 each step, so a key group keeps DRAM requests in flight past its shared
-// memory (the H200 needs ~40% more bytes in flight than the H100 for the same fraction of its read).
-#ifndef KV_L2_PREFETCH
-#define KV_L2_PREFETCH 0
-#endif
-constexpr int kL2Prefetch = KV_L2_PREFETCH;
-static_assert(kL2Prefetch >= 0 && (kL2Prefetch == 0 || kStages >= 2), "KV_L2_PREFETCH: tiles ahead, with 2-3 stages");
 
 // A K/V tile load: by the threads of this thread's key group with WARP_SPLIT (`group_tid`: its index among them),
 // else by the whole block (the one form both mainloops have).
@@ -47,20 +37,6 @@ __device__ __forceinline__ void load_kv_tile(elem_t* smem, const elem_t* base, i
 #else
   load_tile_async<kBlockN, DIM>(smem, base, stride, row0, len);
 #endif
-}
-
-// The rows [row0, row0 + kBlockN) of a [len, DIM] matrix into L2 (rows >= len skipped), one 128-byte line a thread
-// at a time, by the threads of this thread's key group (or the block).
-template <int DIM>
-__device__ __forceinline__ void prefetch_kv_tile_l2(const elem_t* base, int64_t stride, int row0, int len,
-                                                    int group_tid) {
-  constexpr int kLineElems = 128 / sizeof(elem_t);
-  constexpr int kLines = (DIM + kLineElems - 1) / kLineElems;  // lines a row
-#pragma unroll
-  for (int i = group_tid; i < kBlockN * kLines; i += kGroupThreads) {
-    const int row = row0 + i / kLines;
-    if (row < len) prefetch_l2(base + row * stride + (i % kLines) * kLineElems);
-  }
 }
 
 // The barrier of the threads that share K/V tiles: the block, or with WARP_SPLIT one key group (named barrier
@@ -135,16 +111,6 @@ extern "C" __global__ void KV_SPLIT_CLUSTER __launch_bounds__(kThreads, kMinBloc
     cp_async_commit();
   }
   if (kOverlapPV) cp_async_commit();  // an empty group: the loop top leaves the newest group in flight
-  constexpr int kAhead = kStages > 1 ? kStages - 1 : 1;  // tiles the stages' prefetch runs ahead
-  // KV_L2_PREFETCH: the loop asks L2 for tile t - kAhead - kL2Prefetch at step t, kL2Prefetch steps before its
-  // cp.async; here the tiles between the stages' first loads and the loop's first such tile
-#pragma unroll
-  for (int d = 1; d < kL2Prefetch; ++d) {
-    if (t_first - kAhead - d >= t_last) {
-      prefetch_kv_tile_l2<kHeadDim>(k_base, kv_stride_s, (t_first - kAhead - d) * kBlockN, len_kv, group_tid);
-      prefetch_kv_tile_l2<kHeadDimV>(v_base, v_stride_s, (t_first - kAhead - d) * kBlockN, len_kv, group_tid);
-    }
-  }
   if (kWarpSplit > 1) {  // the key groups' barriers do not cover the Q tile, which every thread loaded a part of
     wait_tiles_landed<kStages == 3 ? 1 : 0>();  // (and, for wgmma, fenced for the async proxy)
     __syncthreads();
@@ -183,6 +149,7 @@ extern "C" __global__ void KV_SPLIT_CLUSTER __launch_bounds__(kThreads, kMinBloc
     const elem_t* sV_t = sV + step % kVStages * kVTileElems;
     // KV_STAGES 2/3: tile t - (kStages - 1)'s K and V into the buffers tile t + 1 used (V: tile t + 2's with the
     // overlap)
+    constexpr int kAhead = kStages > 1 ? kStages - 1 : 1;  // tiles the prefetch runs ahead
     const auto prefetch_k = [&] {
       load_kv_tile<kHeadDim>(sK + (step + kAhead) % kStages * kKTileElems, k_base, kv_stride_s, n0 - kAhead * kBlockN,
                              len_kv, group_tid);
@@ -202,10 +169,6 @@ extern "C" __global__ void KV_SPLIT_CLUSTER __launch_bounds__(kThreads, kMinBloc
     } else if (kStages == 1) {
       load_kv_tile<kHeadDimV>(sV, v_base, v_stride_s, n0, len_kv, group_tid);
       cp_async_commit();
-    }
-    if (kL2Prefetch > 0 && t - kAhead - kL2Prefetch >= t_last) {
-      prefetch_kv_tile_l2<kHeadDim>(k_base, kv_stride_s, n0 - (kAhead + kL2Prefetch) * kBlockN, len_kv, group_tid);
-      prefetch_kv_tile_l2<kHeadDimV>(v_base, v_stride_s, n0 - (kAhead + kL2Prefetch) * kBlockN, len_kv, group_tid);
     }
 
     float s[kMAtoms][kNTiles][4];

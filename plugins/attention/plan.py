@@ -288,8 +288,6 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
         tune["KV_LOAD_LAG"] = FP8_LOAD_LAG[dim] if fp8 else WARP_SPECIALIZED_LOAD_LAG
         tune["PV_OVERLAP"] = FP8_PV_OVERLAP[dim] if fp8 else WARP_SPECIALIZED_PV_OVERLAP[dim]
         tune["SERIAL_PV_IN_TURN"] = 1
-    else:  # (the single-role kernel's decode L2 prefetch, attention.cu)
-        tune["KV_L2_PREFETCH"] = decode.l2_prefetch if decode else 0
     if fp8:
         tune["EXP2_FMA_EVERY"] = FP8_EXP2_FMA_EVERY
         tune["V_TRANSPOSE_BATCH"] = FP8_V_TRANSPOSE_BATCH

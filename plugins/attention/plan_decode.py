@@ -99,7 +99,6 @@ class DecodeChoice(NamedTuple):
     split: int        # KV_SPLIT: CTAs of a cluster sharing the keys (1: no split)
     warp_split: int   # WARP_SPLIT: key groups of warps in a block
     wgmma: int = 0    # WGMMA: the tile runs on the wgmma mainloop (sm_90a; a key group is one 64-row warpgroup)
-    l2_prefetch: int = 0  # KV_L2_PREFETCH: tiles beyond the stages' next load whose K/V lines are prefetched into L2
 
 
 def _static(*dims) -> bool:

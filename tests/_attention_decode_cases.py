@@ -181,6 +181,11 @@ def _cases():
         AttentionCase("gqa32-8-16x17000-causal-br-hd64", batch=1, len_q=16, len_kv=17000, heads_q=32, heads_kv=8, dim=64, **br),
         AttentionCase("gqa32-8-3x16500-causal-br-b4-hd64-fp16", batch=4, len_q=3, len_kv=16500, heads_q=32, heads_kv=8,
                       dim=64, dtype="float16", **br),
+        # three wgmma groups on a cluster of 8 (the --candidates h200 column "64 CTAs: 3 groups x64, 2 stages" at batch
+        # 1): 24 parts, an uneven split, key lengths
+        AttentionCase("wgmma-groups3-split8-uneven-2x7000-keylen", batch=2, len_q=2, len_kv=7000, heads_q=8, heads_kv=2,
+                      dim=128, key_lengths=True, tuning=WGMMA_GROUPS3_64 + (("PACK_GQA", 4), ("KV_SPLIT", 8)),
+                      small=True),
         # key lengths 0 (batch 0) and 1 (the only key) over 8 CTAs x 4 key groups: 31 of the 32 parts see no key
         AttentionCase("groups4-split8-keylen-0-and-1", batch=2, len_q=2, len_kv=1, heads_q=8, heads_kv=2, dim=128,
                       key_lengths=True, tuning=GROUPS4_16 + (("PACK_GQA", 4), ("KV_SPLIT", 8)), small=True),

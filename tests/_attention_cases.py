@@ -221,10 +221,12 @@ def _warp_specialized_cases():
              "ws-key-lengths-hd64", "ws-additive-full-hd64", "ws-bool-keylen-bhsd-hd128"}
     cases = [replace(c, name="ws-" + c.name[3:], tuning=ws) for c in WGMMA_CASES if c.tuning == (("WGMMA", 1),)]
     ws3 = ws + (("KV_STAGES", 3),)  # three K/V stages (hd128: 226 KB of shared memory)
+    # head dim 128's two-warpgroup tile with the overlap (its default when causal; non-causal takes three warpgroups)
+    two_wg = (("BLOCK_M", 128), ("NUM_WARPS", 8), ("KV_STAGES", 3), ("PV_OVERLAP", 1))
     cases += [AttentionCase("ws3-hd128-causal-2100", batch=1, heads_q=2, heads_kv=2, len_q=2100, len_kv=2100, dim=128,
                             causal=1, tuning=ws3),
               AttentionCase("ws3-hd128-len7x1000-keylen", len_q=7, len_kv=1000, dim=128, key_lengths=True,
-                            dtype="float16", tuning=ws3),
+                            dtype="float16", tuning=ws + two_wg),
               AttentionCase("ws3-hd64-gqa-br", heads_q=8, heads_kv=2, len_q=300, len_kv=1000, causal=1,
                             alignment="bottom_right", tuning=ws3)]
     wg3 = ws + (("BLOCK_M", 192), ("NUM_WARPS", 12))  # three MMA warpgroups in the turn ring, 192-row tiles
@@ -251,14 +253,16 @@ def _warp_specialized_cases():
                             dim=256, causal=1, tuning=bn80)]  # (with a mask's loads it spills: unmasked only)
     # the 16-bit loader keeping 2 or 3 copy groups in flight before publishing (KV_LOAD_LAG; 3 needs three stages)
     lag2, lag3 = ws + (("KV_LOAD_LAG", 2),), ws + (("KV_LOAD_LAG", 3),)
+    lag3_two_wg = lag3 + two_wg
     small |= {"ws-hd128-lag3-keylen", "ws-hd128-lag2-len1x1", "ws-3wg-hd64-lag3-500x700"}
     cases += [AttentionCase("ws-hd128-lag2", dim=128, len_q=300, len_kv=1000, tuning=lag2),
-              AttentionCase("ws-hd128-lag3-keylen", dim=128, len_q=7, len_kv=300, key_lengths=True, tuning=lag3),
+              AttentionCase("ws-hd128-lag3-keylen", dim=128, len_q=7, len_kv=300, key_lengths=True,
+                            tuning=lag3_two_wg),
               AttentionCase("ws-hd128-lag2-len1x1", dim=128, len_q=1, len_kv=1, dtype="float16", tuning=lag2),
               AttentionCase("ws-hd128-lag3-causal-2100", batch=1, heads_q=2, heads_kv=2, len_q=2100, len_kv=2100,
                             dim=128, causal=1, tuning=lag3),
               AttentionCase("ws-hd128-lag3-long-kv-16534", batch=1, heads_q=2, heads_kv=2, len_q=200, len_kv=16534,
-                            dim=128, tuning=lag3),
+                            dim=128, tuning=lag3_two_wg),
               AttentionCase("ws-hd256-lag2-causal-br-gqa", dim=256, heads_q=8, heads_kv=2, len_q=300, len_kv=1000,
                             causal=1, alignment="bottom_right", dtype="float16", tuning=lag2),
               AttentionCase("ws-hd256-lag2-keylen", dim=256, len_q=7, len_kv=300, key_lengths=True, tuning=lag2),

@@ -234,3 +234,20 @@ def test_fp8_transpose_batch_of_four_needs_two_serial_mma_warpgroups():
                      (128, {"V_TRANSPOSE_BATCH": 4})):
         with pytest.raises(ValueError, match="V_TRANSPOSE_BATCH is 2 or 4, and 4 .* needs two MMA warpgroups"):
             fp8(dim, bad)
+
+
+def test_head_dim_128_without_causal_masking_takes_three_mma_warpgroups_serially():
+    """Unmasked 16-bit hd128 without causal masking: three MMA warpgroups on 128-key tiles, two K/V stages, the serial
+    step (WARP_SPECIALIZED_NON_CAUSAL); causal keeps two warpgroups with the overlap, soft-capped the masked tile."""
+    def hd128(causal=0, softcap=0.0, dtype="bfloat16"):
+        attrs = FUSED_ATTENTION.resolve({"causal": causal, "softcap": softcap})
+        return plan_attention([(2, 4096, 16, 128)] * 3 + [None, None], [dtype] * 3 + [None, None], attrs,
+                              "sm_90a").defines
+    tile, overlap = plan_module.WARP_SPECIALIZED_NON_CAUSAL[128]
+    d = hd128()
+    assert (d["BLOCK_M"], d["BLOCK_N"], d["NUM_WARPS"], d["Q_IN_REGISTERS"], d["KV_STAGES"]) == tile
+    assert tile == (192, 128, 12, 0, 2)
+    assert d["PV_OVERLAP"] == overlap == 0 and hd128(dtype="float16")["BLOCK_M"] == 192
+    causal = hd128(causal=1)
+    assert (causal["BLOCK_M"], causal["PV_OVERLAP"]) == (plan_module.WARP_SPECIALIZED_TILES[128][0], 1)
+    assert hd128(softcap=2.0)["BLOCK_M"] == 128

@@ -85,6 +85,13 @@ WARP_SPECIALIZED_LOAD_LAG = 1
 # prep-ws-next, 2026-11-24, bf16 non-causal 2k-16k 620/643/624/652 TFLOP/s vs 563/556/578/579 with the overlap,
 # causal 498/532/570/638 vs 441/457/517/578); 128-key tiles with one K/V stage lost there (480-522).
 WARP_SPECIALIZED_PV_OVERLAP = {64: 1, 128: 1, 256: 0}
+# Unmasked 16-bit head dims without causal masking: (tile, PV_OVERLAP) instead of the above. Head dim 128: three MMA
+# warpgroups on 128-key tiles, two K/V stages (176 KB) and the serial step (P over S's registers: S + P + O fit 160),
+# H100 job attn-ws-1 (2026-11-24): bf16 569/590/615/629 TFLOP/s at 2k-16k vs 500/555/578/591 for 128x128 x 3 stages
+# with the overlap (fp16 551/577/612/623 vs 488/546/568/564); on 96-key tiles x three stages 550/587/611/626. Causal
+# keeps 128x128 with the overlap: three warpgroups timed even there (bf16 423/490/564/577 vs 425/492/534/571) and
+# lost on Llama-3 prefill (1x4096 0.2946 ms on 192x96 vs 0.2646, 4x2048 0.3223 vs 0.3106); their causal step spills 8 B.
+WARP_SPECIALIZED_NON_CAUSAL = {128: ((192, 128, 12, 0, 2), 0)}
 # FP8 (E4M3 Q/K/V): the warp-specialized kernel with e4m3 wgmmas on sm_90a only (an sm_89 mma.sync path is not built
 # yet), for these head dims (D_qk == D_v), plus staging tiles of V as copied (attention_load_sm90.cuh: the loader
 # transposes V, the FP8 wgmma's B being K-major only). P <= 1 when quantized, so the running max moves whenever it
@@ -274,7 +281,10 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
                 else WARP_SPECIALIZED_TILES if plain else WARP_SPECIALIZED_TILES_MASKED)
     short_keys = (wgmma and not ws and not decode and not tuning and plain and dim in WGMMA_SHORT_KEYS_TILES
                   and isinstance(len_kv, int) and len_kv <= WGMMA_SHORT_KEYS)
-    block_m, block_n, warps, q_in_registers, stages = (ws_table[dim] if ws else decode.tile if decode
+    non_causal = (ws and not fp8 and plain and not int(attrs.get("causal", 0))
+                  and WARP_SPECIALIZED_NON_CAUSAL.get(dim))
+    block_m, block_n, warps, q_in_registers, stages = (non_causal[0] if non_causal else ws_table[dim] if ws
+                                                       else decode.tile if decode
                                                        else WGMMA_SHORT_KEYS_TILES[dim][0] if short_keys
                                                        else WGMMA_TILES[dim] if wgmma
                                                        else table[tile_key] if tile_key else TILE_LARGE)
@@ -286,7 +296,8 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
             "PACK_GQA": decode.pack if decode else 1, "WARP_SPLIT": decode.warp_split if decode else 1}
     if ws:
         tune["KV_LOAD_LAG"] = FP8_LOAD_LAG[dim] if fp8 else WARP_SPECIALIZED_LOAD_LAG
-        tune["PV_OVERLAP"] = FP8_PV_OVERLAP[dim] if fp8 else WARP_SPECIALIZED_PV_OVERLAP[dim]
+        tune["PV_OVERLAP"] = (FP8_PV_OVERLAP[dim] if fp8 else non_causal[1] if non_causal
+                              else WARP_SPECIALIZED_PV_OVERLAP[dim])
         tune["SERIAL_PV_IN_TURN"] = 1
     if fp8:
         tune["EXP2_FMA_EVERY"] = FP8_EXP2_FMA_EVERY

@@ -572,8 +572,9 @@ def table_rows(nets: dict, batches_of: dict, arch: str, budget_s: float | None, 
 
 
 # The previous session's rule, as the plan constants that changed since (session 8: 64-row tiles on the
-# warp-specialized kernel's one MMA warpgroup for short 1x1 grids; whole-pixel blocks for dw/2 144): the "prev" column.
-PREVIOUS_RULE = dict(ROWS64_BY_DEFAULT=False, DW_WHOLE_PIXEL_BYTES=0)
+# warp-specialized kernel's one MMA warpgroup for short 1x1 grids and b8's FP8 3x3 layers; whole-pixel blocks for dw/2
+# 144): the "prev" column (FP16 and depthwise plans: the FP8 column is timed on the default alone).
+PREVIOUS_RULE = dict(ROWS64_BY_DEFAULT=False, DW_WHOLE_PIXEL_BYTES=0, FP8_ROWS64_BY_DEFAULT=False)
 
 
 @contextlib.contextmanager

@@ -214,6 +214,9 @@ X_E4M3_CASES = [
     ConvCase("x8_1x1_c48_k40_odd", 1, 48, 9, 11, 40, 1, 1, input_scale=FP8_INPUT_SCALE, x_e4m3=True),
     ConvCase("x8_3x3_groups2_c64_k96", 2, 64, 8, 8, 96, 3, 3, pad=1, groups=2, input_scale=FP8_INPUT_SCALE,
              x_e4m3=True, residual=True),
+    # 1568 output rows: the plan's 64x64 tiles on 2-CTA clusters (200 CTAs; FP8_ROWS64_BY_DEFAULT)
+    ConvCase("x8_3x3_c256_b8_rows64", 8, 256, 14, 14, 256, 3, 3, pad=1, input_scale=FP8_INPUT_SCALE, x_e4m3=True,
+             residual=True, post_activation="relu"),
 ]
 
 # The warp-specialized Hopper kernel (implicit_gemm_sm90.cu, mma="wgmma_ws"), float16/bfloat16 and FP8 with e4m3 X,

@@ -55,6 +55,7 @@ def test_depthwise_threads_of_several_pixels_compile_without_spills(monkeypatch)
     """The depthwise cases at 2 and 4 pixels a thread (DW_PIX) and the chunk-count plans, as test_conv_gpu runs them: no
     spills on sm_90a."""
     from trt_fusedattn.plugins.conv import plan as conv_plan
+    monkeypatch.setattr(conv_plan, "DW_WHOLE_PIXEL_BYTES", 0)  # as test_conv_gpu: the pixel count alone
     for pixels in (2, 4):
         monkeypatch.setattr(conv_plan, "depthwise_pixels", lambda tile, geo, n_p_q: pixels)
         for case in (c for c in CASES if c.groups == c.c > 1 and not c.name.startswith("dw_act")):

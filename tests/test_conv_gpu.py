@@ -159,10 +159,12 @@ def test_tap_row_gather_at_either_register_cap(case, blocks, monkeypatch):
                          ids=lambda c: c.name)
 def test_depthwise_threads_of_several_pixels(case, pixels, monkeypatch):
     """The depthwise kernel with each thread on 2 and 4 output pixels (DW_PIX; the last block's threads have pixels
-    past N*P*Q), stride 2, a 5x5 filter, a channel multiplier, odd channels, a residual."""
+    past N*P*Q), stride 2, a 5x5 filter, a channel multiplier, odd channels, a residual; the whole-pixel block rule
+    (which sets its own count) off."""
     from trt_fusedattn.plugins.conv import plan as conv_plan
     from trt_fusedattn.launcher.launch import device_arch
     monkeypatch.setattr(conv_plan, "depthwise_pixels", lambda tile, geo, n_p_q: pixels)
+    monkeypatch.setattr(conv_plan, "DW_WHOLE_PIXEL_BYTES", 0)
     assert case.plan(device_arch(0)).defines["DW_PIX"] == pixels
     seed = random.SystemRandom().randrange(2 ** 31)
     got, want, _ = run_case(case, seed)

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from _conv_cases import CASES, FP8_CASES, FP8_INPUT_SCALE, WGMMA_CASES, WS_CASES, ConvCase, TunedCase
+from _conv_cases import CASES, FP8_CASES, FP8_INPUT_SCALE, WGMMA_CASES, WS_CASES, X_E4M3_CASES, ConvCase, TunedCase
 from trt_fusedattn.plugins.conv.contract import FUSED_CONV
 from trt_fusedattn.plugins.conv import plan as conv_plan
 from trt_fusedattn.launcher.arch import SHARED_LIMIT
@@ -641,6 +641,10 @@ def test_short_1x1_grids_take_64_row_tiles_on_one_mma_warpgroup():
     assert choice(1024, 256, 1, 14) == (True, 64, 64, 4, 256)     # 16 CTAs, 16 tiles: 4-CTA split (4.7 vs 5.7)
     assert choice(2048, 512, 1, 7) == (True, 64, 64, 4, 256)      # 32 tiles, split: 5.7 vs 7.3
     assert choice(1024, 256, 8, 14) == (True, 64, 64, 1, 256)     # 52 CTAs of 128x64 -> 100 (6.8 vs 7.0)
+    ring = ConvCase("t", 8, 1024, 14, 14, 256, 1, 1).plan("sm_90a").defines["STAGES"]
+    assert ring == 4                                              # 4 stages (6.6 vs 7.0 on 6; conv-2's deep_rings)
+    x8 = next(c for c in X_E4M3_CASES if c.name == "x8_3x3_c256_b8_rows64").plan("sm_90a").defines  # the GPU case
+    assert (x8["BLOCK_M"], x8["BLOCK_N"], x8.get("CLUSTER_K"), x8["BLOCK_K"]) == (64, 64, 2, 128)
     assert choice(256, 512, 1, 56, stride=2)[1:3] == (64, 64)     # strided 1x1: the same rule on the output grid
     assert choice(512, 128, 8, 28)[1] == 128                      # 98 CTAs of 128x64: kept (6.3 vs 6.4)
     assert choice(1024, 512, 8, 14)[1] == 128                     # 104 CTAs: kept (9.1 vs 9.3)
@@ -648,6 +652,14 @@ def test_short_1x1_grids_take_64_row_tiles_on_one_mma_warpgroup():
     assert choice(128, 128, 1, 28, kernel=3)[1] == 128            # 3x3: not swept, kept
     assert choice(64, 32, 1, 56)[0] is False                      # K/G <= 32: mma.sync 128x32
     assert choice(256, 128, 1, 14, input_scale=FP8_INPUT_SCALE)[1] == 128  # FP8 (float16 X): kept
+    # FP8 with e4m3 X, 3x3, where the WS rule splits a short grid: 64x64 on 2-CTA clusters (b8 3x3 256 @14 7.8 vs 9.1
+    # µs, 3x3 512 @7 8.3 vs 10.0), with the 6-stage ring; 1x1 and grids of < 66 such CTAs keep the 128-row rule
+    def fp8(n, c, hw, kernel=3):
+        case = ConvCase("t", n, c, hw, hw, c, kernel, kernel, pad=kernel // 2, input_scale=FP8_INPUT_SCALE)
+        d = plan_conv(case.shapes(), ["float8_e4m3fn", *case.dtypes()[1:]], case.attrs(), "sm_90a").defines
+        return d["BLOCK_M"], d["BLOCK_N"], d.get("CLUSTER_K", 1), d["STAGES"]
+    assert fp8(8, 256, 14) == fp8(8, 512, 7) == (64, 64, 2, 6)
+    assert fp8(1, 256, 14)[0] == 128 and fp8(32, 256, 14)[0] == 128 and fp8(8, 1024, 14, kernel=1)[0] == 128
     sym = ConvCase("t", 1, 64, 56, 56, 256, 1, 1)
     shapes = sym.shapes()
     shapes[0] = (Sym.var("n"), *shapes[0][1:])
@@ -672,10 +684,13 @@ def test_share_w_is_an_override_off_by_default(monkeypatch):
     assert "SHARE_W" not in plan(64, 64, 3, hw=56).defines               # not the warp-specialized kernel
 
 
-def test_fp8_e4m3_x_takes_the_warp_specialized_kernel_on_small_grids_and_192_row_tiles():
+def test_fp8_e4m3_x_takes_the_warp_specialized_kernel_on_small_grids_and_192_row_tiles(monkeypatch):
     """FP8 with e4m3 X: the WS kernel where the output is too small for the channel tile and the tile is split over
     a cluster or the reduction is short (faster at batch 1 and 8 in conv-2/3), or where the waves rule picks 192-row
-    tiles (b32 3x3 128 @28: faster in session 5's conv-1); the unspecialized FP8 loop elsewhere."""
+    tiles (b32 3x3 128 @28: faster in session 5's conv-1); the unspecialized FP8 loop elsewhere. The 128-row rule
+    alone (FP8_ROWS64_BY_DEFAULT off; its 64-row tiles: test_short_1x1_grids_take_64_row_tiles_on_one_mma_warpgroup)."""
+    from trt_fusedattn.plugins.conv import plan as conv_plan
+    monkeypatch.setattr(conv_plan, "FP8_ROWS64_BY_DEFAULT", False)
     def plan(n, hw, c=256):
         case = ConvCase("t", n, c, hw, hw, c, 3, 3, pad=1, scale=True, input_scale=FP8_INPUT_SCALE)
         return plan_conv(case.shapes(), ["float8_e4m3fn", *case.dtypes()[1:]], case.attrs(), "sm_90a")

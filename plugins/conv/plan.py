@@ -186,6 +186,16 @@ ONE_WARPGROUP_MIN_CTAS = 2 * SM_COUNT + 1
 # 512>128 @28 and 1024>512 @14 (98-104 CTAs of 128x64) tied or lost on 64-row tiles (6.4 vs 6.3, 9.3 vs 9.1): not taken.
 ROWS64_BY_DEFAULT = True
 ROWS64_RANK_TILES = 4
+# Their ring: 4 stages. Session 8 conv-2's deep_rings sweep (H100, 64x64 unsplit, b1 and b8): 4 stages faster than 6 on
+# all 12 rows, 0.1-0.7 µs (b8 1x1 1024>256 @14 6.6 vs 7.0, 3x3 256 @14 11.0 vs 11.7, 1x1 1024>512 9.0 vs 9.6; b1 2048>512
+# 9.7 vs 10.2), 8 stages as fast as 4 where one CTA an SM holds the grid, 6, 10 and 12 the slowest: a depth that is not
+# a power of two costs the MMA warpgroup a division per tile (stage, parity) on a path 64-row tiles do not hide.
+ROWS64_STAGES = 4
+# FP8 with e4m3 X, filters larger than 1x1, where the warp-specialized rule splits a short grid's 128-row tile over a
+# cluster: 64x64 tiles on 2-CTA clusters where those make >= WS_MIN_CTAS CTAs (session 8 conv-2's FP8 table, H100, b8:
+# 3x3 256 @14 7.8 µs vs 9.1 on 128x64 c2, 3x3/2 256 @28 7.7 vs 9.0, 3x3 512 @7 8.3 vs 10.0 (c4 8.0), 3x3/2 512 @14 8.3
+# vs 10.0 (c4 8.2); 64x128 c2 8.7-12.4; the ring as the 128-row tiles': 6 stages).
+FP8_ROWS64_BY_DEFAULT = True
 # The wgmma main loop is the default on sm_90a since its GPU tests passed and it timed faster (NOTES.md); for FP8 it is
 # the only way to Hopper's FP8 rate (ptxas lowers mma.sync e4m3 to fp16 HMMA there).
 FP8_WGMMA_BY_DEFAULT = True
@@ -375,6 +385,9 @@ def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, b
         ws_choice = (default_ws_tile(cg, kg, taps, pixels, fp8_block_k if fp8 else 64,
                                      small_grids_only=fp8 and not warp_specialized)
                      or (("128x128w8", 1) if warp_specialized else None))
+        if FP8_ROWS64_BY_DEFAULT and fp8 and taps > 1 and ws_choice and ws_choice[1] > 1 \
+                and 2 * output_tiles(pixels, kg, 64, 64) >= WS_MIN_CTAS:
+            ws_choice = ("64x64w4", 2)
         warp_specialized = ws_choice is not None
         mma = "wgmma_ws" if warp_specialized else mma
     default_tile, default_block_k = default_gemm_tile(cg, kg, taps)
@@ -437,7 +450,7 @@ def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, b
     k_tiles = -(-k_tiles // (split * cluster))  # reduction tiles per warp group
     depth = max(min_stages, min(stages or (4 if fp8 or block_k == 32 or wgmma else 3), k_tiles + wgmma))
     if warp_specialized:  # the deepest ring that fits (cut below), no deeper than the CTA's tiles need
-        depth = max(min_stages, min(stages or WS_MAX_STAGES, k_tiles + 1))
+        depth = max(min_stages, min(stages or (ROWS64_STAGES if rows64 else WS_MAX_STAGES), k_tiles + 1))
     elif wgmma and not fp8 and stages is None and (block_m, block_n, block_k) == (128, 128, 64) and k_tiles == 4 \
             and (pixels is None or output_tiles(pixels, kg, block_m, block_n) >= THREE_STAGE_MIN_CTAS):
         depth = 3  # a 256-deep reduction: 3 stages (96 KB) let two CTAs share an SM, one's epilogue under the other's

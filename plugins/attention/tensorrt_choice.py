@@ -54,8 +54,8 @@ RULES = {
              evidence=f"FP8 head dim 64 from 8k: 1.07/1.09x cuDNN's FP8 SDPA non-causal, 1.05/1.03x causal ({_H100}, "
                       "attention_fp8_h100_v9.md)"),
         dict(precision=("fp8",), choice="tensorrt",
-             evidence=f"FP8 Q/DQ: 0.92-1.01x cuDNN's FP8 SDPA at head dim 64 below 8k, 0.75-0.87x at 128, 0.65-0.89x "
-                      f"at 256 ({_H100}, attention_fp8_h100_v9.md, attention_fp8_h100_v9_candidates.md)"),
+             evidence=f"FP8 Q/DQ: 0.92-1.01x cuDNN's FP8 SDPA at head dim 64 below 8k, 0.77-0.90x at 128, 0.72-0.97x "
+                      f"at 256 ({_H100}, attention_fp8_h100_v9.md, attention_fp8_h100_v10.md)"),
         dict(precision=("fp8-calibrated",), causal=False, min_len=4096, min_rows=ROWS_FULL, choice="fused",
              evidence=f"FP8 (calibrated) non-causal from 4k: 1.13-1.32x the fastest 16-bit torch backend, which the "
                       f"site would run unfused ({_H100}, attention_fp8_h100_v7.md, attention_fp8_h100_v4.md)"),

@@ -138,11 +138,10 @@ def _cases():
                 dim=128, causal=1, tuning=wg3_n96 + (("KV_LOAD_LAG", 2),)),
     ]
     # PV_OVERLAP=0 (attention_mma_warpgroups_sm90.cuh's serial step: S and P never live together): head dim 128 on
-    # three warpgroups x 128-key tiles (MMA 160 registers, loader 32) with P V(t+1) in the turn before Q K^T(t), and
-    # with SERIAL_PV_IN_TURN=0 (P V(t) after the softmax, outside the turn); the default tiles of each head dim; head
-    # dim 256 on 128x128 tiles (S 64 + O 128 registers, two stages and one V staging tile: 230,384 B of shared memory)
+    # three warpgroups x 128-key tiles (MMA 160 registers, loader 32) with P V(t+1) in the turn before Q K^T(t); the
+    # default tiles of each head dim; head dim 256 on 128x128 tiles (S 64 + O 128 registers, two stages and one V
+    # staging tile: 230,384 B of shared memory)
     wg3_n128_serial = (("BLOCK_M", 192), ("NUM_WARPS", 12), ("BLOCK_N", 128), ("PV_OVERLAP", 0))
-    after_softmax = wg3_n128_serial + (("SERIAL_PV_IN_TURN", 0),)
     serial = (("PV_OVERLAP", 0),)
     cases += [
         FP8Case("fp8-pvserial-n128-hd128-e4m3-out", dim=128, len_q=300, len_kv=700, **e4m3_out,
@@ -156,32 +155,22 @@ def _cases():
         FP8Case("fp8-pvserial-n128-hd128-causal-4100", batch=1, heads_q=2, heads_kv=2, len_q=4100, len_kv=4100,
                 dim=128, causal=1, tuning=wg3_n128_serial),
         FP8Case("fp8-pvserial-n128-hd128-1x1", len_q=1, len_kv=1, dim=128, tuning=wg3_n128_serial),
-        FP8Case("fp8-pvserial-after-n128-hd128-e4m3-out", dim=128, len_q=300, len_kv=700, **e4m3_out,
-                tuning=after_softmax, small=True),
-        FP8Case("fp8-pvserial-after-n128-hd128-keylen-causal-br", dim=128, key_lengths=True, len_q=500, len_kv=1000,
-                causal=1, alignment="bottom_right", tuning=after_softmax, small=True),
-        FP8Case("fp8-pvserial-after-n128-hd128-causal-4100", batch=1, heads_q=2, heads_kv=2, len_q=4100,
-                len_kv=4100, dim=128, causal=1, tuning=after_softmax),
         FP8Case("fp8-pvserial-n96-hd128-bf16-out", dim=128, len_q=700, len_kv=1100, output_dtype="bfloat16",
                 tuning=serial),
         FP8Case("fp8-pvserial-n64-hd256-e4m3-out", dim=256, len_q=300, len_kv=1000, **e4m3_out,
                 tuning=serial + (("BLOCK_N", 64),), small=True),
         FP8Case("fp8-pvserial-n64-hd256-causal-br-300x1000", dim=256, len_q=300, len_kv=1000, causal=1,
                 alignment="bottom_right", tuning=serial + (("BLOCK_N", 64),)),
-        FP8Case("fp8-pvserial-after-hd256-additive-heavy", dim=256, data="heavy", mask="additive", len_q=200,
-                len_kv=500, tuning=serial + (("SERIAL_PV_IN_TURN", 0),), small=True),
         FP8Case("fp8-pvserial-n128-hd256-e4m3-out", dim=256, len_q=300, len_kv=1000, **e4m3_out,
                 tuning=serial + (("BLOCK_N", 128),), small=True),
         FP8Case("fp8-pvserial-n128-hd256-keylen-causal-br", dim=256, key_lengths=True, len_q=500, len_kv=1000,
                 causal=1, alignment="bottom_right", tuning=serial + (("BLOCK_N", 128),)),
-        FP8Case("fp8-pvserial-after-n128-hd256-heavy-causal-1100", dim=256, data="heavy", len_q=1100, len_kv=1100,
-                causal=1, tuning=serial + (("BLOCK_N", 128), ("SERIAL_PV_IN_TURN", 0)), small=True),
+        FP8Case("fp8-pvserial-n128-hd256-heavy-causal-1100", dim=256, data="heavy", len_q=1100, len_kv=1100,
+                causal=1, tuning=serial + (("BLOCK_N", 128),), small=True),
         FP8Case("fp8-overlap-n64-hd256-keylen", dim=256, key_lengths=True, len_q=300, len_kv=1000,
                 tuning=(("BLOCK_N", 64), ("PV_OVERLAP", 1)), small=True),  # (v9's default)
         FP8Case("fp8-pvserial-hd64-gqa-causal-500x700", dim=64, heads_q=8, heads_kv=2, len_q=500, len_kv=700,
                 causal=1, tuning=serial, small=True),
-        FP8Case("fp8-pvserial-after-hd64-500x700", dim=64, len_q=500, len_kv=700,
-                tuning=serial + (("SERIAL_PV_IN_TURN", 0),)),
     ]
     # V_TRANSPOSE_BATCH=4: four transpose units in flight a loader warp (loader 56 registers, MMA 224)
     vtb4 = (("V_TRANSPOSE_BATCH", 4),)

@@ -19,6 +19,7 @@ ROWS_FULL = 2 ** 17  # batch x query heads x L_q of the benchmark grid (16k toke
 
 _H100 = "H100, 2026-11-24"
 _GRID = "benchmarks/results/attention_h100_v7.md (hd64), attention_h100_v4_final.md (hd128/256)"
+_V12 = "attention_h100_v12.md, attention_h100_v11_candidates.md"
 RULES = {
     "sm_90": [
         dict(precision=FLOAT + ("fp8", "fp8-calibrated"), masked=True, choice="fused",
@@ -48,8 +49,15 @@ RULES = {
         dict(precision=FLOAT, max_head_dim=64, causal=False, min_len=4096, min_rows=ROWS_FULL, choice="fused",
              evidence=f"head dim 64 non-causal from 4k: 1.02-1.11x cuDNN (bfloat16 and float16, two runs) ({_H100}, "
                       f"{_GRID}, attention_h100_v8c_candidates.md)"),
-        dict(precision=FLOAT, max_head_dim=128, causal=True, min_len=8192, min_rows=ROWS_FULL, choice="fused",
-             evidence=f"causal from 8k, head dim 64: 1.01-1.06x cuDNN, 128: 1.02-1.09x ({_H100}, {_GRID})"),
+        dict(precision=FLOAT, max_head_dim=128, causal=False, min_len=4096, min_rows=ROWS_FULL, choice="fused",
+             evidence=f"head dim 128 non-causal from 4k: 0.99-1.08x cuDNN, 11 of 12 points >= 1.00x (v12: three MMA "
+                      f"warpgroups, the serial step; bfloat16 and float16, two runs) ({_H100}, {_V12})"),
+        dict(precision=FLOAT, max_head_dim=64, causal=True, min_len=8192, min_rows=ROWS_FULL, choice="fused",
+             evidence=f"causal from 8k, head dim 64: 1.01-1.06x cuDNN ({_H100}, {_GRID}, "
+                      "attention_h100_v11_candidates.md)"),
+        dict(precision=FLOAT, causal=True, min_len=16384, min_rows=ROWS_FULL, choice="fused",
+             evidence=f"causal from 16k, head dim 128: 1.04-1.10x cuDNN, 256: 1.08-1.11x (bfloat16 and float16, two "
+                      f"runs) ({_H100}, {_V12})"),
         dict(precision=("fp8",), max_head_dim=64, min_len=8192, min_rows=ROWS_FULL, choice="fused",
              evidence=f"FP8 head dim 64 from 8k: 1.07/1.09x cuDNN's FP8 SDPA non-causal, 1.05/1.03x causal ({_H100}, "
                       "attention_fp8_h100_v9.md)"),
@@ -71,12 +79,14 @@ RULES = {
                       f"512-1k, SD self-attention 2x4096 x 8 heads 0.96-0.99x ({_H100}, {_GRID}, "
                       "attention_h100_v8c_candidates.md, attention_h100_grid.md, attention_h100_deployment_v5_2.md)"),
         dict(precision=FLOAT, max_head_dim=128, choice="tensorrt",
-             evidence=f"head dim 128 here (non-causal, causal below 8k, short or unknown lengths): 0.85-0.98x cuDNN at "
-                      f"2k-16k non-causal, 0.85-0.95x causal 2k-4k, 0.58-0.79x at 512-1k, Llama-3-8B prefill "
-                      f"0.98x/0.89x ({_H100}, {_GRID}, attention_h100_grid.md, attention_h100_deployment_v5_2.md)"),
-        dict(precision=FLOAT, choice="tensorrt",
-             evidence=f"head dim above 128: 0.76-0.97x cuDNN at 2k-16k, 0.70-0.74x at 512-1k ({_H100}, {_GRID}, "
+             evidence=f"head dim 128 here (non-causal below 4k, causal below 16k, short or unknown lengths): "
+                      f"0.81-0.96x cuDNN at 2k non-causal, 0.76-0.95x causal 2k-8k, 0.58-0.79x at 512-1k (older tree), "
+                      f"Llama-3-8B prefill 0.99x/0.85x ({_H100}, {_V12}, attention_h100_deployment_v12.md, "
                       "attention_h100_grid.md)"),
+        dict(precision=FLOAT, choice="tensorrt",
+             evidence=f"head dim above 128 here (non-causal, causal below 16k, short or unknown lengths): "
+                      f"0.72-0.99x cuDNN non-causal at 2k-16k but one float16 4k point (1.04x), 0.80-1.01x causal "
+                      f"2k-8k, 0.70-0.74x at 512-1k (older tree) ({_H100}, {_V12}, attention_h100_grid.md)"),
     ],
 }
 

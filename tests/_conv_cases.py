@@ -92,8 +92,8 @@ _BASE = [
     ConvCase("3x3_groups8_cg4_kg6", 2, 32, 9, 9, 48, 3, 3, pad=1, groups=8, residual=True),
     ConvCase("dw3x3_c96", 2, 96, 15, 15, 96, 3, 3, pad=1, groups=96, activation="clip"),
     ConvCase("dw3x3_s2_c144_batch32", 32, 144, 11, 11, 144, 3, 3, stride=2, pad=1, groups=144, activation="clip"),
-    # 3872 output pixels: 139 whole-pixel blocks (18 chunks, 2 pixels a thread: the plan's default for dw/2 144)
-    ConvCase("dw3x3_s2_c144_whole_pixels", 2, 144, 87, 87, 144, 3, 3, stride=2, pad=1, groups=144, activation="clip"),
+    # 15488 output pixels: 554 whole-pixel blocks (18 chunks, 2 pixels a thread: the plan's default for dw/2 144)
+    ConvCase("dw3x3_s2_c144_whole_pixels", 8, 144, 87, 87, 144, 3, 3, stride=2, pad=1, groups=144, activation="clip"),
     ConvCase("dw5x5_c40_residual", 2, 40, 9, 9, 40, 5, 5, pad=2, groups=40, residual=True, activation="none"),
     ConvCase("dw3x3_c13_odd", 1, 13, 7, 9, 13, 3, 3, pad=1, groups=13),
     ConvCase("dw3x3_mult2_c8_k16", 2, 8, 8, 8, 16, 3, 3, pad=1, groups=8, scale=True),

@@ -218,10 +218,13 @@ TAP_ROWS_WAVE_COST = {3: 1.0, 4: 1.2}
 DEPTHWISE_PIXELS = 2
 # Stride-2 depthwise layers whose default block reads fewer than DW_WHOLE_PIXEL_BYTES of each input pixel (a warp's
 # loads then take 16-32 bytes of each of 16 pixels) put every channel chunk in one block, DEPTHWISE_PIXELS pixels a
-# thread, where that grid keeps >= SM_COUNT blocks (depthwise_whole_pixels). Session 7 conv-3's chunk sweep (H100, b32):
-# dw/2 144 @56 on 18 chunks x 2 pixels 18.5 µs vs 24.5 on 2 chunks x 1 (32 bytes a pixel); dw/2 96 @112 (4 chunks, 64
-# bytes) 51.3 at 12 chunks x 1 vs 53.3, x 2 56.2: not taken; stride 1 lost everywhere (dw 144 @56 50.2 vs 47.5).
+# thread, where that grid makes >= DW_WHOLE_PIXEL_MIN_WAVES waves of SM_COUNT blocks (depthwise_whole_pixels). Session 7
+# conv-3's chunk sweep (H100, b32): dw/2 144 @56 on 18 chunks x 2 pixels 18.5 µs vs 24.5 on 2 chunks x 1 (32 bytes a
+# pixel); dw/2 96 @112 (4 chunks, 64 bytes) 51.3 at 12 chunks x 1 vs 53.3, x 2 56.2: not taken; stride 1 lost
+# everywhere (dw 144 @56 50.2 vs 47.5). Session 8 conv-3's anchor: b32 (896 blocks, 6.8 waves) 18.7 vs 24.4, b8 (224
+# blocks, 1.7 waves) 7.0 vs 6.1: a wave count between the two, 4.
 DW_WHOLE_PIXEL_BYTES = 64
+DW_WHOLE_PIXEL_MIN_WAVES = 4
 
 
 def default_gemm_tile(cg: int, kg: int, taps: int) -> tuple[str, int | None]:
@@ -549,13 +552,13 @@ def depthwise_pixels(tile: dict, geo: dict, pixels) -> int:
 def depthwise_whole_pixels(tile: dict, geo: dict, pixels) -> dict | None:
     """The default depthwise block with every channel chunk in it and DEPTHWISE_PIXELS pixels a thread, for a stride-2
     filter whose ``tile`` reads fewer than DW_WHOLE_PIXEL_BYTES of each pixel (2-byte X) on a static output (``pixels``
-    = N*P*Q, an int) that keeps >= SM_COUNT such blocks; else None."""
+    = N*P*Q, an int) that makes >= DW_WHOLE_PIXEL_MIN_WAVES waves of SM_COUNT such blocks; else None."""
     chunks = -(-geo["K"] // tile["DW_VEC"])
     if tuple(geo["strides"]) != (2, 2) or not isinstance(pixels, int) or tile["CH_MULT"] != 1 \
             or 2 * tile["CHUNKS"] * tile["DW_VEC"] >= DW_WHOLE_PIXEL_BYTES or chunks > 256:
         return None
     whole = {**tile, "CHUNKS": chunks, "DW_PIX": DEPTHWISE_PIXELS}
-    return whole if -(-pixels // (256 // chunks * DEPTHWISE_PIXELS)) >= SM_COUNT else None
+    return whole if -(-pixels // (256 // chunks * DEPTHWISE_PIXELS)) >= DW_WHOLE_PIXEL_MIN_WAVES * SM_COUNT else None
 
 
 def output_shape_conv(input_shapes, attrs) -> tuple:

@@ -24,17 +24,17 @@ OP = "conv"  # what the report says TensorRT's own fusion runs instead
 RULES = {
     "sm_90": [
         dict(precision="fp16", depthwise=True, choice="fused",
-             evidence="depthwise + activation: FusedConv 1.13-3.23x cuDNN's depthwise conv (BatchNorm folded) + "
-                      "activation, cuDNN's fused graph slower still (H100, 2026-11-24 session 8 conv-1, issue 12)"),
+             evidence="depthwise + activation: FusedConv 1.37-3.06x cuDNN's depthwise conv (BatchNorm folded) + "
+                      "activation, cuDNN's fused graph slower still (H100, 2026-11-24 session 8 conv-3, issue 12)"),
         dict(precision="fp16", depthwise=False, choice="tensorrt",
-             evidence="dense FP16 convs: FusedConv 0.67-1.35x the cuDNN fused graph per layer, ResNet-50 stack 0.95x "
-                      "(b1) 0.98x (b8) 1.00x (b32) (H100, 2026-11-24 session 8 conv-1, issue 12)"),
-        dict(precision="fp8", depthwise=False, kernel=(3, 3), min_batch=32, choice="fused",
-             evidence="FP8 3x3 at batch >= 32: FusedConv with e4m3 activations 1.25-1.31x the fused FP16 cuDNN graph "
-                      "over 64-256 channels, 1.02-1.03x over 512 (H100, 2026-11-24 session 8 conv-1, issue 12)"),
+             evidence="dense FP16 convs: FusedConv 0.68-1.35x the cuDNN fused graph per layer, ResNet-50 stack 0.96x "
+                      "(b1) 0.98x (b8) 1.00x (b32) (H100, 2026-11-24 session 8 conv-3, issue 12)"),
+        dict(precision="fp8", depthwise=False, kernel=(3, 3), min_batch=8, choice="fused",
+             evidence="FP8 3x3 at batch >= 8: FusedConv with e4m3 activations 1.09-1.43x the fused FP16 cuDNN graph "
+                      "at batch 8, 1.02-1.33x at 32 (H100, 2026-11-24 session 8 conv-3, issue 12)"),
         dict(precision="fp8", depthwise=False, choice="tensorrt",
-             evidence="FP8 below batch 32 or not 3x3: 0.88-1.30x the fused FP16 cuDNN graph at batch 1 and 8, other "
-                      "kernels not measured faster (H100, 2026-11-24 session 8 conv-1, issue 12)"),
+             evidence="FP8 below batch 8 or not 3x3: 0.85-1.28x the fused FP16 cuDNN graph at batch 1, other "
+                      "kernels not measured faster (H100, 2026-11-24 session 8 conv-3, issue 12)"),
     ],
 }
 

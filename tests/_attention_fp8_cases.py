@@ -192,6 +192,22 @@ def _cases():
         FP8Case("fp8-3wg-n96-nodrain-hd128-causal-4100", batch=1, heads_q=2, heads_kv=2, len_q=4100, len_kv=4100,
                 dim=128, causal=1, tuning=nodrain),
     ]
+    # FP8_EARLY_K=1: K(t) handed over before the loader waits for the next K stage (each head dim's default tiles)
+    early_k = (("FP8_EARLY_K", 1),)
+    cases += [
+        FP8Case("fp8-earlyk-hd256-e4m3-out", dim=256, len_q=300, len_kv=1000, **e4m3_out, tuning=early_k, small=True),
+        FP8Case("fp8-earlyk-hd128-keylen-causal-br", dim=128, key_lengths=True, len_q=500, len_kv=1000, causal=1,
+                alignment="bottom_right", tuning=early_k, small=True),
+        FP8Case("fp8-earlyk-hd64-gqa-500x700", heads_q=8, heads_kv=2, len_q=500, len_kv=700, tuning=early_k,
+                small=True),
+        FP8Case("fp8-earlyk-hd256-causal-4100", batch=1, heads_q=2, heads_kv=2, len_q=4100, len_kv=4100, dim=256,
+                causal=1, tuning=early_k),
+        FP8Case("fp8-earlyk-hd128-long-kv-7x16534", batch=1, heads_q=2, heads_kv=2, len_q=7, len_kv=16534, dim=128,
+                tuning=early_k),
+        FP8Case("fp8-earlyk-hd128-1x1", len_q=1, len_kv=1, dim=128, tuning=early_k),  # fewer tiles than the lag
+        FP8Case("fp8-earlyk-hd256-additive-heavy", dim=256, data="heavy", mask="additive", len_q=200, len_kv=500,
+                tuning=early_k),
+    ]
     # the loader publishing tile i while tiles i + 1, i + 2 (lag 2) are in flight: three V staging tiles
     lag2 = (("KV_LOAD_LAG", 2),)
     cases += [

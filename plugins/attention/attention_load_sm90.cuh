@@ -59,14 +59,25 @@ __device__ __forceinline__ void publish_pending(int last, Publish&& publish) {
 // the load warpgroup's own named barrier (1..kMmaWarpgroups are the MMA warpgroups' turns)
 constexpr int kLoaderBarrier = 1 + kMmaWarpgroups;
 
+// Tuning FP8_EARLY_K: 1 hands K(t) over at the top of the loader's iteration t + kLoadLag, once tile t has landed,
+// before the loader waits for K(t + kLoadLag)'s stage (which the MMA warpgroups free only after Q K^T of an earlier
+// tile completes) and issues its copies; 0 (default) hands it over at the end of that iteration, beside V^T(t).
+// Deadlock-free as the default: K(t) still needs only copies, and K(t) is published before K(t + kStages) is
+// awaited (kLoadLag < kStages).
+#ifndef FP8_EARLY_K
+#define FP8_EARLY_K 0
+#endif
+constexpr bool kEarlyK = FP8_EARLY_K;
+
 // Tile `step`'s copies (and all before) have landed in this thread's part (all but the newest kNewest groups): K is
-// handed over; once every loader thread's V copies are in, V^T is written into the stage and handed over.
-template <int kNewest>
+// handed over (unless kEarlyK handed it over already: kWithK false); once every loader thread's V copies are in, V^T
+// is written into the stage and handed over.
+template <int kNewest, bool kWithK = true>
 __device__ __forceinline__ void publish_k_and_transpose_v(const KVPipeline& pipe, const qkv_t* staging, qkv_t* sV,
                                                           int step, int tid) {
   cp_async_wait<kNewest>();
   fence_async_proxy();
-  mbarrier_arrive(pipe.full_k(KVPipeline::stage(step)));
+  if constexpr (kWithK) mbarrier_arrive(pipe.full_k(KVPipeline::stage(step)));
   named_barrier_sync<kLoadThreads>(kLoaderBarrier);  // V(step) is in the staging tile, all of it
   pipe.acquire_v(step);
   transpose_v_tile<kLoadThreads>(staging + (step % kVStagingTiles) * kVTileElems,
@@ -75,15 +86,16 @@ __device__ __forceinline__ void publish_k_and_transpose_v(const KVPipeline& pipe
   mbarrier_arrive(pipe.full_v(KVPipeline::stage(step)));
 }
 
-// Copy group g (0: Q, 1 + i: tile i's K and V) has landed, all but the newest kNewest groups: hand it over.
-template <int kNewest>
+// Copy group g (0: Q, 1 + i: tile i's K and V) has landed, all but the newest kNewest groups: hand it over (K too
+// unless kWithK is false).
+template <int kNewest, bool kWithK = true>
 __device__ __forceinline__ void publish_group(const KVPipeline& pipe, const qkv_t* staging, qkv_t* sV, int g, int tid) {
   if (g == 0) {
     cp_async_wait<kNewest>();
     fence_async_proxy();
     mbarrier_arrive(pipe.full_q());
   } else {
-    publish_k_and_transpose_v<kNewest>(pipe, staging, sV, g - 1, tid);
+    publish_k_and_transpose_v<kNewest, kWithK>(pipe, staging, sV, g - 1, tid);
   }
 }
 
@@ -99,6 +111,11 @@ __device__ __forceinline__ void load_q_and_kv(const KVPipeline& pipe, qkv_t* sQ,
   cp_async_commit();
   for (int step = 0; step < n_tiles; ++step) {
     const int n0 = (n_tiles - 1 - step) * kBlockN;
+    if (kEarlyK && step >= kLoadLag) {  // K(step - kLoadLag): all but the kLoadLag - 1 newest groups have landed
+      cp_async_wait<kLoadLag - 1>();
+      fence_async_proxy();
+      mbarrier_arrive(pipe.full_k(KVPipeline::stage(step - kLoadLag)));
+    }
     pipe.acquire_k(step);
     load_tile_swizzled<kBlockN, kLoadThreads>(sK + KVPipeline::stage(step) * kKTileElems, k_base, k_stride, n0,
                                               len_kv, tid);
@@ -106,7 +123,7 @@ __device__ __forceinline__ void load_q_and_kv(const KVPipeline& pipe, qkv_t* sQ,
     load_tile_swizzled<kBlockN, kLoadThreads>(staging + (step % kVStagingTiles) * kVTileElems, v_base, v_stride, n0,
                                               len_kv, tid);
     cp_async_commit();  // group 1 + step
-    if (step + 1 >= kLoadLag) publish_group<kLoadLag>(pipe, staging, sV, step + 1 - kLoadLag, tid);
+    if (step + 1 >= kLoadLag) publish_group<kLoadLag, !kEarlyK>(pipe, staging, sV, step + 1 - kLoadLag, tid);
   }
   publish_pending(n_tiles, [&](auto newest, int g) {
     publish_group<decltype(newest)::value>(pipe, staging, sV, g, tid);

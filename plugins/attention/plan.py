@@ -122,6 +122,9 @@ FP8_EXP2_FMA_EVERY = 0
 # Units of the FP8 V transpose a loader warp keeps in flight (attention_v_transpose_sm90.cuh): 2, or 4 with the
 # loader taking 56 registers from two MMA warpgroups with PV_OVERLAP=0 (a tuning until timed).
 FP8_V_TRANSPOSE_BATCH = 2
+# The FP8 loader hands K(t) over before it waits for the next K stage (1) or beside V^T(t) (0; attention_load_sm90.cuh):
+# a tuning until timed (attn-fp8-3's ncu: the MMA warpgroups wait for K inside their turn at hd256).
+FP8_EARLY_K = 0
 
 
 def pipeline_barrier_bytes(stages: int) -> int:
@@ -302,6 +305,7 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
     if fp8:
         tune["EXP2_FMA_EVERY"] = FP8_EXP2_FMA_EVERY
         tune["V_TRANSPOSE_BATCH"] = FP8_V_TRANSPOSE_BATCH
+        tune["FP8_EARLY_K"] = FP8_EARLY_K
     unknown = set(tuning or ()) - set(tune)
     if unknown:
         raise ValueError(f"FusedAttention: unknown tuning defines {sorted(unknown)}; known: {sorted(tune)}")

@@ -290,9 +290,8 @@ def _warp_specialized_cases():
               AttentionCase("ws-hd128-serial-lag0-keylen", dim=128, len_q=7, len_kv=1000, key_lengths=True,
                             tuning=serial + (("KV_LOAD_LAG", 0),))]
     # head dim 256's default since v11 is the serial step: its previous step (PV_OVERLAP=1) stays a tuning; the serial
-    # step with P V after the softmax (SERIAL_PV_IN_TURN=0, FP8's candidate order) or both products in the turn
-    # without a wait between them (2); the serial step on three MMA warpgroups (hd64's tile; hd128 on 96-key tiles
-    # with three stages: 128-key ones with two spill 8 B when causal)
+    # step with both products in the turn without a wait between them (SERIAL_PV_IN_TURN=2); the serial step on three
+    # MMA warpgroups (hd64's tile; hd128 on 96-key tiles with three stages: 128-key ones with two spill 8 B when causal)
     overlap = ws + (("PV_OVERLAP", 1),)
     wg3_serial = wg3 + (("PV_OVERLAP", 0),)
     bn96 = wg3_serial + (("BLOCK_N", 96),)
@@ -309,10 +308,6 @@ def _warp_specialized_cases():
                             len_kv=1000, causal=1, alignment="bottom_right", dtype="float16", tuning=bn96),
               AttentionCase("ws-3wg-hd128-bn96-serial-long-kv-16534", batch=1, heads_q=2, heads_kv=2, len_q=200,
                             len_kv=16534, dim=128, tuning=bn96),
-              AttentionCase("ws-hd256-pv-after-softmax-causal-2100", batch=1, heads_q=2, heads_kv=2, len_q=2100,
-                            len_kv=2100, dim=256, causal=1, tuning=ws + (("SERIAL_PV_IN_TURN", 0),)),
-              AttentionCase("ws-hd256-pv-after-softmax-keylen", dim=256, len_q=7, len_kv=300, key_lengths=True,
-                            dtype="float16", tuning=ws + (("SERIAL_PV_IN_TURN", 0),)),
               AttentionCase("ws-hd256-turn-both-causal-2100", batch=1, heads_q=2, heads_kv=2, len_q=2100,
                             len_kv=2100, dim=256, causal=1, tuning=ws + (("SERIAL_PV_IN_TURN", 2),)),
               AttentionCase("ws-hd256-turn-both-keylen", dim=256, len_q=7, len_kv=300, key_lengths=True,

@@ -17,17 +17,15 @@
 #define PV_OVERLAP 1
 #endif
 constexpr bool kPVOverlap = PV_OVERLAP;
-// Tuning SERIAL_PV_IN_TURN (with PV_OVERLAP=0): 1 (default) issues the pending P V(t+1) in the turn, before Q K^T(t);
-// 0 issues P V(t) after the softmax of S(t), outside the turn, and awaits it in the same step (the FP8 candidate's
-// order: the turn holds one product, and the P V wgmmas interleave with the other warpgroups' turns); 2 issues P V(t+1)
-// and Q K^T(t) in the turn back to back and awaits both after it (no drain between them, so S is live beside P: fits
-// where the tile's S + P + O do, e.g. head dim 256 on 64-key tiles, hd128 on 128).
+// Tuning SERIAL_PV_IN_TURN (with PV_OVERLAP=0): the turn issues the pending P V(t+1), then Q K^T(t); 1 (default)
+// awaits P V between them, so S is written over P's registers; 2 issues them back to back and awaits both after the
+// turn (no drain between them, so S is live beside P: fits where the tile's S + P + O do, e.g. head dim 256 on 64-key
+// tiles, hd128 on 128). (P V after the softmax, outside the turn, lost at 16 bits and FP8 alike: removed.)
 #ifndef SERIAL_PV_IN_TURN
 #define SERIAL_PV_IN_TURN 1
 #endif
-constexpr bool kSerialPVInTurn = SERIAL_PV_IN_TURN;
+static_assert(SERIAL_PV_IN_TURN == 1 || SERIAL_PV_IN_TURN == 2, "SERIAL_PV_IN_TURN: 1 or 2");
 constexpr bool kSerialDrainPV = SERIAL_PV_IN_TURN == 1;  // P V awaited before Q K^T(t) writes over P's registers
-static_assert(SERIAL_PV_IN_TURN >= 0 && SERIAL_PV_IN_TURN <= 2, "SERIAL_PV_IN_TURN: 0, 1 or 2");
 
 constexpr int kTurnBarrier = 1;  // id 1 + w: warpgroup w's turn, handed over by warpgroup w - 1 (mod the count)
 constexpr int kTurnThreads = 2 * 128;
@@ -122,21 +120,19 @@ __device__ __forceinline__ void mma_tile_step(const KVPipeline& pipe, const QFro
 // pending P V(t+1), wait K(t) full meanwhile, wait for P V (P's registers are then free); release V; issue Q K^T(t);
 // hand the turn on; wait for S; release K; mask + online softmax; rescale O (idle: no product pending); pack P.
 // K(t) is awaited inside the turn so that P V runs while it lands (with one K/V stage, K(t) is loaded only after
-// the other warpgroup's Q K^T(t+1) has ended). SERIAL_PV_IN_TURN=0: K(t) is awaited before the turn, which holds
-// Q K^T(t) only, and P V(t) is issued after P is packed, then awaited; V(t) released. SERIAL_PV_IN_TURN=2: Q K^T(t)
-// is issued right after P V(t+1) (no wait between), both awaited after the turn; then V and K released.
+// the other warpgroup's Q K^T(t+1) has ended). SERIAL_PV_IN_TURN=2: Q K^T(t) is issued right after P V(t+1) (no
+// wait between), both awaited after the turn; then V and K released.
 template <bool kCheckBounds, bool kFirst>
 __device__ __forceinline__ void mma_tile_step_serial(const KVPipeline& pipe, const QFromSmem& q, const qkv_t* sK,
                                                      const qkv_t* sV, int step, int n_tiles, const ScoreLimits& lim,
                                                      int wg, int lane, MmaThreadState& st) {
   const int t = n_tiles - 1 - step;
   const int v_step = step - 1;  // the pending product's V tile
-  constexpr bool kPending = kSerialPVInTurn && !kFirst;
+  constexpr bool kPending = !kFirst;
   if constexpr (kPending) pipe.wait_v(v_step);
-  if constexpr (!kSerialPVInTurn) pipe.wait_k(step);
   named_barrier_sync<kTurnThreads>(kTurnBarrier + wg);
   if constexpr (kPending) gemm_pv_issue(st.o, st.p, sV + KVPipeline::stage(v_step) * kVTileElems);
-  if constexpr (kSerialPVInTurn) pipe.wait_k(step);
+  pipe.wait_k(step);
   if constexpr (kPending && kSerialDrainPV) {
     wgmma_wait<0>();
     fence_operands(st.p);
@@ -162,14 +158,6 @@ __device__ __forceinline__ void mma_tile_step_serial(const KVPipeline& pipe, con
     for (int half = 0; half < 2; ++half) rescale_output_row(st.o, 0, half, o_scale[half]);
   }
   pack_p(st.p, s);
-  if constexpr (!kSerialPVInTurn) {
-    pipe.wait_v(step);
-    gemm_pv_issue(st.o, st.p, sV + KVPipeline::stage(step) * kVTileElems);
-    wgmma_wait<0>();
-    fence_operands(st.p);
-    fence_operands(st.o[0]);
-    pipe.release_v(step);
-  }
 }
 
 // The step of the PV_OVERLAP tuning.
@@ -200,20 +188,14 @@ __device__ __forceinline__ void mma_warpgroup_mainloop(const KVPipeline& pipe, c
 
   mbarrier_wait(pipe.full_q(), 0);
   if (wg == kMmaWarpgroups - 1 && n_tiles > 0) named_barrier_arrive<kTurnThreads>(kTurnBarrier);  // warpgroup 0 first
-  // the first step runs apart where it differs (no pending P V to issue); SERIAL_PV_IN_TURN=0 has none pending ever,
-  // and a third inlined copy of its step spilled (FP8 hd128 x 128 keys: 32-48 B and serialized wgmmas)
-  constexpr int kFirstApart = kPVOverlap || kSerialPVInTurn;
-  if constexpr (kFirstApart) {
-    if (n_tiles > 0) mma_step<true, true>(pipe, q, sK, sV, 0, n_tiles, lim, wg, lane, st);
-  }
-  for (int step = kFirstApart; step < n_checked; ++step)
+  if (n_tiles > 0) mma_step<true, true>(pipe, q, sK, sV, 0, n_tiles, lim, wg, lane, st);
+  for (int step = 1; step < n_checked; ++step)
     mma_step<true, false>(pipe, q, sK, sV, step, n_tiles, lim, wg, lane, st);
-  for (int step = max(n_checked, kFirstApart); step < n_tiles; ++step)
+  for (int step = max(n_checked, 1); step < n_tiles; ++step)
     mma_step<false, false>(pipe, q, sK, sV, step, n_tiles, lim, wg, lane, st);
   if (n_tiles > 0) {
     // the turn barriers: the last warpgroup's last arrival on warpgroup 0's barrier has no partner turn; absorb it
     if (wg == 0) named_barrier_sync<kTurnThreads>(kTurnBarrier);
-    if constexpr (!kPVOverlap && !kSerialPVInTurn) return;  // every P V was awaited in its step
     pipe.wait_v(n_tiles - 1);
     gemm_pv_issue(o, st.p, sV + KVPipeline::stage(n_tiles - 1) * kVTileElems);
     wgmma_wait<0>();

@@ -29,6 +29,7 @@ from tensorrt_conformance.wheels import VERSIONS, WheelsUnavailable, plugin_sour
 from trt_fusedattn.launcher.arch import shared_limit
 from trt_fusedattn.plugins.conv.contract import FUSED_CONV
 from trt_fusedattn.tensorrt import build, plugins, prepare
+from trt_fusedattn.tensorrt.symbolic import SymbolicDim
 
 # NVIDIA's sources have docstrings with "\s" (a DeprecationWarning, SyntaxWarning from Python 3.12, on import)
 pytestmark = [pytest.mark.filterwarnings("ignore:invalid escape sequence:DeprecationWarning"),
@@ -151,11 +152,24 @@ def _formats(op, formats) -> dict:
     return {"formats": formats} if "formats" in inspect.signature(op.plan).parameters else {}
 
 
+def _as_built(shapes: list, dynamic: set) -> list:
+    """``shapes`` as the plugin sees them when TensorRT builds: each dynamic dimension (input, axis) a SymbolicDim
+    holding this run's value, so that the plan can do arithmetic on it but cannot choose a tile by it."""
+    return [None if shape is None else tuple(SymbolicDim(d) if (i, j) in dynamic else d for j, d in enumerate(shape))
+            for i, shape in enumerate(shapes)]
+
+
+def _value(dim):
+    return dim.expr if isinstance(dim, SymbolicDim) else dim
+
+
 def check_launches(build_result, expected_ops: set, arch: str = ARCH, symbolic: bool = True) -> None:
     """Every plugin node got a kernel whose launch, evaluated at the input sizes of two runs, equals the op's plan
-    at those shapes and TensorRT's formats, from one PTX: the same defines at both sizes and as the direct
-    launcher's plan (dense arrays, no formats), so the engine runs the kernel the GPU tests run (a padded HWC8
-    input differs only in the pixel-stride scalar); the PTX entry takes the AOT parameter list (K1); shared
+    at those shapes as TensorRT gives them (dynamic dimensions symbolic) and TensorRT's formats, from one PTX: the
+    same defines at both sizes; in a static model also the direct launcher's plan (dense arrays, no formats), so the
+    engine runs the kernel the GPU tests run (a padded HWC8 input differs only in the pixel-stride scalar). In a
+    dynamic model the direct launcher, which knows the sizes, may choose by them (FusedConv's tile for a static
+    N*P*Q); the engine's plan is the one without them. The PTX entry takes the AOT parameter list (K1); shared
     memory fits the building GPU."""
     assert build_result.launches, "no plugin node was built"
     assert {launch.op.contract.name for launch in build_result.launches} >= expected_ops
@@ -163,17 +177,26 @@ def check_launches(build_result, expected_ops: set, arch: str = ARCH, symbolic: 
         formats = tuple(launch.formats[sum(s is not None for s in launch.input_shapes[:i])]
                         if shape is not None else None for i, shape in enumerate(launch.input_shapes))
         formats += (launch.formats[-1],)
-        plans = [launch.op.plan(shapes, launch.input_dtypes, launch.attrs, arch, **_formats(launch.op, formats))
+        # For a dynamic input the engine's kernel is the plan at its symbolic dims, so that is what the launches must
+        # match (the direct launcher, which knows the run's sizes, may tile by them).
+        dynamic = {(i, j) for i, shape in enumerate(launch.input_shapes) if shape is not None
+                   for j, d in enumerate(shape) if d != launch.other_shapes[i][j]}
+        plans = [launch.op.plan(_as_built(shapes, dynamic), launch.input_dtypes, launch.attrs, arch,
+                                **_formats(launch.op, formats))
                  for shapes in (launch.input_shapes, launch.other_shapes)]
-        direct = launch.op.plan(launch.input_shapes, launch.input_dtypes, launch.attrs, arch)
-        assert plans[0].defines == plans[1].defines == direct.defines, "TensorRT and the direct launcher differ"
+        assert plans[0].defines == plans[1].defines, "one PTX must serve both sizes"
+        if not dynamic:
+            direct = launch.op.plan(launch.input_shapes, launch.input_dtypes, launch.attrs, arch)
+            assert plans[0].defines == direct.defines, "TensorRT and the direct launcher differ"
         assert plans[0].kernel == plans[1].kernel == launch.kernel
         for other, plan in enumerate(plans):
             got = {k: launch.value(e, bool(other)) for k, e in launch.launch.items()}
-            assert (got["grid_x"], got["grid_y"], got["grid_z"]) == (tuple(plan.grid) + (1, 1))[:3], launch.node
+            assert (got["grid_x"], got["grid_y"], got["grid_z"]) == (tuple(map(_value, plan.grid)) + (1, 1))[:3], \
+                launch.node
             assert (got["block_x"], got["block_y"], got["block_z"]) == (tuple(plan.block) + (1, 1))[:3]
-            assert got["shared_mem"] == plan.shared_mem <= shared_limit(arch), launch.node
-            assert [launch.value(e, bool(other)) for e in launch.extra_args] == list(plan.scalars), launch.node
+            assert got["shared_mem"] == _value(plan.shared_mem) <= shared_limit(arch), launch.node
+            assert [launch.value(e, bool(other)) for e in launch.extra_args] == list(map(_value, plan.scalars)), \
+                launch.node
         n_inputs = sum(shape is not None for shape in launch.input_shapes)
         assert entry_parameters(launch.ptx, launch.kernel) == \
             ["u64"] * n_inputs + ["u32"] * len(plans[0].scalars) + ["u64"], launch.node

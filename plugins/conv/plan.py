@@ -303,8 +303,7 @@ def default_ws_tile(cg: int, kg: int, taps: int, pixels: int | None, block_k: in
     for narrower in ("128x128w8", "128x64w8"):
         if ctas(tile) < WS_MIN_CTAS and not split_first(tile) and GEMM_TILES[narrower][1] < GEMM_TILES[tile][1]:
             tile = narrower
-    fits = [c for c, cap in CLUSTER_CTA_CAP.items() if ctas(tile) * c <= cap and k_tiles >= WS_MIN_RANK_TILES * c]
-    cluster = 1 if ctas(tile) >= WS_MIN_CTAS else max(fits, default=1)
+    cluster = short_grid_cluster(ctas(tile), k_tiles, WS_MIN_RANK_TILES)
     if small_grids_only and cluster == 1 and reduction >= 64 * 64:
         return None  # FP8 3x3 over 512 channels at batch 32: narrowed WS 22 µs, the unspecialized 2-CTA split 16.5
     return tile, cluster
@@ -318,10 +317,17 @@ def default_rows64_tile(kg: int, taps: int, pixels: int | None, k_tiles: int,
     if not (ROWS64_BY_DEFAULT and taps == 1 and kg > 32 and isinstance(pixels, int) and choice) \
             or output_tiles(pixels, kg, *GEMM_TILES[choice[0]][:2]) >= WS_MIN_CTAS:
         return None
-    ctas = output_tiles(pixels, kg, 64, 64)
-    fits = [c for c, cap in CLUSTER_CTA_CAP.items() if ctas * c <= cap and k_tiles >= ROWS64_RANK_TILES * c]
-    cluster = 1 if ctas >= WS_MIN_CTAS else max(fits, default=1)
+    cluster = short_grid_cluster(output_tiles(pixels, kg, 64, 64), k_tiles, ROWS64_RANK_TILES)
     return None if cluster == 1 and k_tiles >= WS_SPLIT_FIRST_TILES else ("64x64w4", cluster)
+
+
+def short_grid_cluster(ctas: int, k_tiles: int, rank_tiles: int) -> int:
+    """Cluster size a warp-specialized grid of ``ctas`` CTAs splits its ``k_tiles`` reduction tiles over: 1 where the
+    grid has WS_MIN_CTAS, else the largest cluster whose CTAs fit at once (CLUSTER_CTA_CAP) with >= ``rank_tiles``
+    tiles a rank (1 where none does)."""
+    if ctas >= WS_MIN_CTAS:
+        return 1
+    return max((c for c, cap in CLUSTER_CTA_CAP.items() if ctas * c <= cap and k_tiles >= rank_tiles * c), default=1)
 
 
 def output_tiles(pixels: int, kg: int, block_m: int, block_n: int) -> int:

@@ -126,15 +126,6 @@ DEEP_RING_SWEEP = [(f"ws {t}" + (f" c{c}" if c > 1 else "") + f" {st}st",
                                         ("64x64w4", 2, (6, 10)), ("64x128w4", 2, (6, 8)), ("128x64w8", 1, (6, 9)),
                                         ("128x64w8", 2, (6, 9)), ("64x256w4", 4, (5,)))
                    for st in depths]
-# A rows by bulk copies (bulk_a; 1x1 layers at b8 and b1): in one CTA (bulk1: the bulk copy per row alone, A then
-# through ldmatrix into wgmma's registers, no tile's MMAs in flight) and multicast into clusters of 2 / 4 N tiles
-# (bulk2, bulk4: L2 sends each A row once per cluster; cuDNN's graph runs b8 1x1 1024>256 @14 on 8-CTA clusters with
-# multicast TMA, session 8 ncu), beside the same tile and ring with cp.async.
-BULK_A_SWEEP = [(f"ws {t} {st}st" + (f" bulk{b}" if b else ""),
-                 dict(mma="wgmma_ws", tile=t, stages=st, **({"bulk_a": b} if b else {})))
-                for t, st, bulks in (("64x64w4", 4, (0, 1, 2, 4)), ("64x64w4", 8, (4,)), ("64x128w4", 4, (0, 2, 4)),
-                                     ("128x64w8", 6, (0, 2)))
-                for b in bulks]
 # Depthwise: output pixels per thread (more pixels per block re-read fewer halo rows of X from L2).
 DEPTHWISE_SWEEP = [(f"dw {p} px", dict(dw_pixels=p)) for p in (1, 2, 4)]
 # Depthwise channel chunks per block: every chunk of a 96/144/192-channel layer in one block (12/18/24 chunks of 8: a
@@ -144,7 +135,7 @@ DEPTHWISE_CHUNK_SWEEP = [("dw default", dict(dw_pixels=None))] + [
 SWEEPS = {"mma.sync": MMA_SYNC_SWEEP, "wgmma": WGMMA_SWEEP, "wgmma_ws": WS_SWEEP, "ws_rows": WS_ROWS_SWEEP,
           "ws_cluster": WS_CLUSTER_SWEEP, "short": SHORT_SWEEP, "stem": STEM_SWEEP, "short_grids": SHORT_GRID_SWEEP,
           "depthwise": DEPTHWISE_SWEEP, "small_grids": SMALL_GRID_SWEEP, "deep_rings": DEEP_RING_SWEEP,
-          "depthwise_chunks": DEPTHWISE_CHUNK_SWEEP, "bulk_a": BULK_A_SWEEP}
+          "depthwise_chunks": DEPTHWISE_CHUNK_SWEEP}
 BATCHES = (1, 8, 32)
 QUICK_BATCHES = {"ResNet-50": (8, 32), "MobileNetV2": (32,)}  # --quick: the lead's one run in under 4 minutes
 # FP8 variants timed per layer: (label, plan_conv overrides); "default" is the plan's choice. "x8": X already e4m3 in

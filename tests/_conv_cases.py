@@ -300,20 +300,4 @@ WS_CASES = [
     _ws(ConvCase("3x3_c64_k80_b1_m64", 1, 64, 9, 9, 80, 3, 3, pad=1, scale=True), "64x64w4", cluster=4),
     _ws(ConvCase("x8_1x1_c256_k128_m64", 2, 256, 7, 9, 128, 1, 1, scale=True, input_scale=FP8_INPUT_SCALE,
                  x_e4m3=True, activation="silu"), "64x128w4"),
-    # A rows by bulk copies (bulk_a; A through registers): one CTA (1), and multicast into 2 and 4 N tiles of a
-    # cluster; a part-filled last M tile (rows past M repeat row M - 1), 25 rows in a 64-row tile, one reduction tile,
-    # a stride, conv groups (the group's channel offset), 64x128 and 64x256 and two MMA warpgroups (128x64), bf16,
-    # residual / scale epilogues
-    _ws(ConvCase("1x1_c128_k128_bulk", 2, 128, 9, 7, 128, 1, 1, residual=True, post_activation="relu"), "64x64w4",
-        bulk_a=1, stages=4),
-    _ws(ConvCase("1x1_c256_k256_bulk4_bf16", 3, 256, 7, 9, 256, 1, 1, scale=True, **_WGMMA_BF16), "64x64w4",
-        bulk_a=4, stages=4),
-    _ws(ConvCase("1x1_c64_k256_bulk4_one_tile", 1, 64, 5, 5, 256, 1, 1, residual=True), "64x64w4", bulk_a=4),
-    _ws(ConvCase("1x1_s2_c128_k256_bulk2", 2, 128, 13, 11, 256, 1, 1, stride=2, residual=True,
-                 post_activation="relu"), "64x128w4", bulk_a=2),
-    _ws(ConvCase("1x1_groups2_c256_k128_bulk", 2, 256, 7, 7, 128, 1, 1, groups=2, scale=True), "64x64w4", bulk_a=1),
-    _ws(ConvCase("1x1_c192_k128_bulk2_two_warpgroups", 2, 192, 10, 10, 128, 1, 1, activation="silu"), "128x64w8",
-        bulk_a=2),
-    _ws(ConvCase("1x1_c128_k512_bulk2_bf16", 1, 128, 9, 9, 512, 1, 1, residual=True, **_WGMMA_BF16), "64x256w4",
-        bulk_a=2),
 ]

@@ -179,9 +179,8 @@ def test_warp_specialized_kernel_ptx(tuned):
     """The warp-specialized kernel: its own entry point, register hand-over between the roles (setmaxnreg; none with
     two blocks per SM, three MMA warpgroups, whose 512 threads keep 128 each, or one, whose 256 keep 255), the ring's
     mbarrier hand-offs, cp.async loads, warpgroup MMAs of BLOCK_N columns with one tile in flight, the cluster shape
-    exactly when CLUSTER_K, SHARE_W or BULK_A > 1 is set; BULK_A: A rows by bulk copies (multicast on a cluster),
-    through ldmatrix into wgmma's registers, no tile in flight; no mma.sync; no ptxas warning (C7508: setmaxnreg
-    ignored) and no serialized wgmma (C7513/C7514/C7517, reported as info)."""
+    exactly when CLUSTER_K is set; no mma.sync; no ptxas warning (C7508: setmaxnreg ignored) and no serialized wgmma
+    (C7513/C7514/C7517: ptxas reports them as info)."""
     plan = tuned.plan("sm_90a")
     d = plan.defines
     mma_warps = d["WARPS_M"] * d["WARPS_N"]
@@ -189,26 +188,21 @@ def test_warp_specialized_kernel_ptx(tuned):
     assert plan.block == (128 + 32 * mma_warps, 1, 1) and mma_warps in (4, 8, 12)
     ptx = comp.compile_ptx(plan.source, "sm_90a", d)
     operand = "k32.f32.e4m3.e4m3" if d.get("FP8") else "k16.f32.bf16.bf16" if d["DTYPE_BF16"] else "k16.f32.f16.f16"
-    bulk, peers = d.get("BULK_A", 0), "SHARE_W" in d or d.get("BULK_A", 0) > 1  # other CTAs write into the ring
-    for instruction in ("mbarrier.try_wait.parity.shared::cta.b64", "cp.async.mbarrier.arrive.noinc.shared::cta.b64",
+    for instruction in ("mbarrier.try_wait.parity.shared::cta.b64", "mbarrier.arrive.shared::cta.b64",
+                        "cp.async.mbarrier.arrive.noinc.shared::cta.b64",
                         "cp.async.cg.shared.global", "fence.proxy.async.shared::cta",
-                        f"wgmma.mma_async.sync.aligned.m64n{d['BLOCK_N']}{operand}",
-                        f"wgmma.wait_group.sync.aligned {0 if bulk else 1}"):
+                        f"wgmma.mma_async.sync.aligned.m64n{d['BLOCK_N']}{operand}", "wgmma.wait_group.sync.aligned 1"):
         assert instruction in ptx, f"{instruction} missing from {tuned.name}'s PTX"
-    assert ("mbarrier.arrive.shared::cta.b64" in ptx) == (not peers)  # the MMA warps' stage release
     assert "mma.sync" not in ptx
-    assert (".reqnctapercluster" in ptx) == ("CLUSTER_K" in d or peers)
-    assert ("barrier.cluster.wait" in ptx) == ("CLUSTER_K" in d or peers)
-    assert ("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes" in ptx) == bool(bulk)
-    assert (".multicast::cluster" in ptx) == (bulk > 1) and ("ldmatrix" in ptx) == bool(bulk)
+    assert (".reqnctapercluster" in ptx) == ("CLUSTER_K" in d or "SHARE_W" in d)
+    assert ("barrier.cluster.wait" in ptx) == ("CLUSTER_K" in d or "SHARE_W" in d)
     # cluster sums past the ring: arrived on at kernel start, one release barrier after the pushes (else two)
     assert ("barrier.cluster.arrive.relaxed" in ptx) == ("PUSHED_OFFSET" in d)
     if "CLUSTER_K" in d:  # the MMA and the load warpgroups' paths
         assert ptx.count("barrier.cluster.arrive.release") == (2 if "PUSHED_OFFSET" in d else 4)
-    assert ("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32" in ptx) == ("SHARE_W" in d)
-    assert ("mbarrier.expect_tx" in ptx) == ("SHARE_W" in d or bool(bulk))
-    for instruction in ("mbarrier.arrive.shared::cluster.b64", "fence.mbarrier_init.release.cluster"):
-        assert (instruction in ptx) == peers, f"{instruction} in {tuned.name}'s PTX"
+    for instruction in ("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32", "mbarrier.expect_tx",
+                        "mbarrier.arrive.shared::cluster.b64", "fence.mbarrier_init.release.cluster"):
+        assert (instruction in ptx) == ("SHARE_W" in d), f"{instruction} in {tuned.name}'s PTX"
     one_block = d.get("WS_CTAS", 1) == 1 and mma_warps == 8  # else every role keeps the registers it starts with
     for instruction in ("setmaxnreg.dec.sync.aligned.u32", "setmaxnreg.inc.sync.aligned.u32"):
         assert (instruction in ptx) == one_block, instruction

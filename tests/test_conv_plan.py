@@ -545,38 +545,6 @@ def test_share_w_rejections():
             case.plan("sm_90a", share_w=True, **overrides)
 
 
-def test_bulk_a_case_plans():
-    """bulk_a: BULK_A in the defines, A rows 16 bytes longer in shared memory (ldmatrix without bank conflicts), the
-    grid's N tiles a multiple of the cluster; every claimed variant among the cases."""
-    tuned = [t for t in WS_CASES if "bulk_a" in t.overrides]
-    for t in tuned:
-        plan = t.plan("sm_90a")
-        d = plan.defines
-        assert d["BULK_A"] == t.overrides["bulk_a"] and d["BLOCK_K"] == 64 and t.case.kh == t.case.kw == 1
-        assert plan.shared_mem == gemm_shared_bytes(d) == gemm_shared_bytes({**d, "BULK_A": 0}) + d["STAGES"] * d["BLOCK_M"] * 16
-        assert plan.grid[1] % d["BULK_A"] == 0
-    assert {t.overrides["bulk_a"] for t in tuned} == {1, 2, 4}
-    assert {t.overrides["tile"] for t in tuned} == {"64x64w4", "64x128w4", "64x256w4", "128x64w8"}
-    assert any(t.case.groups > 1 for t in tuned) and any(t.case.stride > 1 for t in tuned)
-    assert {t.case.dtype for t in tuned} == {"float16", "bfloat16"}
-
-
-def test_bulk_a_rejections():
-    """bulk_a copies whole unpadded pixel rows of a 1x1 float16/bfloat16 filter over C/G % 64 == 0: not a 3x3 filter,
-    padding, C/G 96, FP8, a cluster split, share_w, or N tiles that do not fill the clusters."""
-    ws = dict(mma="wgmma_ws", tile="64x64w4")
-    for case, overrides in ((ConvCase("t", 2, 64, 9, 9, 64, 3, 3, pad=1), ws),
-                            (ConvCase("t", 2, 64, 9, 9, 64, 1, 1, pad=1), ws),
-                            (ConvCase("t", 2, 96, 9, 9, 64, 1, 1), ws),
-                            (ConvCase("t", 2, 128, 9, 9, 128, 1, 1, scale=True, input_scale=FP8_INPUT_SCALE,
-                                      x_e4m3=True), ws),
-                            (ConvCase("t", 2, 128, 9, 9, 128, 1, 1), dict(ws, cluster=2)),
-                            (ConvCase("t", 2, 128, 9, 9, 192, 1, 1), dict(ws, bulk_a=4)),
-                            (ConvCase("t", 2, 128, 9, 9, 128, 1, 1), dict(mma="wgmma", tile="64x64w4"))):
-        with pytest.raises(ValueError, match="bulk_a"):
-            case.plan("sm_90a", **{"bulk_a": 2, **overrides})
-
-
 @pytest.mark.parametrize("arch, dtypes, tile, message", [
     ("sm_89", None, "128x128w8", "sm_90a"),
     ("sm_90a", "fp8", "128x128w8", "FP8"),

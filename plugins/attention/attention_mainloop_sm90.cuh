@@ -185,7 +185,7 @@ __device__ __forceinline__ void gemm_pv_issue(float (&o)[1][kDTiles][4], uint32_
     wgmma_fence();  // P was written and O possibly rescaled by ordinary instructions
 #pragma unroll
     for (int kk = 0; kk < kPVSteps; ++kk)
-      wgmma_rs_f16<kHeadDim, true>(o[0], a[kk], v_desc + ((kk * 16 * kSwizzleRowBytes) >> 4));
+      wgmma_rs_b_mn_major<kHeadDim>(o[0], a[kk], v_desc + ((kk * 16 * kSwizzleRowBytes) >> 4));
   }
   wgmma_commit();
 }

@@ -133,29 +133,26 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t a_desc, 
   }
 }
 
-// d (64 x N, fp32) += A (64 x 16, registers: the m16k16 A fragment of mma.sync per warp) * B (16 x N, smem): kBMnMajor
-// stored 16 x N with N contiguous (the transpose flag 1), else K-major, stored N x 16; 16-bit element types only.
-template <int N, bool kBMnMajor>
-__device__ __forceinline__ void wgmma_rs_f16(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t b_desc) {
-  static_assert(N == 64 || N == 128 || N == 256, "wgmma_rs_f16: N must be 64, 128 or 256");
+// d (64 x N, fp32) += A (64 x 16, registers: the m16k16 A fragment of mma.sync per warp) * B (16 x N, smem,
+// MN-major: stored 16 x N with N contiguous, hence the transpose flag 1); 16-bit element types only.
+template <int N>
+__device__ __forceinline__ void wgmma_rs_b_mn_major(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t b_desc) {
+  static_assert(N == 64 || N == 128 || N == 256, "wgmma_rs: N must be 64, 128 or 256");
   if constexpr (N == 64) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32" WGMMA_F16_TYPES " " WGMMA_REGS_32
-                 ", {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
-                 : WGMMA_ACC_N64(0)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "n"(1), "n"(int(kBMnMajor)));
+                 ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+                 : WGMMA_ACC_N64(0) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "n"(1));
   } else if constexpr (N == 128) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n128k16.f32" WGMMA_F16_TYPES " " WGMMA_REGS_64
-                 ", {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
-                 : WGMMA_ACC_N128(0)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "n"(1), "n"(int(kBMnMajor)));
+                 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+                 : WGMMA_ACC_N128(0) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "n"(1));
   } else {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n256k16.f32" WGMMA_F16_TYPES " " WGMMA_REGS_128
-                 ", {%128, %129, %130, %131}, %132, p, 1, 1, %134;\n}\n"
-                 : WGMMA_ACC_N256(0)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "n"(1), "n"(int(kBMnMajor)));
+                 ", {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"
+                 : WGMMA_ACC_N256(0) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "n"(1));
   }
 }
 

@@ -26,9 +26,6 @@
 #ifndef WARP_SPECIALIZED
 #define WARP_SPECIALIZED 0  // 1: implicit_gemm_sm90.cu (a load warpgroup feeding WARPS_M x WARPS_N MMA warps)
 #endif
-#ifndef BULK_A
-#define BULK_A 0  // > 0: A rows by cp.async.bulk, read by BULK_A CTAs of a cluster (implicit_gemm_load_bulk_sm90.cuh)
-#endif
 // A staged as elem_t and quantized in shared memory: FP8 with float16/bfloat16 X on the 16-byte path.
 #define QUANTIZE_A (FP8 && IN_VEC == 8 && !X_E4M3)
 #ifndef CLUSTER_K
@@ -75,10 +72,7 @@ constexpr int kMI = kWarpM / 16, kNI = kWarpN / 8, kRowsPerMI = 16;
 constexpr bool kQuantizeA = QUANTIZE_A;
 constexpr int kRowBytes = BLOCK_K * int(sizeof(op_t));    // one operand row of a tile the MMAs read
 constexpr int kChunks = kRowBytes / 16;                   // 16-byte chunks per such row
-// BULK_A: A rows land unswizzled, 16 bytes apart more than their length, so that the 8 rows of an ldmatrix phase hit
-// 8 bank groups (144 = 9 * 16 bytes a row)
-constexpr int kARowBytes = BULK_A ? kRowBytes + 16 : kRowBytes;
-constexpr int kAStageBytes = BLOCK_M * (kQuantizeA ? BLOCK_K * int(sizeof(elem_t)) : kARowBytes);
+constexpr int kAStageBytes = BLOCK_M * BLOCK_K * int(kQuantizeA ? sizeof(elem_t) : sizeof(op_t));
 constexpr int kStageBytes = kAStageBytes + BLOCK_N * kRowBytes;
 constexpr int kA8Bytes = BLOCK_M * kRowBytes;             // one quantized A tile
 // Tiles loaded ahead of the MMAs: a stage is free once its MMAs are done; wgmma keeps the previous tile's in flight.
@@ -92,8 +86,6 @@ static_assert(kWarpM % 16 == 0 && kWarpN % 16 == 0, "warp tile must be a multipl
 static_assert(kAhead >= 1 + kQuantAhead, "pipeline stages: 2 (+1 when A is quantized ahead, +1 for wgmma)");
 static_assert(!X_E4M3 || (FP8 && IN_VEC == 8), "e4m3 X: FP8 with 16-byte loads (C/G % 16 == 0)");
 static_assert(!TAPS_INNER || KH * KW > 1, "TAPS_INNER reorders the filter taps of a KHxKW > 1 filter");
-static_assert(!BULK_A || (WARP_SPECIALIZED && !FP8 && KH == 1 && KW == 1 && kRowBytes == 128 && CLUSTER_K == 1),
-              "BULK_A: float16/bfloat16 1x1 filters on the warp-specialized kernel, BLOCK_K 64, no cluster split");
 
 // Reduction tiles of one output tile: BLOCK_K elements each, or (TAP_ROWS) one per filter row.
 __device__ __forceinline__ int reduction_tiles(int Kgemm) { return TAP_ROWS ? KH : (Kgemm + BLOCK_K - 1) / BLOCK_K; }

@@ -87,7 +87,7 @@ struct AsyncTileLoader {
     chunk = tid % kAChunks;
     row0 = tid / kAChunks;
 #pragma unroll
-    for (int i = 0; i < (BULK_A ? 0 : kRows); ++i) {  // BULK_A: A rows by bulk copies (BulkARows)
+    for (int i = 0; i < kRows; ++i) {
       const RowOrigin o(m0 + row0 + i * (kLoaderThreads / kAChunks), M, pq_div, q_div, H, W, x_stride, pad_h, pad_w,
                         g * Cg);
       a_offset[i] = o.offset; a_h0[i] = o.h0; a_w0[i] = o.w0;
@@ -115,7 +115,7 @@ struct AsyncTileLoader {
     const bool k_ok = kg < Kgemm;
     const unsigned a_base = smem_addr(stage), b_base = smem_addr(stage + kAStageBytes);
 #pragma unroll
-    for (int i = 0; i < (BULK_A ? 0 : kRows); ++i) {
+    for (int i = 0; i < kRows; ++i) {
       const int row = row0 + i * (kLoaderThreads / kAChunks);
       const bool ok = k_ok && unsigned(a_h0[i] + dh) < unsigned(H) && unsigned(a_w0[i] + dw) < unsigned(W);
       cp_async_16<TAPS_INNER>(a_base + smem_offset<kAChunks>(row, chunk * 16), ok ? x + a_offset[i] + delta : x,

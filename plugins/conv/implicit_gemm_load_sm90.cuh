@@ -9,10 +9,8 @@
 // copies have landed, so a hand-over never waits for the loader to get to a later tile (waiting for its own copies
 // would tie it to a stage the MMA warps free later). The MMA warps fence the landed tile for wgmma (async proxy)
 // after their wait (mma_ring_tiles).
-// BULK_A: the A rows by bulk copies instead (implicit_gemm_load_bulk_sm90.cuh), W by cp.async as above.
 #pragma once
 #include "implicit_gemm_load.cuh"
-#include "implicit_gemm_load_bulk_sm90.cuh"
 #include "implicit_gemm_pipeline_sm90.cuh"
 
 typedef AsyncTileLoader<kLoadThreads, kWShare> RingLoader;
@@ -26,13 +24,12 @@ static_assert(STAGES >= kPushLag + 2, "SHARE_W: the ring must be deeper than the
 #endif
 
 // The loader's whole job: reduction tiles 0..k_tiles-1 (tile i starts at reduction index k0_of(i)) into the ring
-// (SHARE_W: this CTA's W half into the other CTA's ring too; `peer_stages` is its ring's shared::cluster address;
-// BULK_A: `a_rows` copies the A rows; nullptr without).
+// (SHARE_W: this CTA's W half into the other CTA's ring too; `peer_stages` is its ring's shared::cluster address).
 template <typename K0Of>
 __device__ __forceinline__ void load_tiles(const TileRing& ring, unsigned char* stages, RingLoader& loader,
-                                           const BulkARows* a_rows, int k_tiles, K0Of k0_of, const x_t* x,
-                                           const op_t* w, int H, int W, int x_stride, int Cg, int Kgemm,
-                                           const FastDivmod& cg_div, uint32_t peer_stages = 0) {
+                                           int k_tiles, K0Of k0_of, const x_t* x, const op_t* w, int H, int W,
+                                           int x_stride, int Cg, int Kgemm, const FastDivmod& cg_div,
+                                           uint32_t peer_stages = 0) {
 #if SHARE_W
   const auto push = [&](int tile) {
     loader.push_w(stages + TileRing::stage(tile) * kStageBytes, peer_stages + TileRing::stage(tile) * kStageBytes,
@@ -43,12 +40,8 @@ __device__ __forceinline__ void load_tiles(const TileRing& ring, unsigned char* 
   for (int i = 0; i < k_tiles; ++i) {
     ring.acquire(i);
 #if SHARE_W
-    if (threadIdx.x == 0) ring.expect_tx(i, RingLoader::kWPartBytes);
+    if (threadIdx.x == 0) ring.expect_peer_w(i, RingLoader::kWPartBytes);
 #endif
-    if constexpr (BULK_A > 0) {  // before this thread's cp.async arrival, which the phase also waits for
-      if (threadIdx.x == 0) ring.expect_tx(i, BulkARows::kTileBytes);
-      a_rows->fetch(smem_addr(stages + TileRing::stage(i) * kStageBytes), ring.full(TileRing::stage(i)), x, k0_of(i));
-    }
     loader.fetch(stages + TileRing::stage(i) * kStageBytes, k0_of(i), x, w, H, W, x_stride, Cg, Kgemm, cg_div);
     ring.publish_when_landed(i);
 #if SHARE_W

@@ -63,71 +63,20 @@ __device__ __forceinline__ void mma_drain(float (&acc)[kMI][kNI][4]) { wgmma_til
 #if WARP_SPECIALIZED
 #include "implicit_gemm_pipeline_sm90.cuh"
 
-#if BULK_A
-#include "common/ldmatrix.cuh"
-// BULK_A: the A rows land unswizzled, kARowBytes apart (implicit_gemm_load_bulk_sm90.cuh), a layout wgmma cannot read
-// from shared memory: each warp takes its 16 rows of each 64-row block into registers with ldmatrix (the m16k16
-// fragment, 32 bytes of a row per k-step) and wgmma reads A from there, W from its swizzled tile.
-typedef uint32_t ATileRegs[kMI][kRowBytes / 32][4];
-
-__device__ __forceinline__ void wgmma_tile_issue_a_regs(float (&acc)[kMI][kNI][4], ATileRegs& a,
-                                                        const unsigned char* a_tile, const unsigned char* b_tile,
-                                                        int warpgroup, int lane) {
-  const int row = warpgroup * kWgRows + (threadIdx.x / 32 % 4) * 16 + lane % 16;  // ldmatrix: lane 8i + j, row j
-  const uint32_t a_lane = smem_addr(a_tile + row * kARowBytes + lane / 16 * 16);    // of 8x8 block i (rows, k halves)
-#pragma unroll
-  for (int mi = 0; mi < kMI; ++mi)
-#pragma unroll
-    for (int kk = 0; kk < kRowBytes / 32; ++kk) ldmatrix_x4(a[mi][kk], a_lane + mi * 64 * kARowBytes + kk * 32);
-  const uint64_t b_desc = smem_desc<kRowBytes>(smem_addr(b_tile), 16, 8 * kRowBytes);
-#pragma unroll
-  for (int mi = 0; mi < kMI; ++mi) {
-    fence_operands(acc[mi]);
-    fence_operands(a[mi]);
-  }
-  wgmma_fence();  // the A registers were just written by ordinary instructions
-#pragma unroll
-  for (int kk = 0; kk < kRowBytes / 32; ++kk)
-#pragma unroll
-    for (int mi = 0; mi < kMI; ++mi) wgmma_rs_f16<BLOCK_N, false>(acc[mi], a[mi][kk], b_desc + 2 * kk);
-  wgmma_commit();
-}
-#endif
-
-// One ring tile of the MMA warpgroups: wait until tile i has landed (and fence it for the async proxy), issue its
-// MMAs (issue(stage)), wait until at most kInFlight tiles' MMAs still run and hand the stage of the newest finished
-// tile back to the loader.
-template <int kInFlight, typename Issue>
-__device__ __forceinline__ void mma_ring_tile(float (&acc)[kMI][kNI][4], const TileRing& ring,
-                                              const unsigned char* stages, int i, int lane, Issue issue) {
-  ring.wait(i);
-  fence_async_proxy();  // the loader's cp.async writes (generic proxy), now visible here, ordered before wgmma's reads
-  issue(stages + TileRing::stage(i) * kStageBytes);
-  wgmma_tile_wait<kInFlight>(acc);
-  if (i >= kInFlight) ring.release(i - kInFlight, lane);
-}
-
-// The MMA warpgroups' main loop of the warp-specialized kernel: k_tiles ring tiles on this warpgroup's rows, one
-// tile's MMAs in flight while the next is waited for and issued. BULK_A: none (ptxas serializes every wgmma of a
-// loop whose ordinary instructions, here the ldmatrix of the next tile's A, write wgmma input registers while
-// wgmmas run: ptxas info C7513), so a tile's ldmatrix wait for the previous tile's MMAs. Returns with the
-// accumulators final.
+// The MMA warpgroups' main loop of the warp-specialized kernel: for each of k_tiles ring tiles, wait until it has
+// landed (and fence it for the async proxy), issue its MMAs on this warpgroup's rows, wait for the previous tile's (one tile stays in flight) and hand
+// that tile's stage back to the loader. Returns with the accumulators final.
 __device__ __forceinline__ void mma_ring_tiles(float (&acc)[kMI][kNI][4], const TileRing& ring,
                                                const unsigned char* stages, int k_tiles, int warpgroup, int lane) {
-#if BULK_A
-  ATileRegs a;
 #pragma unroll 1
-  for (int i = 0; i < k_tiles; ++i)
-    mma_ring_tile<0>(acc, ring, stages, i, lane, [&](const unsigned char* stage) {
-      wgmma_tile_issue_a_regs(acc, a, stage, stage + kAStageBytes, warpgroup, lane);
-    });
-#else
-#pragma unroll 1
-  for (int i = 0; i < k_tiles; ++i)
-    mma_ring_tile<1>(acc, ring, stages, i, lane, [&](const unsigned char* stage) {
-      wgmma_tile_issue(acc, stage, stage + kAStageBytes, warpgroup);
-    });
+  for (int i = 0; i < k_tiles; ++i) {
+    ring.wait(i);
+    fence_async_proxy();  // the loader's cp.async writes (generic proxy), now visible here, ordered before wgmma's reads
+    const unsigned char* stage = stages + TileRing::stage(i) * kStageBytes;
+    wgmma_tile_issue(acc, stage, stage + kAStageBytes, warpgroup);
+    wgmma_tile_wait<1>(acc);
+    if (i > 0 && lane == 0) ring.release(i - 1);
+  }
   wgmma_tile_wait<0>(acc);
-#endif
 }
 #endif

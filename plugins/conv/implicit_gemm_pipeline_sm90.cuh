@@ -5,9 +5,7 @@
 // read the stage). Tile i sits in stage i % STAGES, round i / STAGES; a waiter names the round's phase by its parity.
 // SHARE_W = 1: the two CTAs of a cluster (adjacent M tiles, same W tile) each load half of W and push it into the
 // other's stage (st.async): a full barrier also waits for the other half's bytes, and an empty barrier for both CTAs'
-// MMA warps (a stage is written from both sides). BULK_A: a full barrier also waits for the A rows' transaction bytes
-// (bulk copies), and with BULK_A > 1 an empty barrier for the MMA warps of every CTA of the cluster (each copies its
-// share of the A rows into all of them).
+// MMA warps (a stage is written from both sides).
 #pragma once
 #include "common/cluster.cuh"
 #include "common/cp_async.cuh"
@@ -17,11 +15,7 @@
 #ifndef SHARE_W
 #define SHARE_W 0
 #endif
-#ifndef BULK_A
-#define BULK_A 0
-#endif
 constexpr int kWShare = SHARE_W ? 2 : 1;  // CTAs sharing one W tile
-constexpr int kRingPeers = SHARE_W ? 2 : BULK_A > 1 ? BULK_A : 1;  // CTAs of the cluster writing into each stage
 
 constexpr int kLoadThreads = 128;                    // the load warpgroup (warps 0-3)
 constexpr int kMmaThreads = kGroupThreads;           // the MMA warpgroups (WARPS_M x WARPS_N warps from warp 4 on)
@@ -31,13 +25,11 @@ constexpr int kRingOffset = 1024;                    // barriers in the first 1 
 static_assert((kMmaThreads == 128 || kMmaThreads == 256 || kMmaThreads == 384) && SPLIT_K == 1, "one to three MMA "
               "warpgroups, one reduction group");
 static_assert(!SHARE_W || CLUSTER_K == 1, "SHARE_W's cluster pairs M tiles: no cluster split of the reduction");
-static_assert(!(SHARE_W && BULK_A), "SHARE_W and BULK_A: one cluster use at a time");
 static_assert(2 * STAGES * 8 <= kRingOffset && kStageBytes % 1024 == 0, "ring layout");
 
 struct TileRing {
-  uint32_t base;       // shared address of 2 * STAGES 8-byte mbarriers: full[s], then empty[s]
-  uint32_t peer;       // SHARE_W: the same barriers in the other CTA of the cluster (shared::cluster address)
-  uint32_t lane_peer;  // kRingPeers > 1: the same barriers in the CTA of cluster rank lane % kRingPeers
+  uint32_t base;  // shared address of 2 * STAGES 8-byte mbarriers: full[s], then empty[s]
+  uint32_t peer;  // SHARE_W: the same barriers in the other CTA of the cluster (shared::cluster address)
 
   __device__ __forceinline__ uint32_t full(int s) const { return base + 8 * s; }
   __device__ __forceinline__ uint32_t empty(int s) const { return base + 8 * (STAGES + s); }
@@ -46,9 +38,9 @@ struct TileRing {
   __device__ __forceinline__ void init() const {
     for (int s = 0; s < STAGES; ++s) {
       mbarrier_init(full(s), kLoadThreads);
-      mbarrier_init(empty(s), kMmaWarps * kRingPeers);
+      mbarrier_init(empty(s), kMmaWarps * kWShare);
     }
-    if (kRingPeers > 1) fence_mbarrier_init_cluster();
+    if (SHARE_W) fence_mbarrier_init_cluster();
   }
   static __device__ __forceinline__ int stage(int tile) { return tile % STAGES; }
   static __device__ __forceinline__ uint32_t parity(int tile) { return (tile / STAGES) & 1; }
@@ -59,19 +51,16 @@ struct TileRing {
   __device__ __forceinline__ void publish_when_landed(int tile) const { cp_async_arrive_on(full(stage(tile))); }
   // MMA threads: wait until `tile` has landed.
   __device__ __forceinline__ void wait(int tile) const { mbarrier_wait(full(stage(tile)), parity(tile)); }
-  // Each MMA warp: its wgmmas on `tile` have finished. Lane 0 tells this CTA, or lane r < kRingPeers the CTA of
-  // cluster rank r (every CTA that writes into this CTA's stages waits for it).
-  __device__ __forceinline__ void release(int tile, int lane) const {
-    if constexpr (kRingPeers == 1) {
-      if (lane == 0) mbarrier_arrive(empty(stage(tile)));
-    } else if (lane < kRingPeers) {
-      mbarrier_arrive_cluster(lane_peer + 8 * (STAGES + stage(tile)));
-    }
+  // One lane per MMA warp: the warp's wgmmas on `tile` have finished (SHARE_W: the other CTA may write the stage too).
+  __device__ __forceinline__ void release(int tile) const {
+    mbarrier_arrive(empty(stage(tile)));
+    if (SHARE_W) mbarrier_arrive_cluster(peer + 8 * (STAGES + stage(tile)));
   }
-  // One loader thread, before its own arrival on `tile`: the tile's phase also waits for `bytes` of transactions (the
-  // other CTA's W half, the A rows' bulk copies).
-  __device__ __forceinline__ void expect_tx(int tile, uint32_t bytes) const { mbarrier_expect_tx(full(stage(tile)), bytes); }
 #if SHARE_W
+  // One loader thread, before its own arrival on `tile`: the tile's phase also waits for the other CTA's W half.
+  __device__ __forceinline__ void expect_peer_w(int tile, uint32_t bytes) const {
+    mbarrier_expect_tx(full(stage(tile)), bytes);
+  }
   // The other CTA's full barrier of `tile` (its W-half pushes count there).
   __device__ __forceinline__ uint32_t peer_full(int tile) const { return peer + 8 * stage(tile); }
 #endif

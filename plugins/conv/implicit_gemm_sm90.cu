@@ -48,8 +48,6 @@ static_assert(WS_CTAS == 1 || (WS_CTAS == 2 && kMI * kNI * 4 <= (kMmaThreads == 
 constexpr int kMmaBarrier = 1;  // named barrier of the MMA warpgroups (0 is __syncthreads')
 #if SHARE_W
 #define WS_CLUSTER_ATTRIBUTE __cluster_dims__(2, 1, 1)  // the two M tiles sharing a W tile (grid.x is even)
-#elif BULK_A > 1
-#define WS_CLUSTER_ATTRIBUTE __cluster_dims__(1, BULK_A, 1)  // N tiles sharing an A tile (grid.y a multiple of BULK_A)
 #else
 #define WS_CLUSTER_ATTRIBUTE CLUSTER_ATTRIBUTE
 #endif
@@ -61,8 +59,7 @@ fused_conv_implicit_gemm_sm90(const x_t* __restrict__ x, const op_t* __restrict_
   extern __shared__ __align__(1024) unsigned char smem_raw[];  // wgmma's swizzle atoms: 512/1024-byte aligned
   unsigned char* stages = smem_raw + kRingOffset;  // the ring; after the main loop the partial / staged output tile
   const int w_part = SHARE_W ? blockIdx.x & 1 : 0;  // SHARE_W: rank in the (2, 1, 1) cluster = the W half it loads
-  const TileRing ring{smem_addr(smem_raw), SHARE_W ? cluster_address(smem_raw, w_part ^ 1) : 0u,
-                      kRingPeers > 1 ? cluster_address(smem_raw, threadIdx.x % 32 % kRingPeers) : 0u};
+  const TileRing ring{smem_addr(smem_raw), SHARE_W ? cluster_address(smem_raw, w_part ^ 1) : 0u};
 
   const int Cg = C / GROUPS, Kg = K / GROUPS;
   const int M = N * P * Q, Kgemm = KH * KW * Cg;
@@ -73,8 +70,8 @@ fused_conv_implicit_gemm_sm90(const x_t* __restrict__ x, const op_t* __restrict_
   const int t_begin = rank * tiles / CLUSTER_K, k_tiles = (rank + 1) * tiles / CLUSTER_K - t_begin;
 
   if (threadIdx.x == 0) ring.init();
-  if constexpr (kRingPeers > 1) {
-    cluster_sync();  // the other CTAs arrive on and write into this one's barriers and stages
+  if constexpr (SHARE_W) {
+    cluster_sync();  // the other CTA arrives on and pushes into this one's barriers
   } else {
     __syncthreads();
   }
@@ -85,17 +82,10 @@ fused_conv_implicit_gemm_sm90(const x_t* __restrict__ x, const op_t* __restrict_
     if constexpr (kMoveRegisters) warpgroup_registers_decrease<kLoadRegisters>();
     const FastDivmod pq_div(P * Q), q_div(Q), cg_div(Cg);
     RingLoader loader(threadIdx.x, m0, n0, g, M, Kg, Kgemm, H, W, x_stride, Cg, pad_h, pad_w, pq_div, q_div, w_part);
-#if BULK_A
-    const BulkARows bulk_a(threadIdx.x, blockIdx.y % kRingPeers, m0, g, M, H, W, x_stride, Cg, pq_div, q_div);
-    const BulkARows* a_rows = &bulk_a;
-#else
-    const BulkARows* a_rows = nullptr;
-#endif
-    load_tiles(ring, stages, loader, a_rows, k_tiles,
-               [&](int i) { return tile_k0(t_begin + i, Cg); }, x, w, H, W, x_stride, Cg, Kgemm, cg_div,
-               SHARE_W ? cluster_address(stages, w_part ^ 1) : 0u);
+    load_tiles(ring, stages, loader, k_tiles, [&](int i) { return tile_k0(t_begin + i, Cg); }, x, w, H, W, x_stride,
+               Cg, Kgemm, cg_div, SHARE_W ? cluster_address(stages, w_part ^ 1) : 0u);
     join_cluster_sum();
-    if constexpr (kRingPeers > 1) cluster_sync();  // see the MMA warps' last barrier
+    if constexpr (SHARE_W) cluster_sync();  // see the MMA warps' last barrier
   } else {
     if constexpr (kMoveRegisters) warpgroup_registers_increase<kMmaRegisters>();
     const int mma_tid = threadIdx.x - kLoadThreads, lane = threadIdx.x & 31;
@@ -114,7 +104,7 @@ fused_conv_implicit_gemm_sm90(const x_t* __restrict__ x, const op_t* __restrict_
     stage_accumulators(acc, tile, row_base, 0, lane, n0, Kg, channel0, ChannelAffine{SCALE_ARG, SHIFT_ARG});
     named_barrier_sync<kMmaThreads>(kMmaBarrier);
     store_staged_tile<kMmaThreads, kOwnedRowsMax>(tile, mma_tid, rows, m0, n0, M, Kg, K, channel0, RESIDUAL_ARG, y);
-    // SHARE_W, BULK_A > 1: no CTA leaves while another may still arrive on its empty barriers.
-    if constexpr (kRingPeers > 1) cluster_sync();
+    // SHARE_W: neither CTA leaves while the other may still arrive on its empty barriers.
+    if constexpr (SHARE_W) cluster_sync();
   }
 }

@@ -368,7 +368,7 @@ def wgmma_fits(name: str) -> bool:
 def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, block_k: int | None = None,
               stages: int | None = None, fp8: bool = False, mma: str | None = None, cluster: int | None = None,
               taps_inner: bool | None = None, x_e4m3: bool = False, pixels: int | None = None,
-              ws_ctas: int | None = None, share_w: bool | None = None, bulk_a: int | None = None) -> dict:
+              ws_ctas: int | None = None, share_w: bool | None = None) -> dict:
     """Compile-time tile of the implicit GEMM, chosen on the static channel counts (every argument after ``arch``
     but ``fp8`` overrides the choice, for tuning); pipeline stages shrink to fit ``arch``'s shared memory, and a
     default split tile that still does not fit loses its split. ``fp8``: the e4m3 specialization. ``mma``:
@@ -379,10 +379,7 @@ def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, b
     ``pixels``: N*P*Q where static (an int), for the warp-specialized kernel's tile and cluster choice.
     ``ws_ctas``: 2 runs two warp-specialized blocks per SM (each within half the shared memory and registers).
     ``share_w``: the warp-specialized kernel on 2-CTA clusters of adjacent M tiles that load one W tile between them
-    (each half, pushed to the other through DSMEM; no cluster split of the reduction). ``bulk_a``: the
-    warp-specialized kernel's A rows by bulk copies (1x1 filters over C/G % 64 == 0 in float16/bfloat16, BLOCK_K 64),
-    each copied into the ``bulk_a`` CTAs of a cluster of N tiles (1: no cluster); A then reaches wgmma through
-    registers."""
+    (each half, pushed to the other through DSMEM; no cluster split of the reduction)."""
     if mma not in (None, "wgmma", "wgmma_ws", "mma.sync"):
         raise ValueError(f"mma={mma!r}: give 'wgmma', 'wgmma_ws' (warp-specialized) or 'mma.sync'")
     warp_specialized = mma == "wgmma_ws"
@@ -450,11 +447,6 @@ def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, b
     else:
         block_k = block_k or (None if tile else default_block_k) or (64 if in_vec == 8 and cg % 64 == 0 else 32)
     cluster = cluster or 1
-    if bulk_a and not (bulk_a in (1, 2, 4) and warp_specialized and not fp8 and taps == 1 and cg % 64 == 0
-                       and block_k == 64 and block_n in (64, 128, 256) and cluster == 1 and not share_w):
-        raise ValueError(f"bulk_a={bulk_a} (1, 2 or 4) copies A rows in bulk on the warp-specialized kernel: a "
-                         "float16/bfloat16 1x1 filter over C/G % 64 == 0, BLOCK_K 64, BLOCK_N 64-256, no cluster split "
-                         "or share_w")
     if cluster > 1 and arch_number(arch) < CLUSTER_ARCH:
         raise ValueError(f"cluster={cluster} needs thread-block clusters (sm_90+); {arch} has none")
     if taps_inner and not (cg % block_k == 0 and taps > 1):
@@ -489,8 +481,6 @@ def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, b
         config["WS_CTAS"] = 2
     if share_w:
         config["SHARE_W"] = 1
-    if bulk_a:
-        config["BULK_A"] = bulk_a
     if cluster > 1:
         config["CLUSTER_K"] = cluster
     if taps_inner:
@@ -522,8 +512,7 @@ def gemm_shared_bytes(tile: dict) -> int:
     the warp-specialized kernel has them there)."""
     operand = 1 if tile.get("FP8") else 2
     quantize_a = bool(tile.get("FP8")) and tile["IN_VEC"] == 8 and not tile.get("X_E4M3")
-    a_row = tile["BLOCK_K"] * (2 if quantize_a else operand) + 16 * bool(tile.get("BULK_A"))  # BULK_A: padded rows
-    a_stage = tile["BLOCK_M"] * a_row
+    a_stage = tile["BLOCK_M"] * tile["BLOCK_K"] * (2 if quantize_a else operand)
     b_stage = tile["BLOCK_N"] * tile["BLOCK_K"] * operand
     a8_tiles = (3 if tile.get("WGMMA") else 2) if quantize_a else 0
     group = tile["STAGES"] * (a_stage + b_stage) + a8_tiles * tile["BLOCK_M"] * tile["BLOCK_K"]
@@ -645,15 +634,14 @@ def plan_conv(input_shapes, input_dtypes, attrs, arch: str, *, formats=None, til
               block_k: int | None = None, stages: int | None = None, mma: str | None = None,
               cluster: int | None = None, taps_inner: bool | None = None, ws_ctas: int | None = None,
               share_w: bool | None = None, tap_rows: bool | None = None, dw_pixels: int | None = None,
-              dw_chunks: int | None = None, bulk_a: int | None = None) -> LaunchPlan:
+              dw_chunks: int | None = None) -> LaunchPlan:
     """The FusedConv launch (kernel arguments: ``X, W, shift?, scale?, residual?``, then int32
     ``N, H, W, C, K, P, Q, pad_h, pad_w, x_stride``, then ``Y``; ``x_stride`` is X's pixel stride: C, or C padded
     to 8 / 16 in TensorRT's HWC8 / HWC16). ``formats``: TensorRT's tensor formats (contract inputs, then Y; None
     from the direct launcher, whose arrays are checked dense channels-last by the API).
-    ``tile``/``block_k``/``stages``/``mma``/``cluster``/``taps_inner``/``ws_ctas``/``share_w``/``bulk_a``:
-    implicit-GEMM overrides (a ``GEMM_TILES`` name, BLOCK_K, pipeline depth, main loop, cluster split of the
-    reduction, reduction order, warp-specialized blocks per SM, W tiles shared by M-tile pairs, A rows by bulk copies
-    shared by N-tile clusters; needs an unpadded filter), for tuning only: see ``gemm_tile``;
+    ``tile``/``block_k``/``stages``/``mma``/``cluster``/``taps_inner``/``ws_ctas``/``share_w``: implicit-GEMM
+    overrides (a ``GEMM_TILES`` name, BLOCK_K, pipeline depth, main loop, cluster split of the reduction, reduction
+    order, warp-specialized blocks per SM, W tiles shared by M-tile pairs), for tuning only: see ``gemm_tile``;
     ``tap_rows``: the tap-row gather on or off (default: where ``tap_rows_fit`` and the row fills over half a tile);
     ``dw_pixels``, ``dw_chunks``: output pixels per depthwise thread, channel chunks per block (``depthwise_tile``)."""
     x_shape, w_shape, shift_shape, scale_shape, residual_shape = (list(input_shapes) + [None] * 5)[:5]
@@ -715,11 +703,7 @@ def plan_conv(input_shapes, input_dtypes, attrs, arch: str, *, formats=None, til
                                 (geo["K"] + block_channels - 1) // block_channels, 1),
                           block=(256, 1, 1), shared_mem=0, scalars=scalars)
     config = gemm_tile(geo["Cg"], geo["Kg"], geo["KH"] * geo["KW"], arch, tile, block_k, stages, fp8, mma, cluster,
-                       taps_inner, x_e4m3, pixels if isinstance(pixels, int) else None, ws_ctas, share_w, bulk_a)
-    if bulk_a and (any(geo["pads"]) or -(-geo["Kg"] // config["BLOCK_N"]) % bulk_a):
-        raise ValueError(f"bulk_a={bulk_a} copies whole input pixels (no padding; pads {tuple(geo['pads'])}) into "
-                         f"clusters of N tiles: K/G = {geo['Kg']} must make a multiple of {bulk_a} tiles of "
-                         f"{config['BLOCK_N']} channels")
+                       taps_inner, x_e4m3, pixels if isinstance(pixels, int) else None, ws_ctas, share_w)
     fits = tap_rows_fit(config, geo, fp8)
     if tap_rows and not fits:
         raise ValueError("tap_rows needs the element gather (C/G % 8 != 0) in float16/bfloat16, one group, undilated "

@@ -23,15 +23,16 @@ from trt_fusedattn.launcher import device_arch
 def call_for(args):
     """The zero-argument closure running the chosen kernel once on fresh inputs of the chosen grid point."""
     batch, heads = TOKENS // args.seq, HIDDEN // args.dim
+    tuning = parse_variants(f"{args.dim}:{args.tuning}")[args.dim][0] if args.tuning else None
     if args.dtype == "float8_e4m3fn":
         problem = FP8Problem(batch, args.seq, heads, args.dim, args.causal)
         out = torch.empty_like(problem.fp8[0])
-        return cudnn_fp8(problem, out) if args.cudnn else ours_fp8(problem, out, "float8e4m3fn", device_arch(0))
+        return (cudnn_fp8(problem, out) if args.cudnn
+                else ours_fp8(problem, out, "float8e4m3fn", device_arch(0), tuning))
     dtype = getattr(torch, args.dtype)
     q, k, v = (torch.randn(batch, args.seq, heads, args.dim, device="cuda", dtype=dtype) for _ in range(3))
     if args.cudnn:
         return sdpa(q, k, v, args.causal, SDPBackend.CUDNN_ATTENTION)
-    tuning = parse_variants(f"{args.dim}:{args.tuning}")[args.dim][0] if args.tuning else None
     return ours(q, k, v, torch.empty_like(q), args.causal, tuning)
 
 

@@ -236,6 +236,26 @@ def test_fp8_transpose_batch_of_four_needs_two_serial_mma_warpgroups():
             fp8(dim, bad)
 
 
+def test_fp8_split_loader_adds_two_barriers_per_staging_tile():
+    """FP8_COPY_WARPS (1 or 2 copy warps, the rest transpose V) adds a full and an empty mbarrier per V staging tile
+    (KV_LOAD_LAG + 1 of them) and excludes FP8_EARLY_K, which it subsumes."""
+    attrs = FUSED_ATTENTION.resolve({"q_scale": 0.5, "k_scale": 0.25, "v_scale": 0.125})
+
+    def fp8(dim, tuning):
+        q = (2, 1000, 8, dim)
+        return plan_attention([q, q, q, None, None], ["float8_e4m3fn"] * 3 + [None, None], attrs, "sm_90a",
+                              tuning=tuning)
+    for dim in (64, 128, 256):
+        base = fp8(dim, None)
+        assert base.defines["FP8_COPY_WARPS"] == 0
+        for warps in (1, 2):
+            split = fp8(dim, {"FP8_COPY_WARPS": warps})
+            assert split.shared_mem - base.shared_mem == 2 * (base.defines["KV_LOAD_LAG"] + 1) * 8
+    for bad in ({"FP8_COPY_WARPS": 3}, {"FP8_COPY_WARPS": 1, "FP8_EARLY_K": 1}):
+        with pytest.raises(ValueError, match="FP8_COPY_WARPS is 0, 1 or 2"):
+            fp8(256, bad)
+
+
 def test_head_dim_128_without_causal_masking_takes_three_mma_warpgroups_serially():
     """Unmasked 16-bit hd128 without causal masking: three MMA warpgroups on 128-key tiles, two K/V stages, the serial
     step (WARP_SPECIALIZED_NON_CAUSAL); causal keeps two warpgroups with the overlap, soft-capped the masked tile."""

@@ -208,28 +208,23 @@ def _cases():
         FP8Case("fp8-earlyk-hd256-additive-heavy", dim=256, data="heavy", mask="additive", len_q=200, len_kv=500,
                 tuning=early_k),
     ]
-    # the split loader (FP8_COPY_WARPS): one warp copies and hands K over, three transpose V (units not divisible by
-    # three: every third batch), or two and two; each head dim's default tiles, a batch with no keys (key lengths)
-    copy1, copy2 = (("FP8_COPY_WARPS", 1),), (("FP8_COPY_WARPS", 2),)
+    # the split loader (FP8_SPLIT_LOADER): warps 0-1 copy K and hand it over, warps 2-3 copy and transpose V; each
+    # head dim's default tiles and the masked ones, a batch with no keys (key lengths), fewer tiles than the lag
+    split = (("FP8_SPLIT_LOADER", 1),)
     cases += [
-        FP8Case("fp8-copy1-hd256-e4m3-out", dim=256, len_q=300, len_kv=1000, **e4m3_out, tuning=copy1, small=True),
-        FP8Case("fp8-copy1-hd128-keylen-causal-br", dim=128, key_lengths=True, len_q=500, len_kv=1000, causal=1,
-                alignment="bottom_right", tuning=copy1, small=True),
-        FP8Case("fp8-copy1-hd64-gqa-500x700", heads_q=8, heads_kv=2, len_q=500, len_kv=700, tuning=copy1, small=True),
-        FP8Case("fp8-copy1-hd256-keylen-causal-4100", batch=2, heads_q=2, heads_kv=2, len_q=4100, len_kv=4100,
-                dim=256, key_lengths=True, causal=1, tuning=copy1),
-        FP8Case("fp8-copy1-hd128-long-kv-7x16534", batch=1, heads_q=2, heads_kv=2, len_q=7, len_kv=16534, dim=128,
-                tuning=copy1),
-        FP8Case("fp8-copy1-hd128-1x1", len_q=1, len_kv=1, dim=128, tuning=copy1),  # fewer tiles than the lag
-        FP8Case("fp8-copy1-hd256-additive-heavy", dim=256, data="heavy", mask="additive", len_q=200, len_kv=500,
-                tuning=copy1),  # (masked: 64-key tiles)
-        FP8Case("fp8-copy2-hd256-keylen-e4m3-out", dim=256, key_lengths=True, len_q=300, len_kv=1000, **e4m3_out,
-                tuning=copy2, small=True),
-        FP8Case("fp8-copy2-hd128-causal-br-gqa", dim=128, heads_q=8, heads_kv=2, len_q=500, len_kv=1000, causal=1,
-                alignment="bottom_right", tuning=copy2, small=True),
-        FP8Case("fp8-copy2-hd64-keylen-500x700", key_lengths=True, len_q=500, len_kv=700, tuning=copy2),
-        FP8Case("fp8-copy2-hd128-long-kv-7x16534", batch=1, heads_q=2, heads_kv=2, len_q=7, len_kv=16534, dim=128,
-                tuning=copy2),
+        FP8Case("fp8-split-hd256-e4m3-out", dim=256, len_q=300, len_kv=1000, **e4m3_out, tuning=split, small=True),
+        FP8Case("fp8-split-hd128-keylen-causal-br", dim=128, key_lengths=True, len_q=500, len_kv=1000, causal=1,
+                alignment="bottom_right", tuning=split, small=True),
+        FP8Case("fp8-split-hd64-gqa-500x700", heads_q=8, heads_kv=2, len_q=500, len_kv=700, tuning=split, small=True),
+        FP8Case("fp8-split-hd256-keylen-causal-4100", batch=2, heads_q=2, heads_kv=2, len_q=4100, len_kv=4100,
+                dim=256, key_lengths=True, causal=1, tuning=split),
+        FP8Case("fp8-split-hd128-long-kv-7x16534", batch=1, heads_q=2, heads_kv=2, len_q=7, len_kv=16534, dim=128,
+                tuning=split),
+        FP8Case("fp8-split-hd128-1x1", len_q=1, len_kv=1, dim=128, tuning=split),
+        FP8Case("fp8-split-hd256-additive-heavy", dim=256, data="heavy", mask="additive", len_q=200, len_kv=500,
+                tuning=split),  # (masked: 64-key tiles)
+        FP8Case("fp8-split-hd64-keylen-bool-500x700", key_lengths=True, mask="bool", len_q=500, len_kv=700,
+                tuning=split, small=True),  # (masked: two MMA warpgroups)
     ]
     # the loader publishing tile i while tiles i + 1, i + 2 (lag 2) are in flight: three V staging tiles
     lag2 = (("KV_LOAD_LAG", 2),)

@@ -236,9 +236,9 @@ def test_fp8_transpose_batch_of_four_needs_two_serial_mma_warpgroups():
             fp8(dim, bad)
 
 
-def test_fp8_split_loader_adds_two_barriers_per_staging_tile():
-    """FP8_COPY_WARPS (1 or 2 copy warps, the rest transpose V) adds a full and an empty mbarrier per V staging tile
-    (KV_LOAD_LAG + 1 of them) and excludes FP8_EARLY_K, which it subsumes."""
+def test_fp8_split_loader_is_a_tuning_apart_from_early_k():
+    """FP8_SPLIT_LOADER (warps 0-1 copy K, warps 2-3 copy and transpose V) is off by default, takes the same shared
+    memory, and excludes FP8_EARLY_K, whose early K hand-over its K warps always make."""
     attrs = FUSED_ATTENTION.resolve({"q_scale": 0.5, "k_scale": 0.25, "v_scale": 0.125})
 
     def fp8(dim, tuning):
@@ -246,13 +246,11 @@ def test_fp8_split_loader_adds_two_barriers_per_staging_tile():
         return plan_attention([q, q, q, None, None], ["float8_e4m3fn"] * 3 + [None, None], attrs, "sm_90a",
                               tuning=tuning)
     for dim in (64, 128, 256):
-        base = fp8(dim, None)
-        assert base.defines["FP8_COPY_WARPS"] == 0
-        for warps in (1, 2):
-            split = fp8(dim, {"FP8_COPY_WARPS": warps})
-            assert split.shared_mem - base.shared_mem == 2 * (base.defines["KV_LOAD_LAG"] + 1) * 8
-    for bad in ({"FP8_COPY_WARPS": 3}, {"FP8_COPY_WARPS": 1, "FP8_EARLY_K": 1}):
-        with pytest.raises(ValueError, match="FP8_COPY_WARPS is 0, 1 or 2"):
+        base, split = fp8(dim, None), fp8(dim, {"FP8_SPLIT_LOADER": 1})
+        assert base.defines["FP8_SPLIT_LOADER"] == 0 and split.defines["FP8_SPLIT_LOADER"] == 1
+        assert split.shared_mem == base.shared_mem
+    for bad in ({"FP8_SPLIT_LOADER": 2}, {"FP8_SPLIT_LOADER": 1, "FP8_EARLY_K": 1}):
+        with pytest.raises(ValueError, match="FP8_SPLIT_LOADER is 0 or 1"):
             fp8(256, bad)
 
 

@@ -8,8 +8,8 @@
 // group of lag (K(i) is signalled once V(i) is in flight, V(i) once K(i + 1) is) and then arrives.
 //
 // FP8: V is copied the same way into a staging tile (kVStagingTiles, laid out after the V stages) and the load
-// warpgroup writes its V^T tile into the stage (attention_v_transpose_sm90.cuh), then signals it: every warp copies
-// and transposes (FP8_COPY_WARPS=0), or one or two warps copy and hand K over while the others transpose.
+// warpgroup writes its V^T tile into the stage (attention_v_transpose_sm90.cuh), then signals it: every loader warp
+// copies K and V and transposes V, or (FP8_SPLIT_LOADER) warps 0-1 copy K, warps 2-3 copy and transpose V.
 #pragma once
 #include "attention_pipeline_sm90.cuh"
 #include "attention_mainloop_sm90.cuh"
@@ -17,6 +17,24 @@
 #if FP8
 #include "attention_v_transpose_sm90.cuh"
 #endif
+
+// Copy groups a loader thread keeps in flight before it publishes the oldest (tuning KV_LOAD_LAG). 16-bit: with 1 it
+// waits for K(i) right after issuing V(i), so at most about one K/V tile pair is in flight an SM and every tile costs
+// the loader one L2 latency; 2 (K(i) published once K(i + 1) is issued) or 3 keep more bytes in flight. The consumer
+// never waits on itself: group g - lag is published after group g is issued, whose stage the MMA warpgroups freed
+// at least one tile before they need group g - lag (lag 2 needs two stages, 3 three). FP8: a group is one tile's K and V, so
+// lag 1 holds two tiles in flight while tile i - 1 is published and transposed, lag 2 three (V needs lag + 1 staging
+// tiles; K(i) reuses the stage of K(i - kStages), which is published before, so lag < kStages). 16-bit lag 0 publishes
+// each group as soon as it has landed, before the loader waits for the next free stage: one K/V stage needs it (with
+// a lag, K(i) would be published only after V(i)'s stage is freed, by the P V(i - 1) that follows Q K^T(i)).
+#ifndef KV_LOAD_LAG
+#define KV_LOAD_LAG 1
+#endif
+constexpr int kLoadLag = KV_LOAD_LAG;
+static_assert(FP8 ? kLoadLag >= 1 && kLoadLag <= 3 && kLoadLag < kStages
+                  : kLoadLag >= 0 && kLoadLag <= 3 && kLoadLag <= kStages && (kLoadLag == 0 || kStages > 1),
+              "KV_LOAD_LAG: FP8 1-3, below KV_STAGES; 16-bit 0-3, at most KV_STAGES, 0 with one stage");
+constexpr int kVStagingTiles = FP8 ? kLoadLag + 1 : 0;  // V tiles as copied, before the FP8 transpose
 
 // cp.async.wait_group takes its count as an immediate: publish(Newest<n>{}, g) gets it as a type.
 template <int kNewest>
@@ -42,16 +60,16 @@ __device__ __forceinline__ void publish_pending(int last, Publish&& publish) {
 // the load warpgroup's own named barrier (1..kMmaWarpgroups are the MMA warpgroups' turns)
 constexpr int kLoaderBarrier = 1 + kMmaWarpgroups;
 
-// Tuning FP8_EARLY_K (with FP8_COPY_WARPS=0): 1 hands K(t) over at the top of the loader's iteration t + kLoadLag,
+// Tuning FP8_EARLY_K (without FP8_SPLIT_LOADER): 1 hands K(t) over at the top of the loader's iteration t + kLoadLag,
 // once tile t has landed, before the loader waits for K(t + kLoadLag)'s stage (which the MMA warpgroups free only
 // after Q K^T of an earlier tile completes) and issues its copies; 0 (default) hands it over at the end of that
 // iteration, beside V^T(t). Deadlock-free as the default: K(t) still needs only copies, and K(t) is published before
-// K(t + kStages) is awaited (kLoadLag < kStages). The split loader always hands K over this early.
+// K(t + kStages) is awaited (kLoadLag < kStages). The split loader's K warps always hand K over this early.
 #ifndef FP8_EARLY_K
 #define FP8_EARLY_K 0
 #endif
 constexpr bool kEarlyK = FP8_EARLY_K;
-static_assert(!(kEarlyK && kSplitLoader), "FP8_EARLY_K is a variant of the FP8_COPY_WARPS=0 loader");
+static_assert(!(kEarlyK && kSplitLoader), "FP8_EARLY_K is a variant of the loader without FP8_SPLIT_LOADER");
 
 // Tile `step`'s copies (and all before) have landed in this thread's part (all but the newest kNewest groups): hand
 // K(step) over to wgmma.
@@ -61,79 +79,71 @@ __device__ __forceinline__ void publish_k(const KVPipeline& pipe, int step) {
   mbarrier_arrive(pipe.full_k(KVPipeline::stage(step)));
 }
 
-// V(step) is in its staging tile, all of it: once the MMA warpgroups have freed its stage, the kThreadsT transposing
-// threads (this one is `tid` among them) write V^T there and hand it over.
-template <int kThreadsT>
-__device__ __forceinline__ void transpose_and_publish_v(const KVPipeline& pipe, const qkv_t* staging, qkv_t* sV,
-                                                        int step, int tid) {
-  pipe.acquire_v(step);
-  transpose_v_tile<kThreadsT>(staging + (step % kVStagingTiles) * kVTileElems,
-                              sV + KVPipeline::stage(step) * kVTileElems, tid);
-  fence_async_proxy();  // stmatrix writes are generic-proxy; wgmma reads V^T through the async proxy
-  mbarrier_arrive(pipe.full_v(KVPipeline::stage(step)));
-}
-
-// Copy group g (0: Q, 1 + i: tile i's K and V) has landed, all but the newest kNewest groups: hand it over (K too
-// unless kEarlyK handed it over already), V^T once every loader thread's V copies are in.
-template <int kNewest>
-__device__ __forceinline__ void publish_group(const KVPipeline& pipe, const qkv_t* staging, qkv_t* sV, int g, int tid,
-                                              bool with_k) {
+// Copy group g (0: Q, 1 + i: tile i's V, and its K where kWithK) has landed, all but the newest kNewest groups: hand
+// it over (K unless kEarlyK handed it over already), V^T once the kThreadsV threads that copy V have all seen theirs.
+template <int kThreadsV, bool kWithK, int kNewest>
+__device__ __forceinline__ void publish_group(const KVPipeline& pipe, const qkv_t* staging, qkv_t* sV, int g,
+                                              int tid) {
   if (g == 0) {
     wait_tiles_landed<kNewest>();
     mbarrier_arrive(pipe.full_q());
     return;
   }
-  if (with_k) publish_k<kNewest>(pipe, g - 1);
+  const int step = g - 1;
+  if constexpr (kWithK) publish_k<kNewest>(pipe, step);
   else wait_tiles_landed<kNewest>();
-  named_barrier_sync<kLoadThreads>(kLoaderBarrier);  // V(g - 1) is in the staging tile, all of it
-  transpose_and_publish_v<kLoadThreads>(pipe, staging, sV, g - 1, tid);
+  named_barrier_sync<kThreadsV>(kLoaderBarrier);  // V(step) is in the staging tile, all of it
+  pipe.acquire_v(step);
+  transpose_v_tile<kThreadsV>(staging + (step % kVStagingTiles) * kVTileElems,
+                              sV + KVPipeline::stage(step) * kVTileElems, tid);
+  fence_async_proxy();  // stmatrix writes are generic-proxy; wgmma reads V^T through the async proxy
+  mbarrier_arrive(pipe.full_v(KVPipeline::stage(step)));
 }
 
-// The FP8 loader without the split: Q, then per tile K into its stage and V into a staging tile; tile t's K and V^T
-// are handed over while the copies of tiles t + 1 .. t + kLoadLag are in flight.
-__device__ __forceinline__ void load_and_transpose(const KVPipeline& pipe, qkv_t* sK, qkv_t* sV, qkv_t* staging,
-                                                   const qkv_t* k_base, int64_t k_stride, const qkv_t* v_base,
-                                                   int64_t v_stride, int len_kv, int n_tiles, int tid) {
-  cp_async_commit();  // group 0: Q
+// Q's share committed as group 0, then per tile (K into its stage where kWithK and) V into a staging tile; tile t's
+// (K and) V^T are handed over while the copies of tiles t + 1 .. t + kLoadLag are in flight. By all loader threads
+// (kWithK), or by the split loader's V warps (kThreadsV of them, this one is `tid` among them).
+template <int kThreadsV, bool kWithK>
+__device__ __forceinline__ void load_and_transpose_v(const KVPipeline& pipe, qkv_t* sK, qkv_t* sV, qkv_t* staging,
+                                                     const qkv_t* k_base, int64_t k_stride, const qkv_t* v_base,
+                                                     int64_t v_stride, int len_kv, int n_tiles, int tid) {
+  cp_async_commit();
   for (int step = 0; step < n_tiles; ++step) {
     const int n0 = (n_tiles - 1 - step) * kBlockN;
-    if (kEarlyK && step >= kLoadLag) publish_k<kLoadLag - 1>(pipe, step - kLoadLag);
-    pipe.acquire_k(step);
-    load_tile_swizzled<kBlockN, kLoadThreads>(sK + KVPipeline::stage(step) * kKTileElems, k_base, k_stride, n0,
-                                              len_kv, tid);
-    named_barrier_sync<kLoadThreads>(kLoaderBarrier);  // every loader thread is done transposing out of this staging tile
-    load_tile_swizzled<kBlockN, kLoadThreads>(staging + (step % kVStagingTiles) * kVTileElems, v_base, v_stride, n0,
-                                              len_kv, tid);
+    if constexpr (kWithK) {
+      if (kEarlyK && step >= kLoadLag) publish_k<kLoadLag - 1>(pipe, step - kLoadLag);
+      pipe.acquire_k(step);
+      load_tile_swizzled<kBlockN, kThreadsV>(sK + KVPipeline::stage(step) * kKTileElems, k_base, k_stride, n0,
+                                             len_kv, tid);
+    }
+    named_barrier_sync<kThreadsV>(kLoaderBarrier);  // every V thread is done transposing out of this staging tile
+    load_tile_swizzled<kBlockN, kThreadsV>(staging + (step % kVStagingTiles) * kVTileElems, v_base, v_stride, n0,
+                                           len_kv, tid);
     cp_async_commit();  // group 1 + step
-    if (step + 1 >= kLoadLag) publish_group<kLoadLag>(pipe, staging, sV, step + 1 - kLoadLag, tid, !kEarlyK);
+    if (step + 1 >= kLoadLag)
+      publish_group<kThreadsV, kWithK && !kEarlyK, kLoadLag>(pipe, staging, sV, step + 1 - kLoadLag, tid);
   }
   publish_pending(n_tiles, [&](auto newest, int g) {
-    publish_group<decltype(newest)::value>(pipe, staging, sV, g, tid, true);
+    publish_group<kThreadsV, kWithK, decltype(newest)::value>(pipe, staging, sV, g, tid);
   });
 }
 
-// The split loader's copy warps (FP8_COPY_WARPS): tile t's K into its stage and V into staging tile t % kVStagingTiles
-// (their share of Q in tile 0's copy group). At the top of iteration t + kLoadLag, before they wait for the next K
-// stage, tile t (all but the kLoadLag - 1 newest groups) is handed over: K to wgmma, V to the transpose warps.
-__device__ __forceinline__ void copy_kv(const KVPipeline& pipe, qkv_t* sK, qkv_t* staging, const qkv_t* k_base,
-                                        int64_t k_stride, const qkv_t* v_base, int64_t v_stride, int len_kv,
-                                        int n_tiles, int tid) {
+// The split loader's K warps: K(t) into its stage (their share of Q in tile 0's copy group), handed over at the top
+// of iteration t + kLoadLag, before they wait for the next K stage: nothing but K's own copies delays it.
+__device__ __forceinline__ void load_k(const KVPipeline& pipe, qkv_t* sK, const qkv_t* k_base, int64_t k_stride,
+                                       int len_kv, int n_tiles, int tid) {
   auto publish = [&](auto newest, int t) {
     publish_k<decltype(newest)::value>(pipe, t);
     if (t == 0) mbarrier_arrive(pipe.full_q());
-    mbarrier_arrive(pipe.staging_full(t % kVStagingTiles));
   };
   for (int step = 0; step < n_tiles; ++step) {
-    const int n0 = (n_tiles - 1 - step) * kBlockN, j = step % kVStagingTiles;
     if (step >= kLoadLag) publish(Newest<kLoadLag - 1>{}, step - kLoadLag);
     pipe.acquire_k(step);
-    load_tile_swizzled<kBlockN, kCopyThreads>(sK + KVPipeline::stage(step) * kKTileElems, k_base, k_stride, n0,
-                                              len_kv, tid);
-    mbarrier_wait(pipe.staging_empty(j), ((step / kVStagingTiles) & 1) ^ 1);  // V(step - kVStagingTiles) transposed
-    load_tile_swizzled<kBlockN, kCopyThreads>(staging + j * kVTileElems, v_base, v_stride, n0, len_kv, tid);
-    cp_async_commit();  // tile `step` (tile 0: and Q)
+    load_tile_swizzled<kBlockN, kKThreads>(sK + KVPipeline::stage(step) * kKTileElems, k_base, k_stride,
+                                           (n_tiles - 1 - step) * kBlockN, len_kv, tid);
+    cp_async_commit();  // K(step) (step 0: and Q)
   }
-  if (n_tiles == 0) {
+  if (n_tiles == 0) {  // Q alone
     cp_async_commit();
     wait_tiles_landed<0>();
     mbarrier_arrive(pipe.full_q());
@@ -141,21 +151,8 @@ __device__ __forceinline__ void copy_kv(const KVPipeline& pipe, qkv_t* sK, qkv_t
   publish_pending(n_tiles - 1, publish);
 }
 
-// The split loader's transpose warps: their share of Q handed over, then each V^T as its staging tile fills.
-__device__ __forceinline__ void transpose_kv(const KVPipeline& pipe, qkv_t* sV, const qkv_t* staging, int n_tiles,
-                                             int tid) {
-  cp_async_commit();
-  wait_tiles_landed<0>();
-  mbarrier_arrive(pipe.full_q());
-  for (int step = 0; step < n_tiles; ++step) {
-    const int j = step % kVStagingTiles;
-    mbarrier_wait(pipe.staging_full(j), (step / kVStagingTiles) & 1);
-    transpose_and_publish_v<kTransposeThreads>(pipe, staging, sV, step, tid);
-    mbarrier_arrive(pipe.staging_empty(j));
-  }
-}
-
-// The FP8 loader: Q by all four warps, then K/V by one of the two above (FP8_COPY_WARPS).
+// The FP8 loader: Q by every loader warp, then K and V (every warp: copies, then V's transpose) or, split
+// (FP8_SPLIT_LOADER), K by warps 0-1 and V (copies and transpose) by warps 2-3.
 __device__ __forceinline__ void load_q_and_kv(const KVPipeline& pipe, qkv_t* sQ, qkv_t* sK, qkv_t* sV,
                                               const qkv_t* q_base, int64_t q_stride, int m0, int len_q,
                                               const qkv_t* k_base, int64_t k_stride, const qkv_t* v_base,
@@ -164,11 +161,13 @@ __device__ __forceinline__ void load_q_and_kv(const KVPipeline& pipe, qkv_t* sQ,
   qkv_t* staging = sV + kStages * kVTileElems;
   load_tile_swizzled<kBlockM, kLoadThreads>(sQ, q_base, q_stride, m0, len_q, tid);
   if constexpr (!kSplitLoader) {
-    load_and_transpose(pipe, sK, sV, staging, k_base, k_stride, v_base, v_stride, len_kv, n_tiles, tid);
-  } else if (tid < kCopyThreads) {
-    copy_kv(pipe, sK, staging, k_base, k_stride, v_base, v_stride, len_kv, n_tiles, tid);
+    load_and_transpose_v<kLoadThreads, true>(pipe, sK, sV, staging, k_base, k_stride, v_base, v_stride, len_kv,
+                                             n_tiles, tid);
+  } else if (tid < kKThreads) {
+    load_k(pipe, sK, k_base, k_stride, len_kv, n_tiles, tid);
   } else {
-    transpose_kv(pipe, sV, staging, n_tiles, tid - kCopyThreads);
+    load_and_transpose_v<kVThreads, false>(pipe, sK, sV, staging, k_base, k_stride, v_base, v_stride, len_kv,
+                                           n_tiles, tid - kKThreads);
   }
 }
 #else

@@ -83,16 +83,14 @@ __device__ __forceinline__ uint32_t swizzled_chunk(uint32_t tile, int row, int c
 // Copy rows [row0, row0 + ROWS) of a [len, HEAD_DIM] matrix (row stride `stride` elements) into the swizzled tile
 // by THREADS threads (this one is `tid`); rows >= len are zero-filled so they add nothing to P V and make no NaN.
 // A thread copies one 16-byte chunk of every (THREADS / chunks per row)-th row: with 8k rows per step it keeps its
-// row % 8 (its swizzle) throughout; with 4 or 2 (head dim 256 by one warpgroup; FP8 head dim 256 by one warp) row %
-// 8 = its first row ^ (i * rows per step) % 8, since that first row is below the step, a power of two: no carry.
-// 64-byte rows (FP8 head dim 64: 32 rows a step) keep (row / 2) % 4.
+// row % 8 (its swizzle) throughout; with 4 (head dim 256 by one warpgroup) row % 8 alternates by XOR 4, since adding
+// 4 modulo 8 flips bit 2. 64-byte rows (FP8 head dim 64: 32 rows a step) keep (row / 2) % 4.
 template <int ROWS, int THREADS>
 __device__ __forceinline__ void load_tile_swizzled(qkv_t* smem, const qkv_t* base, int64_t stride, int row0, int len,
                                                    int tid) {
   constexpr int kRowsPerStep = THREADS / kChunksPerRow;
-  static_assert(THREADS % kChunksPerRow == 0 && (kRowsPerStep % 8 == 0 || kRowsPerStep == 4 || kRowsPerStep == 2) &&
-                    ROWS % kRowsPerStep == 0,
-                "whole rows per step, 2, 4 or a multiple of 8 of them");
+  static_assert(THREADS % kChunksPerRow == 0 && kRowsPerStep % 4 == 0 && ROWS % kRowsPerStep == 0,
+                "whole rows per step, 4 or a multiple of 8 of them");
   static_assert(kSwizzleRowBytes == 128 || kRowsPerStep % 8 == 0, "64-byte swizzle rows: 8k rows per step");
   const int row = tid / kChunksPerRow, chunk = tid % kChunksPerRow;
   const qkv_t* src = base + (row0 + row) * stride + chunk * kChunkElems;  // one running pointer (few live registers)

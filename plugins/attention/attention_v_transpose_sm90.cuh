@@ -50,33 +50,28 @@ __device__ __forceinline__ uint32_t vt_chunk(uint32_t tile, int d, int g) {
 
 // V (a [kBlockN keys][kHeadDim] e4m3 tile in the K layout at `v`) -> V^T (at `vt`), by the kThreadsT threads of the
 // calling warps (this one is `tid`); the caller orders it after the copies into `v` landed and before wgmma reads `vt`.
-// A warp takes batches of kBatch consecutive units: the batch's ldmatrix loads are all issued before its first
-// stmatrix (the "memory" clobbers keep program order, so without batching each prmt waited the full shared-memory
-// latency of its own ldmatrix: the loader's top stall at hd256, 9% of all samples, NOTES.md). Where the warps divide
-// the units, each takes a consecutive run of them; else (three transpose warps of the split loader) every
-// kWarpsT-th batch.
+// A warp takes kUnitsPerWarp consecutive units in batches of kBatch: the batch's ldmatrix loads are all issued before
+// its first stmatrix (the "memory" clobbers keep program order, so without batching each prmt waited the full
+// shared-memory latency of its own ldmatrix: the loader's top stall at hd256, 9% of all samples, NOTES.md).
 template <int kThreadsT>
 __device__ __forceinline__ void transpose_v_tile(const qkv_t* v, qkv_t* vt, int tid) {
   constexpr int kKeyGroups = kBlockN / 16, kUnits = kKeyGroups * (kHeadDim / 32), kWarpsT = kThreadsT / 32;
-  constexpr bool kEven = kUnits % kWarpsT == 0;
-  constexpr int kUnitsPerWarp = kEven ? kUnits / kWarpsT : kUnits;  // (uneven: the batch size's constraint only)
+  static_assert(kUnits % kWarpsT == 0, "whole units per warp");
+  constexpr int kUnitsPerWarp = kUnits / kWarpsT;
   constexpr int kBatch = kUnitsPerWarp % V_TRANSPOSE_BATCH == 0 ? V_TRANSPOSE_BATCH : kUnitsPerWarp % 2 == 0 ? 2 : 1;
-  constexpr int kStride = kEven ? kBatch : kWarpsT * kBatch;
   const int warp = tid / 32, lane = tid % 32, m = lane / 8, j = lane % 8;
-  const int first = kEven ? warp * kUnitsPerWarp : warp * kBatch;
   const uint32_t v_tile = smem_addr(v), vt_tile = smem_addr(vt);
 #pragma unroll 1  // batches: more in flight would spill the loader's registers
-  for (int i = 0; i < (kEven ? kUnitsPerWarp : kUnits - first); i += kStride) {
-    const int i0 = first + i;
+  for (int i0 = 0; i0 < kUnitsPerWarp; i0 += kBatch) {
     uint32_t r[kBatch][4];
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
-      const int unit = i0 + b, g = unit % kKeyGroups, col32 = unit / kKeyGroups;
+      const int unit = warp * kUnitsPerWarp + i0 + b, g = unit % kKeyGroups, col32 = unit / kKeyGroups;
       ldmatrix_x4_trans(r[b], swizzled_chunk<kBlockN>(v_tile, 16 * g + 8 * (m % 2) + j, 2 * col32 + m / 2));
     }
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
-      const int unit = i0 + b, g = unit % kKeyGroups, col32 = unit / kKeyGroups;
+      const int unit = warp * kUnitsPerWarp + i0 + b, g = unit % kKeyGroups, col32 = unit / kKeyGroups;
       const uint32_t x[4] = {__byte_perm(r[b][0], r[b][1], 0x6420), __byte_perm(r[b][0], r[b][1], 0x7531),
                              __byte_perm(r[b][2], r[b][3], 0x6420), __byte_perm(r[b][2], r[b][3], 0x7531)};
       stmatrix_x4(x, vt_chunk(vt_tile, 32 * col32 + 16 * (m / 2) + 2 * j + m % 2, g));

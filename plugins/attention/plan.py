@@ -125,15 +125,15 @@ FP8_V_TRANSPOSE_BATCH = 2
 # The FP8 loader hands K(t) over before it waits for the next K stage (1) or beside V^T(t) (0; attention_load_sm90.cuh):
 # a tuning until timed (attn-fp8-3's ncu: the MMA warpgroups wait for K inside their turn at hd256).
 FP8_EARLY_K = 0
-# Loader warps of the FP8 kernel that copy Q/K/V and hand K over while the others transpose V (the split loader,
-# attention_load_sm90.cuh), or 0: every loader warp copies and transposes. A tuning until timed.
-FP8_COPY_WARPS = 0
+# The FP8 loader's warps in roles (1: warps 0-1 copy K and hand it over as it lands, warps 2-3 copy and transpose V;
+# attention_load_sm90.cuh) or not (0: every loader warp does both). A tuning until timed. Its first form (attn-fp8-1,
+# H100, 2026-11-25): one or two warps copying K and V while the others transposed, 0.72-0.94x / 0.96-1.04x v10 (NOTES).
+FP8_SPLIT_LOADER = 0
 
 
-def pipeline_barrier_bytes(stages: int, split_staging_tiles: int = 0) -> int:
-    """The warp-specialized kernel's mbarriers (attention_pipeline_sm90.cuh: kPipelineBarriers), with the FP8 split
-    loader's two per V staging tile."""
-    return (1 + 4 * stages + 2 * split_staging_tiles) * 8
+def pipeline_barrier_bytes(stages: int) -> int:
+    """The warp-specialized kernel's mbarriers (attention_pipeline_sm90.cuh: kPipelineBarriers)."""
+    return (1 + 4 * stages) * 8
 
 
 # The online softmax moves a row's reference max only when a tile exceeds it by more than this (log2 units).
@@ -310,7 +310,7 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
         tune["EXP2_FMA_EVERY"] = FP8_EXP2_FMA_EVERY
         tune["V_TRANSPOSE_BATCH"] = FP8_V_TRANSPOSE_BATCH
         tune["FP8_EARLY_K"] = FP8_EARLY_K
-        tune["FP8_COPY_WARPS"] = FP8_COPY_WARPS
+        tune["FP8_SPLIT_LOADER"] = FP8_SPLIT_LOADER
     unknown = set(tuning or ()) - set(tune)
     if unknown:
         raise ValueError(f"FusedAttention: unknown tuning defines {sorted(unknown)}; known: {sorted(tune)}")
@@ -343,9 +343,9 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
         raise ValueError(f"FusedAttention FP8: V_TRANSPOSE_BATCH is 2 or 4, and 4 (the loader taking 56 registers) "
                          f"needs two MMA warpgroups (NUM_WARPS=8) with PV_OVERLAP=0; got {tune['V_TRANSPOSE_BATCH']} "
                          f"with NUM_WARPS={warps}, PV_OVERLAP={tune['PV_OVERLAP']}")
-    if fp8 and (tune["FP8_COPY_WARPS"] not in (0, 1, 2) or tune["FP8_COPY_WARPS"] and tune["FP8_EARLY_K"]):
-        raise ValueError(f"FusedAttention FP8: FP8_COPY_WARPS is 0, 1 or 2, and the split loader (1, 2) hands K over "
-                         f"early itself (FP8_EARLY_K=0); got FP8_COPY_WARPS={tune['FP8_COPY_WARPS']}, "
+    if fp8 and (tune["FP8_SPLIT_LOADER"] not in (0, 1) or tune["FP8_SPLIT_LOADER"] and tune["FP8_EARLY_K"]):
+        raise ValueError(f"FusedAttention FP8: FP8_SPLIT_LOADER is 0 or 1, and the split loader hands K over early "
+                         f"itself (FP8_EARLY_K=0); got FP8_SPLIT_LOADER={tune['FP8_SPLIT_LOADER']}, "
                          f"FP8_EARLY_K={tune['FP8_EARLY_K']}")
     if fp8 and not 1 <= tune["KV_LOAD_LAG"] < min(stages, 4):
         raise ValueError(f"FusedAttention FP8: KV_LOAD_LAG (tiles in flight past the one handed over) must be 1-3 and "
@@ -370,7 +370,7 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
         smem = (shared_mem_bytes(dim, block_m, block_n, stages, head_dim_v=vdim, key_groups=key_groups)
                 + combine_bytes(block_m, block_n, stages, dim, vdim, key_groups, tune["KV_SPLIT"]))
     if tune["WARP_SPECIALIZED"]:
-        smem += pipeline_barrier_bytes(stages, tune["KV_LOAD_LAG"] + 1 if fp8 and tune["FP8_COPY_WARPS"] else 0)
+        smem += pipeline_barrier_bytes(stages)
     if smem > shared_limit(arch):
         raise ValueError(f"FusedAttention: tile {block_m}x{block_n} at head dim {dim} needs {smem} B of shared memory, "
                          f"more than {arch} has")

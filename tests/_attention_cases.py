@@ -318,6 +318,32 @@ def _warp_specialized_cases():
               AttentionCase("ws-3wg-hd64-serial-500x700", len_q=500, len_kv=700, tuning=wg3_serial),
               AttentionCase("ws-3wg-hd64-serial-causal-2100", batch=1, heads_q=2, heads_kv=2, len_q=2100,
                             len_kv=2100, causal=1, dtype="float16", tuning=wg3_serial)]
+    # the persistent grid (PERSISTENT_CTAS: at most that many CTAs, each computing several query tiles; under causal
+    # masking a work item is a long and a short block): few CTAs so each runs many tiles, K/V steps and Q buffers
+    # counted on across them (two Q buffers at hd128 non-causal and hd64, one at hd128 causal and hd256), odd block
+    # counts (a lone middle block), key lengths, and the SM-count grid on more items than CTAs
+    def persistent(ctas):
+        return ws + (("PERSISTENT_CTAS", ctas),)
+    small |= {"ws-persistent-hd128-500", "ws-persistent-hd128-causal-800", "ws-persistent-hd256-causal-br-gqa-keylen",
+              "ws-persistent-3wg-hd64-keylen-bhsd", "ws-persistent-hd128-len1x1"}
+    cases += [AttentionCase("ws-persistent-hd128-500", dim=128, heads_q=2, heads_kv=2, len_q=500, len_kv=500,
+                            tuning=persistent(3)),
+              AttentionCase("ws-persistent-hd128-causal-800", batch=1, heads_q=2, heads_kv=2, len_q=800, len_kv=800,
+                            dim=128, causal=1, tuning=persistent(3)),
+              AttentionCase("ws-persistent-hd256-causal-br-gqa-keylen", dim=256, heads_q=8, heads_kv=2, len_q=300,
+                            len_kv=1000, causal=1, alignment="bottom_right", key_lengths=True, dtype="float16",
+                            tuning=persistent(5)),
+              AttentionCase("ws-persistent-3wg-hd64-keylen-bhsd", len_q=700, len_kv=500, key_lengths=True,
+                            layout="BHSD", tuning=persistent(4) + (("BLOCK_M", 192), ("NUM_WARPS", 12))),
+              AttentionCase("ws-persistent-hd128-len1x1", dim=128, len_q=1, len_kv=1, dtype="float16",
+                            tuning=persistent(2)),
+              AttentionCase("ws-persistent-hd128-causal-2100", batch=2, heads_q=8, heads_kv=8, len_q=2100,
+                            len_kv=2100, dim=128, causal=1, tuning=persistent(132)),
+              AttentionCase("ws-persistent-hd256-2100", batch=2, heads_q=8, heads_kv=8, len_q=2100, len_kv=2100,
+                            dim=256, tuning=persistent(132)),
+              AttentionCase("ws-persistent-3wg-hd64-causal-2100", batch=2, heads_q=8, heads_kv=8, len_q=2100,
+                            len_kv=2100, causal=1, dtype="float16",
+                            tuning=persistent(132) + (("BLOCK_M", 192), ("NUM_WARPS", 12)))]
     return [replace(c, small=c.name in small) for c in cases]
 
 

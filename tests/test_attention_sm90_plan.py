@@ -269,3 +269,39 @@ def test_head_dim_128_without_causal_masking_takes_three_mma_warpgroups_serially
     causal = hd128(causal=1)
     assert (causal["BLOCK_M"], causal["PV_OVERLAP"]) == (plan_module.WARP_SPECIALIZED_TILES[128][0], 1)
     assert hd128(softcap=2.0)["BLOCK_M"] == 128
+
+
+def test_persistent_grid_is_a_tuning_of_the_16_bit_warp_specialized_kernel():
+    """PERSISTENT_CTAS (attention_persistent_scheduler_sm90.cuh): 0 by default (one CTA a query tile, 3-D grid);
+    else a 1-D grid of min(work items, PERSISTENT_CTAS) CTAs, an item being a query block, or under causal masking a
+    pair of them (the middle one alone when the count is odd), the same for TensorRT's symbolic dims; a second Q
+    buffer where it fits; FP8 and the single-role kernel refuse it."""
+    from test_attention_plan import Symbolic
+    from trt_fusedattn.launcher.arch import SM_COUNT
+
+    def ws(batch, length, dim=128, causal=0, ctas=SM_COUNT, dtype="bfloat16"):
+        scales = {"q_scale": 1.0, "k_scale": 1.0, "v_scale": 1.0} if dtype == "float8_e4m3fn" else {}
+        attrs = FUSED_ATTENTION.resolve({"causal": causal, **scales})
+        tuning = {"PERSISTENT_CTAS": ctas} if ctas is not None else None
+        return plan_attention([(batch, length, 16, dim)] * 3 + [None, None], [dtype] * 3 + [None, None], attrs,
+                              "sm_90a", tuning=tuning)
+    default = ws(4, 4096, ctas=None)
+    assert default.defines["PERSISTENT_CTAS"] == 0 and "Q_STAGES" not in default.defines
+    assert default.grid == (22, 16, 4)
+    for causal in (0, 1):
+        for batch, length in ((8, 2048), (1, 300), (1, 128 * SM_COUNT), (3, 128 * SM_COUNT - 1), (2, 2 ** 20)):
+            block_m = ws(batch, length, causal=causal).defines["BLOCK_M"]
+            blocks = -(-length // block_m)
+            items = -(-blocks // (1 + causal)) * 16 * batch
+            grid = ws(Symbolic(batch), Symbolic(length), causal=causal).grid
+            assert int(grid[0]) == ws(batch, length, causal=causal).grid[0] == min(items, SM_COUNT)
+    assert ws(1, 300, ctas=3).grid == (3, 1, 1)
+    # two Q buffers beside hd128's two K/V stages of 192 x 128 (230,480 B) and hd64's; one beside hd128's causal three
+    # stages and hd256's
+    assert ws(4, 4096).defines["Q_STAGES"] == 2 and ws(4, 4096, dim=64).defines["Q_STAGES"] == 2
+    assert ws(4, 4096, causal=1).defines["Q_STAGES"] == 1 and ws(4, 4096, dim=256).defines["Q_STAGES"] == 1
+    assert max(ws(4, 4096, d, c).shared_mem for d in (64, 128, 256) for c in (0, 1)) <= 227 * 1024
+    with pytest.raises(ValueError, match="unknown tuning defines.*PERSISTENT_CTAS"):
+        ws(4, 4096, dtype="float8_e4m3fn")
+    with pytest.raises(ValueError, match="PERSISTENT_CTAS"):
+        plan(tuning={"WGMMA": 1, "PERSISTENT_CTAS": 132})

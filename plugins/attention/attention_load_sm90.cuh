@@ -172,46 +172,53 @@ __device__ __forceinline__ void load_q_and_kv(const KVPipeline& pipe, qkv_t* sQ,
 }
 #else
 
-// The full barrier of copy group h: Q (h = 0), then K(i) (h = 1 + 2i) and V(i) (h = 2 + 2i).
-__device__ __forceinline__ uint32_t group_full_barrier(const KVPipeline& pipe, int h) {
-  return h == 0 ? pipe.full_q() : h % 2 ? pipe.full_k(KVPipeline::stage(h / 2)) : pipe.full_v(KVPipeline::stage(h / 2 - 1));
+// The full barrier of copy group h of a query tile: Q (h = 0), then K(i) (h = 1 + 2i) and V(i) (h = 2 + 2i). A
+// persistent CTA's tile starts at K/V step step0 and puts Q into the buffer of its `round`.
+__device__ __forceinline__ uint32_t group_full_barrier(const KVPipeline& pipe, int h, int step0, int round) {
+  return h == 0 ? pipe.full_q(round)
+         : h % 2 ? pipe.full_k(KVPipeline::stage(step0 + h / 2))
+                 : pipe.full_v(KVPipeline::stage(step0 + h / 2 - 1));
 }
 
 // Copy group h has landed, all but the newest kNewest groups: hand it over.
 template <int kNewest>
-__device__ __forceinline__ void publish_group(const KVPipeline& pipe, int h) {
+__device__ __forceinline__ void publish_group(const KVPipeline& pipe, int h, int step0, int round) {
   cp_async_wait<kNewest>();
   fence_async_proxy();
-  mbarrier_arrive(group_full_barrier(pipe, h));
+  mbarrier_arrive(group_full_barrier(pipe, h, step0, round));
 }
 
 // Group `newest` was just committed: publish group newest - kLoadLag (all but the kLoadLag newest have landed).
-__device__ __forceinline__ void publish_lagging(const KVPipeline& pipe, int newest) {
-  if (newest >= kLoadLag) publish_group<kLoadLag>(pipe, newest - kLoadLag);
+__device__ __forceinline__ void publish_lagging(const KVPipeline& pipe, int newest, int step0, int round) {
+  if (newest >= kLoadLag) publish_group<kLoadLag>(pipe, newest - kLoadLag, step0, round);
 }
 
-// The loader's whole job for one thread block: Q, then K and V of tiles n_tiles - 1 down to 0 (the order the MMA
-// warpgroups visit them).
+// The loader's whole job for one query tile: Q, then K and V of tiles n_tiles - 1 down to 0 (the order the MMA
+// warpgroups visit them). A persistent CTA's tile starts at K/V step step0 with Q in the buffer of its `round`
+// (sQ points at it); every group is published before the next tile's loads start.
 __device__ __forceinline__ void load_q_and_kv(const KVPipeline& pipe, qkv_t* sQ, qkv_t* sK, qkv_t* sV,
                                               const qkv_t* q_base, int64_t q_stride, int m0, int len_q,
                                               const qkv_t* k_base, int64_t k_stride, const qkv_t* v_base,
-                                              int64_t v_stride, int len_kv, int n_tiles) {
+                                              int64_t v_stride, int len_kv, int n_tiles, int step0 = 0,
+                                              int round = 0) {
   const int tid = threadIdx.x;
   load_tile_swizzled<kBlockM, kLoadThreads>(sQ, q_base, q_stride, m0, len_q, tid);
   cp_async_commit();
-  publish_lagging(pipe, 0);  // (lag 0 only)
+  publish_lagging(pipe, 0, step0, round);  // (lag 0 only)
   for (int step = 0; step < n_tiles; ++step) {
     const int n0 = (n_tiles - 1 - step) * kBlockN;
-    const int s = KVPipeline::stage(step);
-    pipe.acquire_k(step);
+    const int s = KVPipeline::stage(step0 + step);
+    pipe.acquire_k(step0 + step);
     load_tile_swizzled<kBlockN, kLoadThreads>(sK + s * kKTileElems, k_base, k_stride, n0, len_kv, tid);
     cp_async_commit();
-    publish_lagging(pipe, 1 + 2 * step);
-    pipe.acquire_v(step);
+    publish_lagging(pipe, 1 + 2 * step, step0, round);
+    pipe.acquire_v(step0 + step);
     load_tile_swizzled<kBlockN, kLoadThreads>(sV + s * kVTileElems, v_base, v_stride, n0, len_kv, tid);
     cp_async_commit();
-    publish_lagging(pipe, 2 + 2 * step);
+    publish_lagging(pipe, 2 + 2 * step, step0, round);
   }
-  publish_pending(2 * n_tiles, [&](auto newest, int h) { publish_group<decltype(newest)::value>(pipe, h); });
+  publish_pending(2 * n_tiles, [&](auto newest, int h) {
+    publish_group<decltype(newest)::value>(pipe, h, step0, round);
+  });
 }
 #endif

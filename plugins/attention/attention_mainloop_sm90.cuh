@@ -21,6 +21,7 @@
 // fragment and the key order inside each k32 step it implies).
 #pragma once
 #include "attention_config.cuh"
+#include "common/compiler_fences.cuh"
 #include "common/cp_async.cuh"
 #include "common/e4m3.cuh"
 #include "common/smem.cuh"
@@ -113,25 +114,45 @@ __device__ __forceinline__ void load_tile_async(qkv_t* smem, const qkv_t* base, 
   load_tile_swizzled<ROWS, kThreads>(smem, base, stride, row0, len, threadIdx.x);
 }
 
-// The A operand of S = Q K^T: this warpgroup's 64 rows of the Q tile in shared memory, as a wgmma descriptor.
+// The A operand of S = Q K^T: this warpgroup's 64 rows of the Q tile in shared memory, as a wgmma descriptor;
+// step(kk) is k-step kk's.
 struct QFromSmem {
   uint64_t desc;
   __device__ __forceinline__ QFromSmem(const qkv_t* sQ, int warp, int /*lane*/)
       : desc(smem_desc<kSwizzleRowBytes>(smem_addr(sQ) + (warp / 4) * 64 * kSwizzleRowBytes, 16, kSwizzleAtomBytes)) {}
+  __device__ __forceinline__ uint64_t step(int kk) const { return desc + (q_step_bytes(kk) >> 4); }
+  static __device__ __forceinline__ uint32_t q_step_bytes(int kk) {
+    constexpr int kStepsPerRow = kSwizzleRowBytes / 32;
+    return (kk / kStepsPerRow) * (kBlockM * kSwizzleRowBytes) + (kk % kStepsPerRow) * 32;
+  }
+};
+
+// The same operand with every k-step's descriptor built once (a persistent CTA: once per query tile) and pinned in
+// registers, each made opaque so ptxas cannot rebuild it between the wgmmas of every K/V step, which it did from one
+// base descriptor kept live across the CTA's tile loop (14 IADD3/IMAD.X a step at hd128; v6.2 of session 4 lost
+// 10-15% with that rebuild).
+struct QFromSmemPinned {
+  uint64_t desc[kQKSteps];
+  __device__ __forceinline__ explicit QFromSmemPinned(uint32_t rows) {
+    const uint64_t base = smem_desc<kSwizzleRowBytes>(rows, 16, kSwizzleAtomBytes);
+#pragma unroll
+    for (int kk = 0; kk < kQKSteps; ++kk) desc[kk] = opaque_u64(base + (QFromSmem::q_step_bytes(kk) >> 4));
+  }
+  __device__ __forceinline__ uint64_t step(int kk) const { return desc[kk]; }
 };
 
 // Issue S (this warpgroup's 64 x kBlockN raw scores; this thread's part in the mma.sync fragment layout) = Q K^T
 // as one wgmma group; the caller waits for it.
-__device__ __forceinline__ void gemm_qk_issue(float (&s)[1][kNTiles][4], const QFromSmem& q, const qkv_t* sK) {
+template <typename QOperand>
+__device__ __forceinline__ void gemm_qk_issue(float (&s)[1][kNTiles][4], const QOperand& q, const qkv_t* sK) {
   constexpr int kStepsPerRow = kSwizzleRowBytes / 32;
   const uint64_t k_desc = smem_desc<kSwizzleRowBytes>(smem_addr(sK), 16, kSwizzleAtomBytes);
   fence_operands(s[0]);
   wgmma_fence();  // S's registers were last read by the previous tile's softmax
 #pragma unroll
   for (int kk = 0; kk < kQKSteps; ++kk) {
-    const uint32_t a_bytes = (kk / kStepsPerRow) * (kBlockM * kSwizzleRowBytes) + (kk % kStepsPerRow) * 32;
     const uint32_t b_bytes = (kk / kStepsPerRow) * (kBlockN * kSwizzleRowBytes) + (kk % kStepsPerRow) * 32;
-    wgmma_ss<kBlockN>(s[0], q.desc + (a_bytes >> 4), k_desc + (b_bytes >> 4), kk > 0);
+    wgmma_ss<kBlockN>(s[0], q.step(kk), k_desc + (b_bytes >> 4), kk > 0);
   }
   wgmma_commit();
 }

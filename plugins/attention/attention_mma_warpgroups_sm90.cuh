@@ -4,6 +4,7 @@
 // (two, or three with 192-row tiles) take turns in a ring to issue their products (named barriers 1..kMmaWarpgroups),
 // so one's softmax runs under the others' wgmmas. The loads come from the load warpgroup through KVPipeline; nothing here touches global memory but the mask.
 #pragma once
+#include <type_traits>
 #include "common/named_barrier.cuh"
 #include "attention_pipeline_sm90.cuh"
 #include "attention_mainloop_sm90.cuh"
@@ -26,6 +27,15 @@ constexpr bool kPVOverlap = PV_OVERLAP;
 #endif
 static_assert(SERIAL_PV_IN_TURN == 1 || SERIAL_PV_IN_TURN == 2, "SERIAL_PV_IN_TURN: 1 or 2");
 constexpr bool kSerialDrainPV = SERIAL_PV_IN_TURN == 1;  // P V awaited before Q K^T(t) writes over P's registers
+
+// Q as the MMA warpgroups read it: a persistent CTA pins every k-step's descriptor (attention_mainloop_sm90.cuh)
+using MmaQ = std::conditional_t<kPersistent, QFromSmemPinned, QFromSmem>;
+
+template <bool kPinned = kPersistent>
+__device__ __forceinline__ MmaQ mma_q_operand(const qkv_t* sQ, int warp, int lane) {
+  if constexpr (kPinned) return QFromSmemPinned(smem_addr(sQ) + (warp / 4) * 64 * kSwizzleRowBytes);
+  else return QFromSmem(sQ, warp, lane);
+}
 
 constexpr int kTurnBarrier = 1;  // id 1 + w: warpgroup w's turn, handed over by warpgroup w - 1 (mod the count)
 constexpr int kTurnThreads = 2 * 128;
@@ -77,10 +87,9 @@ __device__ __forceinline__ void mask_and_softmax(float (&s)[1][kNTiles][4], int 
 // hoisted the P V wait to its top, above the softmax. kFirst: the first tile has no pending P V (nothing is issued
 // but Q K^T, and V's first stage is not awaited yet).
 template <bool kCheckBounds, bool kFirst>
-__device__ __forceinline__ void mma_tile_step(const KVPipeline& pipe, const QFromSmem& q, const qkv_t* sK,
-                                              const qkv_t* sV, int step, int n_tiles, const ScoreLimits& lim,
+__device__ __forceinline__ void mma_tile_step(const KVPipeline& pipe, const MmaQ& q, const qkv_t* sK,
+                                              const qkv_t* sV, int step, int t, const ScoreLimits& lim,
                                               int wg, int lane, MmaThreadState& st) {
-  const int t = n_tiles - 1 - step;
   const int v_step = step - 1;  // the pending product's V tile
   pipe.wait_k(step);
   if constexpr (!kFirst) pipe.wait_v(v_step);
@@ -123,10 +132,9 @@ __device__ __forceinline__ void mma_tile_step(const KVPipeline& pipe, const QFro
 // the other warpgroup's Q K^T(t+1) has ended). SERIAL_PV_IN_TURN=2: Q K^T(t) is issued right after P V(t+1) (no
 // wait between), both awaited after the turn; then V and K released.
 template <bool kCheckBounds, bool kFirst>
-__device__ __forceinline__ void mma_tile_step_serial(const KVPipeline& pipe, const QFromSmem& q, const qkv_t* sK,
-                                                     const qkv_t* sV, int step, int n_tiles, const ScoreLimits& lim,
+__device__ __forceinline__ void mma_tile_step_serial(const KVPipeline& pipe, const MmaQ& q, const qkv_t* sK,
+                                                     const qkv_t* sV, int step, int t, const ScoreLimits& lim,
                                                      int wg, int lane, MmaThreadState& st) {
-  const int t = n_tiles - 1 - step;
   const int v_step = step - 1;  // the pending product's V tile
   constexpr bool kPending = !kFirst;
   if constexpr (kPending) pipe.wait_v(v_step);
@@ -160,46 +168,63 @@ __device__ __forceinline__ void mma_tile_step_serial(const KVPipeline& pipe, con
   pack_p(st.p, s);
 }
 
-// The step of the PV_OVERLAP tuning.
+// The step of the PV_OVERLAP tuning: K/V pipeline step `step` (counted on across a persistent CTA's query tiles) on
+// key tile t.
 template <bool kCheckBounds, bool kFirst>
-__device__ __forceinline__ void mma_step(const KVPipeline& pipe, const QFromSmem& q, const qkv_t* sK,
-                                         const qkv_t* sV, int step, int n_tiles, const ScoreLimits& lim, int wg,
+__device__ __forceinline__ void mma_step(const KVPipeline& pipe, const MmaQ& q, const qkv_t* sK,
+                                         const qkv_t* sV, int step, int t, const ScoreLimits& lim, int wg,
                                          int lane, MmaThreadState& st) {
-  if constexpr (kPVOverlap) mma_tile_step<kCheckBounds, kFirst>(pipe, q, sK, sV, step, n_tiles, lim, wg, lane, st);
-  else mma_tile_step_serial<kCheckBounds, kFirst>(pipe, q, sK, sV, step, n_tiles, lim, wg, lane, st);
+  if constexpr (kPVOverlap) mma_tile_step<kCheckBounds, kFirst>(pipe, q, sK, sV, step, t, lim, wg, lane, st);
+  else mma_tile_step_serial<kCheckBounds, kFirst>(pipe, q, sK, sV, step, t, lim, wg, lane, st);
+}
+
+// The turn ring of a persistent CTA runs on across its query tiles: opened once (warpgroup 0 first) before the
+// first and closed once after the last (warpgroup 0 absorbs the last warpgroup's final arrival, which has no partner
+// turn); a one-tile CTA opens and closes it around its tile (mma_warpgroup_mainloop).
+__device__ __forceinline__ void turn_ring_open(int wg) {
+  if (wg == kMmaWarpgroups - 1) named_barrier_arrive<kTurnThreads>(kTurnBarrier);
+}
+__device__ __forceinline__ void turn_ring_close(int wg) {
+  if (wg == 0) named_barrier_sync<kTurnThreads>(kTurnBarrier);
 }
 
 // Runs the main loop for MMA warp `warp` (0..kWarps-1 counted from the first MMA warp) over tiles n_tiles - 1 .. 0;
 // returns with O (unnormalized) and the row sums of this thread's rows. The tiles that cross the key or causal
 // limits come first (the highest t) and run the bounds-checking step; the rest run the step without it. The first
-// tile always checks bounds (correct for any tile) so that only three copies of the step exist.
+// tile always checks bounds (correct for any tile) so that only three copies of the step exist. A persistent CTA's
+// tile starts at K/V step step0 with Q in the buffer of its `round` (sQ points at it); it releases Q once every
+// Q K^T is done and the last V stage after the last P V, for the next tile's loads.
 __device__ __forceinline__ void mma_warpgroup_mainloop(const KVPipeline& pipe, const qkv_t* sQ, const qkv_t* sK,
                                                        const qkv_t* sV, int n_tiles, const ScoreLimits& lim, int warp,
-                                                       int lane, float (&o)[1][kDTiles][4], float (&row_sum)[1][2]) {
+                                                       int lane, float (&o)[1][kDTiles][4], float (&row_sum)[1][2],
+                                                       int step0 = 0, int round = 0) {
   const int wg = warp / 4;
   MmaThreadState st{o, row_sum, {{-INFINITY, -INFINITY}}};
   row_sum[0][0] = row_sum[0][1] = 0.f;
 #pragma unroll
   for (int dt = 0; dt < kDTiles; ++dt) o[0][dt][0] = o[0][dt][1] = o[0][dt][2] = o[0][dt][3] = 0.f;
-  const QFromSmem q(sQ, warp, lane);
+  const MmaQ q = mma_q_operand(sQ, warp, lane);
   st.coords.row0 = lim.m0 + warp * kWarpRows + lane / 4;
   int n_checked = 0;  // leading steps whose tile crosses a limit
   while (n_checked < n_tiles && tile_crosses_limits(n_tiles - 1 - n_checked, lim)) ++n_checked;
 
-  mbarrier_wait(pipe.full_q(), 0);
-  if (wg == kMmaWarpgroups - 1 && n_tiles > 0) named_barrier_arrive<kTurnThreads>(kTurnBarrier);  // warpgroup 0 first
-  if (n_tiles > 0) mma_step<true, true>(pipe, q, sK, sV, 0, n_tiles, lim, wg, lane, st);
+  pipe.wait_q(round);
+  // (a one-tile CTA's ring: warpgroup 0 first; written as turn_ring_open's test so the SASS stays v12's)
+  if (!kPersistent && wg == kMmaWarpgroups - 1 && n_tiles > 0) named_barrier_arrive<kTurnThreads>(kTurnBarrier);
+  if (n_tiles > 0) mma_step<true, true>(pipe, q, sK, sV, step0, n_tiles - 1, lim, wg, lane, st);
   for (int step = 1; step < n_checked; ++step)
-    mma_step<true, false>(pipe, q, sK, sV, step, n_tiles, lim, wg, lane, st);
+    mma_step<true, false>(pipe, q, sK, sV, step0 + step, n_tiles - 1 - step, lim, wg, lane, st);
   for (int step = max(n_checked, 1); step < n_tiles; ++step)
-    mma_step<false, false>(pipe, q, sK, sV, step, n_tiles, lim, wg, lane, st);
+    mma_step<false, false>(pipe, q, sK, sV, step0 + step, n_tiles - 1 - step, lim, wg, lane, st);
+  if constexpr (kPersistent) pipe.release_q(round);  // every Q K^T of the tile has completed
   if (n_tiles > 0) {
-    // the turn barriers: the last warpgroup's last arrival on warpgroup 0's barrier has no partner turn; absorb it
-    if (wg == 0) named_barrier_sync<kTurnThreads>(kTurnBarrier);
-    pipe.wait_v(n_tiles - 1);
-    gemm_pv_issue(o, st.p, sV + KVPipeline::stage(n_tiles - 1) * kVTileElems);
+    if (!kPersistent) turn_ring_close(wg);
+    const int last = step0 + n_tiles - 1;
+    pipe.wait_v(last);
+    gemm_pv_issue(o, st.p, sV + KVPipeline::stage(last) * kVTileElems);
     wgmma_wait<0>();
     fence_operands(st.p);
     fence_operands(o[0]);
+    if constexpr (kPersistent) pipe.release_v(last);
   }
 }

@@ -10,11 +10,13 @@
 // FP8 (E4M3 Q/K/V): the same kernel with k32 e4m3 wgmmas, P rounded to e4m3 in registers and V transposed by the
 // loader (the FP8 wgmma B operand is K-major only); scales are compile-time (attention_softmax.cuh, epilogue).
 #include "attention_tile_scheduler.cuh"
+#include "attention_persistent_scheduler_sm90.cuh"
 #include "attention_load_sm90.cuh"
 #include "attention_mma_warpgroups_sm90.cuh"
 #include "attention_epilogue.cuh"
 #include "common/warpgroup.cuh"
 
+static_assert(!kPersistent || !FP8, "the persistent grid (PERSISTENT_CTAS) serves the 16-bit kernel; FP8 runs one CTA a query tile");
 static_assert((kWarps == 8 || kWarps == 12) && kBlockM == 16 * kWarps,
               "the warp-specialized kernel has two or three MMA warpgroups of 64 rows");
 constexpr int kBlockThreads = kLoadThreads + kMmaThreads;
@@ -35,13 +37,88 @@ constexpr int kLoadRegisters = kFp8LoaderDeep ? 56 : kFp8LoaderWide ? 40 : kMmaW
 constexpr int kMmaRegisters = kMmaWarpgroups == 2 ? (kFp8LoaderDeep ? 224 : FP8 ? 232 : 240)
                                                   : (kFp8LoaderWide ? 152 : 160);
 
+// One query tile of the persistent CTA: where its rows and its (batch, head)'s K/V are, and how many K/V tiles it
+// visits (the one-tile kernel below computes the same inline).
+struct QueryTile {
+  AttentionTile tile;
+  int m0, kv_end, n_tiles;
+  int64_t q_off, k_off, v_off;
+
+  __device__ __forceinline__ QueryTile(const AttentionTile& t, int heads_q, int heads_kv, int len_q, int len_kv,
+                                       int q_stride_b, int q_stride_h, int kv_stride_b, int kv_stride_h,
+                                       int v_stride_b, int v_stride_h, const int* key_lengths)
+      : tile(t), m0(t.m_block * kBlockM), kv_end(attended_key_end(t, t.m_block * kBlockM, len_q, len_kv, key_lengths)) {
+    const int head_kv = t.head / (heads_q / heads_kv);
+    n_tiles = kv_end > 0 ? (kv_end + kBlockN - 1) / kBlockN : 0;
+    q_off = static_cast<int64_t>(t.batch) * q_stride_b + static_cast<int64_t>(t.head) * q_stride_h;
+    k_off = static_cast<int64_t>(t.batch) * kv_stride_b + static_cast<int64_t>(head_kv) * kv_stride_h;
+    v_off = static_cast<int64_t>(t.batch) * v_stride_b + static_cast<int64_t>(head_kv) * v_stride_h;
+  }
+};
+
 extern "C" __global__ void __launch_bounds__(kBlockThreads, 1) fused_attention(ATTENTION_KERNEL_PARAMS) {
   extern __shared__ __align__(16) unsigned char smem[];
   // the plan adds kSmemAlign - 16 bytes of slack for this round-up
   qkv_t* sQ = reinterpret_cast<qkv_t*>(smem + ((kSmemAlign - smem_addr(smem) % kSmemAlign) % kSmemAlign));
-  qkv_t* sK = sQ + kQTileElems;
+  qkv_t* sK = sQ + kQStages * kQTileElems;
   qkv_t* sV = sK + kStages * kKTileElems;  // V tiles (FP8: V^T tiles, then the loader's V staging tiles)
   const KVPipeline pipe{smem_addr(sV + (kStages + kVStagingTiles) * kVTileElems)};
+
+#if PERSISTENT_CTAS > 0  // (the FP8 loader has no tile chain: preprocessed out there)
+  {
+    // The CTA's query tiles in PersistentTileOrder; the order is rebuilt from the arguments every tile (the loader's
+    // registers would spill it). K/V steps and Q rounds are counted on across the tiles.
+    auto query_tile = [&](int item, int b) {
+      return QueryTile(PersistentTileOrder(batch, heads_q, len_q).tile(item, b, heads_q), heads_q, heads_kv, len_q,
+                       len_kv, q_stride_b, q_stride_h, kv_stride_b, kv_stride_h, v_stride_b, v_stride_h,
+                       ATTENTION_KEY_LENGTHS);
+    };
+    if (threadIdx.x == 0) pipe.init();
+    __syncthreads();
+    if (threadIdx.x < kLoadThreads) {
+      warpgroup_registers_decrease<kLoadRegisters>();
+      int step0 = 0, round = 0;
+      for (int item = blockIdx.x; item < PersistentTileOrder(batch, heads_q, len_q).items; item += gridDim.x) {
+        for (int b = 0; b < PersistentTileOrder(batch, heads_q, len_q).blocks(item); ++b, ++round) {
+          const QueryTile w = query_tile(item, b);
+          pipe.acquire_q(round);
+          load_q_and_kv(pipe, sQ + (round % kQStages) * kQTileElems, sK, sV, Q + w.q_off, q_stride_s, w.m0, len_q,
+                        K + w.k_off, kv_stride_s, V + w.v_off, v_stride_s, len_kv, w.n_tiles, step0, round);
+          step0 += w.n_tiles;
+        }
+      }
+    } else {
+      warpgroup_registers_increase<kMmaRegisters>();
+      const int warp = threadIdx.x / 32 - kLoadThreads / 32, lane = threadIdx.x % 32;
+      const int causal_offset = causal_key_offset(len_q, len_kv);
+      turn_ring_open(warp / 4);
+      int step0 = 0, round = 0;
+      for (int item = blockIdx.x; item < PersistentTileOrder(batch, heads_q, len_q).items; item += gridDim.x) {
+        for (int b = 0; b < PersistentTileOrder(batch, heads_q, len_q).blocks(item); ++b, ++round) {
+          const QueryTile w = query_tile(item, b);
+#if MASK_KIND != MASK_NONE
+          const ScoreLimits lim{w.kv_end, causal_offset, len_q, w.m0,
+                                mask + static_cast<int64_t>(w.tile.batch) * mask_stride_b +
+                                    static_cast<int64_t>(w.tile.head) * mask_stride_h,
+                                mask_stride_q, mask_stride_k};
+#else
+          const ScoreLimits lim{w.kv_end, causal_offset, len_q, w.m0, nullptr, 0, 0};
+#endif
+          float o[1][kDTiles][4], row_sum[1][2];
+          mma_warpgroup_mainloop(pipe, sQ + (round % kQStages) * kQTileElems, sK, sV, w.n_tiles, lim, warp, lane, o,
+                                 row_sum, step0, round);
+          step0 += w.n_tiles;
+          const AttentionTile out = query_tile(item, b).tile;  // recomputed: not kept live across the main loop
+          store_output_from_registers(
+              O + static_cast<int64_t>(out.batch) * o_stride_b + static_cast<int64_t>(out.head) * o_stride_h, o,
+              row_sum, o_stride_s, out.m_block * kBlockM + warp * kWarpRows + lane / 4, len_q, lane);
+        }
+      }
+      turn_ring_close(warp / 4);
+    }
+    return;
+  }
+#endif
 
   const AttentionTile tile = schedule_tile();
   const int head_kv = tile.head / (heads_q / heads_kv);

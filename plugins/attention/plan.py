@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from trt_fusedattn.launcher.arch import CLUSTER_ARCH, WGMMA_ARCHES, arch_number, shared_limit
+from trt_fusedattn.launcher.arch import CLUSTER_ARCH, SM_COUNT, WGMMA_ARCHES, arch_number, shared_limit
 from trt_fusedattn.launcher.plan import LaunchPlan
 from trt_fusedattn.fp8 import is_e4m3
 from trt_fusedattn.plugins.attention.contract import (check_attributes, effective_p_scale, head_dim_problem,
@@ -131,9 +131,25 @@ FP8_EARLY_K = 0
 FP8_SPLIT_LOADER = 0
 
 
-def pipeline_barrier_bytes(stages: int) -> int:
+# The persistent grid (attention_persistent_scheduler_sm90.cuh; 16-bit warp-specialized kernel): at most this many
+# CTAs, each computing work items (a query block, or under causal masking a long and a short one) in a static
+# order; 0 launches one CTA a query tile. A tuning until timed (0 by default).
+WARP_SPECIALIZED_PERSISTENT_CTAS = 0
+# Bounds the rounds of a work-item count in the symbolic min (int32 counts give fewer than 2^24 rounds of >= 132).
+_ROUNDS_BOUND = 1 << 24
+
+
+def pipeline_barrier_bytes(stages: int, persistent: bool = False, q_stages: int = 1) -> int:
     """The warp-specialized kernel's mbarriers (attention_pipeline_sm90.cuh: kPipelineBarriers)."""
-    return (1 + 4 * stages) * 8
+    return (1 + 4 * stages + (2 * q_stages - 1 if persistent else 0)) * 8
+
+
+def persistent_grid(items, ctas: int) -> tuple:
+    """1-D grid of min(work items, ``ctas``) CTAs, the min written with + - * // only so that a TensorRT symbolic
+    item count gets the launcher's grid: (rounds + B) // (B + 1) is 0 below one whole round of ``ctas`` items and 1
+    for 1..B + 1 rounds."""
+    at_least_one_round = (items // ctas + _ROUNDS_BOUND) // (_ROUNDS_BOUND + 1)
+    return (items - (items - ctas) * at_least_one_round, 1, 1)
 
 
 # The online softmax moves a row's reference max only when a tile exceeds it by more than this (log2 units).
@@ -306,6 +322,8 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
         tune["PV_OVERLAP"] = (FP8_PV_OVERLAP[dim] if fp8 else non_causal[1] if non_causal
                               else WARP_SPECIALIZED_PV_OVERLAP[dim])
         tune["SERIAL_PV_IN_TURN"] = 1
+        if not fp8:
+            tune["PERSISTENT_CTAS"] = WARP_SPECIALIZED_PERSISTENT_CTAS
     if fp8:
         tune["EXP2_FMA_EVERY"] = FP8_EXP2_FMA_EVERY
         tune["V_TRANSPOSE_BATCH"] = FP8_V_TRANSPOSE_BATCH
@@ -369,8 +387,18 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
         tune["BLOCK_N"], tune["KV_STAGES"] = block_n, stages
         smem = (shared_mem_bytes(dim, block_m, block_n, stages, head_dim_v=vdim, key_groups=key_groups)
                 + combine_bytes(block_m, block_n, stages, dim, vdim, key_groups, tune["KV_SPLIT"]))
+    persistent = tune.get("PERSISTENT_CTAS", 0)
+    if persistent and not tune["WARP_SPECIALIZED"] or persistent < 0:
+        raise ValueError(f"FusedAttention: PERSISTENT_CTAS (the persistent grid's CTA count, 0: one CTA a query "
+                         f"tile) is an option of the 16-bit warp-specialized kernel; got {persistent}")
+    q_stages = 1
+    if persistent:  # a second Q buffer where it fits: the next tile's Q then loads during the current tile
+        q_tile = block_m * dim * 2
+        q_stages = 2 if smem + q_tile + pipeline_barrier_bytes(stages, True, 2) <= shared_limit(arch) else 1
+        smem += (q_stages - 1) * q_tile
+        tune["Q_STAGES"] = q_stages
     if tune["WARP_SPECIALIZED"]:
-        smem += pipeline_barrier_bytes(stages)
+        smem += pipeline_barrier_bytes(stages, bool(persistent), q_stages)
     if smem > shared_limit(arch):
         raise ValueError(f"FusedAttention: tile {block_m}x{block_n} at head dim {dim} needs {smem} B of shared memory, "
                          f"more than {arch} has")
@@ -401,7 +429,8 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
     if mask_kind is not None:
         scalars += _mask_strides(mask_shape, batch, heads_q, len_q, len_kv)
     ws = tune["WARP_SPECIALIZED"]
-    return LaunchPlan(source=SOURCE_WARP_SPECIALIZED if ws else SOURCE, kernel=KERNEL, defines=defines,
-                      grid=((len_q * pack + block_m - 1) // block_m * tune["KV_SPLIT"],
-                            heads_kv if pack > 1 else heads_q, batch),
+    m_blocks = (len_q * pack + block_m - 1) // block_m
+    grid = ((m_blocks * tune["KV_SPLIT"], heads_kv if pack > 1 else heads_q, batch) if not persistent
+            else persistent_grid((m_blocks + causal) // (1 + causal) * heads_q * batch, persistent))
+    return LaunchPlan(source=SOURCE_WARP_SPECIALIZED if ws else SOURCE, kernel=KERNEL, defines=defines, grid=grid,
                       block=(warps * 32 + (LOAD_WARPGROUP_THREADS if ws else 0), 1, 1), shared_mem=smem, scalars=scalars)

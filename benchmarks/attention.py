@@ -9,7 +9,7 @@ Whisper) against each torch backend (the decode grid is benchmarks/attention_dec
 captured 10x in a CUDA graph (no launch gaps), warmed up, and the median of event-timed replays is reported. FLOPs: 4 * B * H * Lq * Lkv * D, halved when causal and square.
 
     python benchmarks/attention.py --out benchmarks/results/attention_h100.md [--quick] [--seqs 2048,8192]
-        [--dims 64,128,256] [--variants 128:WGMMA=1,...] [--deployment]
+        [--dims 64,128,256] [--dtypes bfloat16,float16] [--variants 128:WGMMA=1,...] [--deployment]
 """
 from __future__ import annotations
 
@@ -278,8 +278,10 @@ def main():
     parser = grid_parser(__doc__.splitlines()[0], "bf16 only, seq 2k and 8k",
                          "tuning variants to time, e.g. 128:WGMMA=1,64:WGMMA=0")
     parser.add_argument("--deployment", action="store_true", help="issue 10's deployment shapes instead of the grid")
+    parser.add_argument("--dtypes", default="", help="comma-separated grid dtypes (bfloat16,float16) instead of both")
     args = parser.parse_args()
-    dtypes = (torch.bfloat16,) if args.quick else (torch.bfloat16, torch.float16)
+    dtypes = (tuple(getattr(torch, x) for x in args.dtypes.split(",")) if args.dtypes
+              else (torch.bfloat16,) if args.quick else (torch.bfloat16, torch.float16))
     seqs = grid_seqs(args)
     arch = device_arch(0)
     if args.deployment:

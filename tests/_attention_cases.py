@@ -315,8 +315,6 @@ def _warp_specialized_cases():
               AttentionCase("ws-hd128-turn-both-causal-br-gqa", dim=128, heads_q=8, heads_kv=2, len_q=300,
                             len_kv=1000, causal=1, alignment="bottom_right", dtype="float16",
                             tuning=serial + (("SERIAL_PV_IN_TURN", 2),)),
-              AttentionCase("ws-hd256-causal-2048-both-in-turn", batch=1, heads_q=2, heads_kv=2, len_q=2048,
-                            len_kv=2048, dim=256, causal=1, tuning=ws),  # the plan's order 2 up to 2k (hd256 causal)
               AttentionCase("ws-3wg-hd64-serial-500x700", len_q=500, len_kv=700, tuning=wg3_serial),
               AttentionCase("ws-3wg-hd64-serial-causal-2100", batch=1, heads_q=2, heads_kv=2, len_q=2100,
                             len_kv=2100, causal=1, dtype="float16", tuning=wg3_serial)]

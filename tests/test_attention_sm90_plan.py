@@ -306,19 +306,3 @@ def test_persistent_grid_is_a_tuning_of_the_16_bit_warp_specialized_kernel():
     with pytest.raises(ValueError, match="PERSISTENT_CTAS"):
         plan(tuning={"WGMMA": 1, "PERSISTENT_CTAS": 132})
 
-
-def test_head_dim_256_causal_up_to_2k_issues_both_products_in_a_turn():
-    """SERIAL_PV_BOTH_IN_TURN_CAUSAL_MAX_LEN: hd256 causal with static lengths <= 2048 takes SERIAL_PV_IN_TURN=2;
-    longer, non-causal, dynamic or masked keep the drained order (1)."""
-    from test_attention_plan import Symbolic
-
-    def order(length, causal=1, dim=256, mask=None, kv_length=None):
-        kv_length = length if kv_length is None else kv_length
-        q, kv = (1, length, 8, dim), (1, kv_length, 8, dim)
-        mask_shape = None if mask is None else (1, 1, 1, kv_length)
-        return plan_attention([q, kv, kv, mask_shape, None], ["bfloat16"] * 3 + [mask, None],
-                              FUSED_ATTENTION.resolve({"causal": causal}), "sm_90a",
-                              tuning={"WARP_SPECIALIZED": 1} if mask else None).defines["SERIAL_PV_IN_TURN"]
-    assert order(2048) == order(1000) == 2
-    assert order(2049) == order(2048, kv_length=4096) == order(2048, causal=0) == order(2048, dim=128) == 1
-    assert order(Symbolic(2048)) == 1 and order(2048, mask="bool") == 1

@@ -64,6 +64,11 @@ static_assert(!kOverlapPV || kStages == 2, "WGMMA_OVERLAP needs KV_STAGES=2");
 static_assert((kQTileElems * sizeof(qkv_t)) % kSmemAlign == 0 && (kKTileElems * sizeof(qkv_t)) % kSmemAlign == 0,
               "tiles keep alignment");
 
+// A tile's shared address, from its generic pointer or as already taken (a persistent CTA's K/V tiles:
+// KVTileAddresses, attention_mma_warpgroups_sm90.cuh).
+__device__ __forceinline__ uint32_t tile_address(const qkv_t* tile) { return smem_addr(tile); }
+__device__ __forceinline__ uint32_t tile_address(uint32_t tile) { return tile; }
+
 // cp.async (all but the kNewest most recent groups) has landed in this thread's smem; make it visible to wgmma
 // (the caller then syncs the block).
 template <int kNewest = 0>
@@ -143,10 +148,10 @@ struct QFromSmemPinned {
 
 // Issue S (this warpgroup's 64 x kBlockN raw scores; this thread's part in the mma.sync fragment layout) = Q K^T
 // as one wgmma group; the caller waits for it.
-template <typename QOperand>
-__device__ __forceinline__ void gemm_qk_issue(float (&s)[1][kNTiles][4], const QOperand& q, const qkv_t* sK) {
+template <typename QOperand, typename KTile>
+__device__ __forceinline__ void gemm_qk_issue(float (&s)[1][kNTiles][4], const QOperand& q, KTile sK) {
   constexpr int kStepsPerRow = kSwizzleRowBytes / 32;
-  const uint64_t k_desc = smem_desc<kSwizzleRowBytes>(smem_addr(sK), 16, kSwizzleAtomBytes);
+  const uint64_t k_desc = smem_desc<kSwizzleRowBytes>(tile_address(sK), 16, kSwizzleAtomBytes);
   fence_operands(s[0]);
   wgmma_fence();  // S's registers were last read by the previous tile's softmax
 #pragma unroll
@@ -187,10 +192,10 @@ __device__ __forceinline__ void pack_p(uint32_t (&a)[kPVSteps][4], const float (
 // Issue O += P V as one wgmma group; O and P stay owned by it until the caller's wait. FP8: sV is a V^T tile
 // (BLOCK_N / kVtRowBytes column blocks of [HEAD_DIM][kVtRowBytes] bytes, 8-row groups at 8 * kVtRowBytes B), K-major,
 // a k32 step 32 B on inside a block, the next block HEAD_DIM * kVtRowBytes B on.
-__device__ __forceinline__ void gemm_pv_issue(float (&o)[1][kDTiles][4], uint32_t (&a)[kPVSteps][4],
-                                              const qkv_t* sV) {
+template <typename VTile>
+__device__ __forceinline__ void gemm_pv_issue(float (&o)[1][kDTiles][4], uint32_t (&a)[kPVSteps][4], VTile sV) {
   if constexpr (FP8) {
-    const uint64_t vt_desc = smem_desc<kVtRowBytes>(smem_addr(sV), 16, 8 * kVtRowBytes);
+    const uint64_t vt_desc = smem_desc<kVtRowBytes>(tile_address(sV), 16, 8 * kVtRowBytes);
     fence_operands(a);
     fence_operands(o[0]);
     wgmma_fence();
@@ -200,7 +205,7 @@ __device__ __forceinline__ void gemm_pv_issue(float (&o)[1][kDTiles][4], uint32_
       wgmma_rs_e4m3<kHeadDim>(o[0], a[kk], vt_desc + (b_bytes >> 4));
     }
   } else {
-    const uint64_t v_desc = smem_desc<128>(smem_addr(sV), kBlockN * kSwizzleRowBytes, kSwizzleAtomBytes);
+    const uint64_t v_desc = smem_desc<128>(tile_address(sV), kBlockN * kSwizzleRowBytes, kSwizzleAtomBytes);
     fence_operands(a);
     fence_operands(o[0]);
     wgmma_fence();  // P was written and O possibly rescaled by ordinary instructions

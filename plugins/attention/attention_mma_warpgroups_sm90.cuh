@@ -5,6 +5,7 @@
 // so one's softmax runs under the others' wgmmas. The loads come from the load warpgroup through KVPipeline; nothing here touches global memory but the mask.
 #pragma once
 #include <type_traits>
+#include "common/compiler_fences.cuh"
 #include "common/named_barrier.cuh"
 #include "attention_pipeline_sm90.cuh"
 #include "attention_mainloop_sm90.cuh"
@@ -36,6 +37,25 @@ __device__ __forceinline__ MmaQ mma_q_operand(const qkv_t* sQ, int warp, int lan
   if constexpr (kPinned) return QFromSmemPinned(smem_addr(sQ) + (warp / 4) * 64 * kSwizzleRowBytes);
   else return QFromSmem(sQ, warp, lane);
 }
+
+// The K/V stages as the MMA warpgroups address them: generic pointers (one tile a CTA: v12's code), or a persistent
+// CTA's shared addresses taken once per query tile through opaque values, so that no step rebuilds them from the
+// CTA's shared window: with the tile loop around the main loop ptxas re-read SR_CgaCtaId in every step and built V's
+// descriptor after the turn barrier, a chain of ~8 uniform instructions in front of the turn's first wgmma (H100 job
+// attn-ws-2: 3-4% of all stall samples on it, the tensor pipe 70% active vs 83%).
+struct KVTilePointers {
+  const qkv_t *k, *v;
+  __device__ __forceinline__ const qkv_t* k_tile(int stage) const { return k + stage * kKTileElems; }
+  __device__ __forceinline__ const qkv_t* v_tile(int stage) const { return v + stage * kVTileElems; }
+};
+struct KVTileAddresses {
+  uint32_t k, v;
+  __device__ __forceinline__ KVTileAddresses(const qkv_t* sK, const qkv_t* sV)
+      : k(opaque_u32(smem_addr(sK))), v(opaque_u32(smem_addr(sV))) {}
+  __device__ __forceinline__ uint32_t k_tile(int stage) const { return k + stage * kKTileElems * sizeof(qkv_t); }
+  __device__ __forceinline__ uint32_t v_tile(int stage) const { return v + stage * kVTileElems * sizeof(qkv_t); }
+};
+using MmaKV = std::conditional_t<kPersistent, KVTileAddresses, KVTilePointers>;
 
 constexpr int kTurnBarrier = 1;  // id 1 + w: warpgroup w's turn, handed over by warpgroup w - 1 (mod the count)
 constexpr int kTurnThreads = 2 * 128;
@@ -87,16 +107,16 @@ __device__ __forceinline__ void mask_and_softmax(float (&s)[1][kNTiles][4], int 
 // hoisted the P V wait to its top, above the softmax. kFirst: the first tile has no pending P V (nothing is issued
 // but Q K^T, and V's first stage is not awaited yet).
 template <bool kCheckBounds, bool kFirst>
-__device__ __forceinline__ void mma_tile_step(const KVPipeline& pipe, const MmaQ& q, const qkv_t* sK,
-                                              const qkv_t* sV, int step, int t, const ScoreLimits& lim,
+__device__ __forceinline__ void mma_tile_step(const KVPipeline& pipe, const MmaQ& q, const MmaKV& kv,
+                                              int step, int t, const ScoreLimits& lim,
                                               int wg, int lane, MmaThreadState& st) {
   const int v_step = step - 1;  // the pending product's V tile
   pipe.wait_k(step);
   if constexpr (!kFirst) pipe.wait_v(v_step);
   float s[1][kNTiles][4];
   named_barrier_sync<kTurnThreads>(kTurnBarrier + wg);
-  gemm_qk_issue(s, q, sK + KVPipeline::stage(step) * kKTileElems);
-  if constexpr (!kFirst) gemm_pv_issue(st.o, st.p, sV + KVPipeline::stage(v_step) * kVTileElems);
+  gemm_qk_issue(s, q, kv.k_tile(KVPipeline::stage(step)));
+  if constexpr (!kFirst) gemm_pv_issue(st.o, st.p, kv.v_tile(KVPipeline::stage(v_step)));
   named_barrier_arrive<kTurnThreads>(kTurnBarrier + next_turn(wg));
   wgmma_wait<kFirst ? 0 : 1>();  // groups complete in order: S is ready, P V may still run
   fence_operands(s[0]);
@@ -132,14 +152,14 @@ __device__ __forceinline__ void mma_tile_step(const KVPipeline& pipe, const MmaQ
 // the other warpgroup's Q K^T(t+1) has ended). SERIAL_PV_IN_TURN=2: Q K^T(t) is issued right after P V(t+1) (no
 // wait between), both awaited after the turn; then V and K released.
 template <bool kCheckBounds, bool kFirst>
-__device__ __forceinline__ void mma_tile_step_serial(const KVPipeline& pipe, const MmaQ& q, const qkv_t* sK,
-                                                     const qkv_t* sV, int step, int t, const ScoreLimits& lim,
+__device__ __forceinline__ void mma_tile_step_serial(const KVPipeline& pipe, const MmaQ& q, const MmaKV& kv,
+                                                     int step, int t, const ScoreLimits& lim,
                                                      int wg, int lane, MmaThreadState& st) {
   const int v_step = step - 1;  // the pending product's V tile
   constexpr bool kPending = !kFirst;
   if constexpr (kPending) pipe.wait_v(v_step);
   named_barrier_sync<kTurnThreads>(kTurnBarrier + wg);
-  if constexpr (kPending) gemm_pv_issue(st.o, st.p, sV + KVPipeline::stage(v_step) * kVTileElems);
+  if constexpr (kPending) gemm_pv_issue(st.o, st.p, kv.v_tile(KVPipeline::stage(v_step)));
   pipe.wait_k(step);
   if constexpr (kPending && kSerialDrainPV) {
     wgmma_wait<0>();
@@ -147,7 +167,7 @@ __device__ __forceinline__ void mma_tile_step_serial(const KVPipeline& pipe, con
     fence_operands(st.o[0]);
   }
   float s[1][kNTiles][4];
-  gemm_qk_issue(s, q, sK + KVPipeline::stage(step) * kKTileElems);
+  gemm_qk_issue(s, q, kv.k_tile(KVPipeline::stage(step)));
   named_barrier_arrive<kTurnThreads>(kTurnBarrier + next_turn(wg));
   if constexpr (kPending && kSerialDrainPV) pipe.release_v(v_step);
   wgmma_wait<0>();
@@ -171,11 +191,11 @@ __device__ __forceinline__ void mma_tile_step_serial(const KVPipeline& pipe, con
 // The step of the PV_OVERLAP tuning: K/V pipeline step `step` (counted on across a persistent CTA's query tiles) on
 // key tile t.
 template <bool kCheckBounds, bool kFirst>
-__device__ __forceinline__ void mma_step(const KVPipeline& pipe, const MmaQ& q, const qkv_t* sK,
-                                         const qkv_t* sV, int step, int t, const ScoreLimits& lim, int wg,
+__device__ __forceinline__ void mma_step(const KVPipeline& pipe, const MmaQ& q, const MmaKV& kv,
+                                         int step, int t, const ScoreLimits& lim, int wg,
                                          int lane, MmaThreadState& st) {
-  if constexpr (kPVOverlap) mma_tile_step<kCheckBounds, kFirst>(pipe, q, sK, sV, step, t, lim, wg, lane, st);
-  else mma_tile_step_serial<kCheckBounds, kFirst>(pipe, q, sK, sV, step, t, lim, wg, lane, st);
+  if constexpr (kPVOverlap) mma_tile_step<kCheckBounds, kFirst>(pipe, q, kv, step, t, lim, wg, lane, st);
+  else mma_tile_step_serial<kCheckBounds, kFirst>(pipe, q, kv, step, t, lim, wg, lane, st);
 }
 
 // The turn ring of a persistent CTA runs on across its query tiles: opened once (warpgroup 0 first) before the
@@ -204,6 +224,7 @@ __device__ __forceinline__ void mma_warpgroup_mainloop(const KVPipeline& pipe, c
 #pragma unroll
   for (int dt = 0; dt < kDTiles; ++dt) o[0][dt][0] = o[0][dt][1] = o[0][dt][2] = o[0][dt][3] = 0.f;
   const MmaQ q = mma_q_operand(sQ, warp, lane);
+  const MmaKV kv{sK, sV};
   st.coords.row0 = lim.m0 + warp * kWarpRows + lane / 4;
   int n_checked = 0;  // leading steps whose tile crosses a limit
   while (n_checked < n_tiles && tile_crosses_limits(n_tiles - 1 - n_checked, lim)) ++n_checked;
@@ -211,17 +232,17 @@ __device__ __forceinline__ void mma_warpgroup_mainloop(const KVPipeline& pipe, c
   pipe.wait_q(round);
   // (a one-tile CTA's ring: warpgroup 0 first; written as turn_ring_open's test so the SASS stays v12's)
   if (!kPersistent && wg == kMmaWarpgroups - 1 && n_tiles > 0) named_barrier_arrive<kTurnThreads>(kTurnBarrier);
-  if (n_tiles > 0) mma_step<true, true>(pipe, q, sK, sV, step0, n_tiles - 1, lim, wg, lane, st);
+  if (n_tiles > 0) mma_step<true, true>(pipe, q, kv, step0, n_tiles - 1, lim, wg, lane, st);
   for (int step = 1; step < n_checked; ++step)
-    mma_step<true, false>(pipe, q, sK, sV, step0 + step, n_tiles - 1 - step, lim, wg, lane, st);
+    mma_step<true, false>(pipe, q, kv, step0 + step, n_tiles - 1 - step, lim, wg, lane, st);
   for (int step = max(n_checked, 1); step < n_tiles; ++step)
-    mma_step<false, false>(pipe, q, sK, sV, step0 + step, n_tiles - 1 - step, lim, wg, lane, st);
+    mma_step<false, false>(pipe, q, kv, step0 + step, n_tiles - 1 - step, lim, wg, lane, st);
   if constexpr (kPersistent) pipe.release_q(round);  // every Q K^T of the tile has completed
   if (n_tiles > 0) {
     if (!kPersistent) turn_ring_close(wg);
     const int last = step0 + n_tiles - 1;
     pipe.wait_v(last);
-    gemm_pv_issue(o, st.p, sV + KVPipeline::stage(last) * kVTileElems);
+    gemm_pv_issue(o, st.p, kv.v_tile(KVPipeline::stage(last)));
     wgmma_wait<0>();
     fence_operands(st.p);
     fence_operands(o[0]);

@@ -131,11 +131,6 @@ FP8_EARLY_K = 0
 FP8_SPLIT_LOADER = 0
 
 
-# Causal 16-bit head dims whose serial step issues both products of a turn back to back (SERIAL_PV_IN_TURN=2) up to
-# this static length (queries and keys): head dim 256 at 2k, +7% over the drained order in two H100 runs (attn-ws-2 of session 7,
-# 438 -> 469 TFLOP/s; attn-ws-1 of session 8, 429 -> 459) where it lost 2-4% from 4k (attention_h100_v12.md,
-# attention_h100_v13_candidates.md).
-SERIAL_PV_BOTH_IN_TURN_CAUSAL_MAX_LEN = {256: 2048}
 # The persistent grid (attention_persistent_scheduler_sm90.cuh; 16-bit warp-specialized kernel): at most this many
 # CTAs, each computing work items (a query block, or under causal masking a long and a short one) in a static
 # order; 0 launches one CTA a query tile. A tuning until timed (0 by default).
@@ -339,11 +334,6 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
         raise ValueError(f"FusedAttention: unknown tuning defines {sorted(unknown)}; known: {sorted(tune)}")
     tune.update(tuning or {})
     block_m, block_n, warps, stages = tune["BLOCK_M"], tune["BLOCK_N"], tune["NUM_WARPS"], tune["KV_STAGES"]
-    short_causal = (int(attrs.get("causal", 0)) and isinstance(len_q, int) and isinstance(len_kv, int)
-                    and max(len_q, len_kv) <= SERIAL_PV_BOTH_IN_TURN_CAUSAL_MAX_LEN.get(dim, 0))
-    if (short_causal and tune["WARP_SPECIALIZED"] and not fp8 and plain and not tune["PV_OVERLAP"] and block_n <= 80
-            and "SERIAL_PV_IN_TURN" not in (tuning or {})):
-        tune["SERIAL_PV_IN_TURN"] = 2  # (S beside P and O: fits hd256's 64/80-key tiles, serializes its 128-key one)
     if tune["WGMMA_OVERLAP"] and not tune["WGMMA"]:
         raise ValueError("FusedAttention: WGMMA_OVERLAP is an option of the wgmma mainloop; set WGMMA=1 too")
     if tune["KV_SPLIT"] > 1 and (tune["WARP_SPECIALIZED"] or arch_number(arch) < CLUSTER_ARCH

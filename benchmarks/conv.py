@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime
 import json
 import re
@@ -32,6 +33,7 @@ import statistics
 import subprocess
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -573,10 +575,14 @@ def table_rows(nets: dict, batches_of: dict, arch: str, budget_s: float | None, 
     return rows, reasons, sums
 
 
-# The previous session's rule, as the plan constants that changed since (session 8: 64-row tiles on the
-# warp-specialized kernel's one MMA warpgroup for short 1x1 grids and b8's FP8 3x3 layers; whole-pixel blocks for dw/2
-# 144): the "prev" column (FP16 and depthwise plans: the FP8 column is timed on the default alone).
-PREVIOUS_RULE = dict(ROWS64_BY_DEFAULT=False, DW_WHOLE_PIXEL_BYTES=0, FP8_ROWS64_BY_DEFAULT=False)
+# The previous session's rule, as the plan constants that changed since: the "prev" column (FP16 and depthwise plans:
+# the FP8 column is timed on the default alone). Session 9 changed no plan constant (session 8's were 64-row tiles for
+# short 1x1 grids and b8's FP8 3x3 layers, whole-pixel blocks for dw/2 144).
+PREVIOUS_RULE: dict = {}
+PREVIOUS_RULE_TEXT = "no plan constant changed since session 8"
+# --prev-kernels DIR: the "prev" plans compile from DIR's copies of the kernel sources (an earlier tree's
+# plugins/conv), so that a kernel change is timed against the kernels before it with the same plans, in the same run.
+PREVIOUS_KERNELS: Path | None = None
 
 
 @contextlib.contextmanager
@@ -597,6 +603,8 @@ def previous_plan(lay: Layer, n: int, arch: str):
     """The layer's plan under the previous rule, or None where it equals today's (same kernel and defines)."""
     with plan_constants(PREVIOUS_RULE):
         before = layer_plan(lay, n, arch)
+    if PREVIOUS_KERNELS is not None:
+        before = dataclasses.replace(before, source=PREVIOUS_KERNELS / before.source.name)
     now = layer_plan(lay, n, arch)
     return None if (before.source, before.defines) == (now.source, now.defines) else before
 
@@ -728,7 +736,11 @@ def main():
     parser.add_argument("--budget-s", type=float, help="stop starting table rows after this many seconds "
                         "(the rows left are listed as not run); --quick sets 150")
     parser.add_argument("--json", help="also write the table rows as JSON (input of plugins/conv/tensorrt_choice)")
+    parser.add_argument("--prev-kernels", type=Path, help="folder with an earlier tree's plugins/conv kernel sources: "
+                        "the prev column runs them (same plans), to time a kernel change in the same run")
     args = parser.parse_args()
+    global PREVIOUS_KERNELS
+    PREVIOUS_KERNELS = args.prev_kernels.resolve() if args.prev_kernels else None
     torch.backends.cudnn.benchmark = True
     batches = [int(b) for b in args.batches.split(",")]
     if args.quick and args.budget_s is None:
@@ -770,11 +782,11 @@ def main():
              "cuDNN conv2d + BatchNorm + activation [+ add + ReLU] as the unfused model runs them; fused = one FusedConv "
              "kernel (main loop: ws = the warp-specialized Hopper kernel, wgmma, mma.sync, dw = depthwise; BLOCK_MxN, "
              "cN = the reduction split over an N-CTA cluster, sw = M-tile pairs sharing the W tile, Nst = the ring's "
-             "stages of the unspecialized wgmma loop, trN = the stem's tap-row gather for N blocks per SM); prev = the previous session's rule (benchmarks/conv.py "
-             "PREVIOUS_RULE: 1x1 layers on short grids keep 128-row tiles, no 64-row tiles on one MMA warpgroup; "
-             "stride-2 depthwise layers keep their default channel chunks; "
-             "\"=\": the same kernel). err = |fused - base| "
-             "/ |base|, graph err = |graph - base| / |base| (normwise).\n"]
+             "stages of the unspecialized wgmma loop, trN = the stem's tap-row gather for N blocks per SM); prev = the "
+             f"previous session's rule (benchmarks/conv.py PREVIOUS_RULE: {PREVIOUS_RULE_TEXT})"
+             + (f" on the kernel sources of {PREVIOUS_KERNELS} (an earlier tree)" if PREVIOUS_KERNELS else "")
+             + " (\"=\": the same kernel). err = |fused - base| / |base|, graph err = |graph - base| / |base| "
+             "(normwise).\n"]
     if args.quick:
         lines.append(f"Quick run: batches {QUICK_BATCHES}.\n")
     def checkpoint(rows):

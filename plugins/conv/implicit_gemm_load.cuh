@@ -103,12 +103,15 @@ struct AsyncTileLoader {
     }
   }
 
-  // Start the copies of the reduction tile at k0 into `stage`.
+  // Start the copies of the reduction tile at k0 into `stage`. A copy that is not made (src-size 0) reads from the
+  // tensor's start: the offset, not the pointer, is selected, as an unsigned 32-bit value (one SEL and a zero-extended
+  // address add per copy; selecting between 64-bit pointers cost twice the instructions in this per-tile path, which
+  // the loader's time per tile follows: NOTES, session 9).
   __device__ __forceinline__ void fetch(unsigned char* stage, int k0, const x_t* x, const op_t* w, int H, int W,
                                         int x_stride, int /*Cg*/, int Kgemm, const FastDivmod& cg_div) {
     const int kg = k0 + chunk * (16 / int(sizeof(x_t)));
-    int c;
-    const int rs = cg_div.divmod(kg, &c);
+    int c = kg, rs = 0;  // a 1x1 filter's reduction index is the channel (kg < Kgemm = C/G wherever it is copied)
+    if constexpr (KH * KW > 1) rs = cg_div.divmod(kg, &c);
     const int r = rs / KW, s = rs - (rs / KW) * KW;
     const int dh = r * DIL_H, dw = s * DIL_W;
     const int delta = (dh * W + dw) * x_stride + c;
@@ -118,15 +121,16 @@ struct AsyncTileLoader {
     for (int i = 0; i < kRows; ++i) {
       const int row = row0 + i * (kLoaderThreads / kAChunks);
       const bool ok = k_ok && unsigned(a_h0[i] + dh) < unsigned(H) && unsigned(a_w0[i] + dw) < unsigned(W);
-      cp_async_16<TAPS_INNER>(a_base + smem_offset<kAChunks>(row, chunk * 16), ok ? x + a_offset[i] + delta : x,
-                              ok ? 16 : 0);
+      cp_async_16<TAPS_INNER>(a_base + smem_offset<kAChunks>(row, chunk * 16),
+                              x + unsigned(ok ? a_offset[i] + delta : 0), ok ? 16 : 0);
     }
     const int kb = k0 + b_col * (16 / int(sizeof(op_t)));
 #pragma unroll
     for (int j = 0; j < kBRows; ++j) {
       const int row = b_row0 + j * (kLoaderThreads / kBCols);
       const bool ok = kb < Kgemm && ((b_valid >> j) & 1);
-      cp_async_16(b_base + smem_offset<kChunks>(row, b_col * 16), ok ? w + b_offset[j] + kb : w, ok ? 16 : 0);
+      cp_async_16(b_base + smem_offset<kChunks>(row, b_col * 16), w + unsigned(ok ? b_offset[j] + kb : 0),
+                  ok ? 16 : 0);
     }
   }
   // The copies land in shared memory by themselves (cp_async_wait).

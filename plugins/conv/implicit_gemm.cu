@@ -76,7 +76,7 @@ fused_conv_implicit_gemm(const x_t* __restrict__ x, const op_t* __restrict__ w S
   unsigned char* a8 = stages + STAGES * kStageBytes;  // the ring of quantized A tiles
 #endif
 
-  TileLoader loader(group_tid, x, w, m0, n0, g, M, Kg, Kgemm, H, W, x_stride, Cg, pad_h, pad_w, pq_div, q_div);
+  TileLoader loader(group_tid, m0, n0, g, M, Kg, Kgemm, H, W, x_stride, Cg, pad_h, pad_w, pq_div, q_div);
 
   float acc[kMI][kNI][4];
   clear_accumulators(acc);

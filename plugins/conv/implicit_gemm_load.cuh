@@ -77,17 +77,13 @@ struct AsyncTileLoader {
   static constexpr int kWPartBytes = kWPartRows * kRowBytes;
   static_assert(kRows >= 1 && kBRows >= 1 && kLoaderThreads % kBCols == 0, "tile too small for the thread count");
   int a_offset[kRows], a_h0[kRows], a_w0[kRows];
-  // Copies add the tile's reduction index to a row pointer: 1x1 filters' A rows (the pixel's first channel, or x where
-  // the pixel is outside the image or past M) and W rows (w past K/G); a copy not made points inside the tensor.
-  const x_t* a_src[kRows];
-  const op_t* b_src[kBRows];
-  unsigned a_valid, b_valid;
+  int b_offset[kBRows];
+  unsigned b_valid;
   int chunk, row0, b_col, b_row0;
 
-  __device__ __forceinline__ AsyncTileLoader(int tid, const x_t* x, const op_t* w, int m0, int n0, int g, int M,
-                                             int Kg, int Kgemm, int H, int W, int x_stride, int Cg, int pad_h,
-                                             int pad_w, const FastDivmod& pq_div, const FastDivmod& q_div,
-                                             int w_part = 0) {
+  __device__ __forceinline__ AsyncTileLoader(int tid, int m0, int n0, int g, int M, int Kg, int Kgemm, int H, int W,
+                                             int x_stride, int Cg, int pad_h, int pad_w, const FastDivmod& pq_div,
+                                             const FastDivmod& q_div, int w_part = 0) {
     chunk = tid % kAChunks;
     row0 = tid / kAChunks;
 #pragma unroll
@@ -96,21 +92,14 @@ struct AsyncTileLoader {
                         g * Cg);
       a_offset[i] = o.offset; a_h0[i] = o.h0; a_w0[i] = o.w0;
     }
-    a_valid = 0;
-#pragma unroll
-    for (int i = 0; i < kRows; ++i) {  // a 1x1 filter's only tap: a row is inside the image for every tile or none
-      const bool inside = unsigned(a_h0[i]) < unsigned(H) && unsigned(a_w0[i]) < unsigned(W);
-      a_valid |= unsigned(inside) << i;
-      a_src[i] = inside ? x + a_offset[i] : x;
-    }
     b_col = tid % kBCols;
     b_row0 = w_part * kWPartRows + tid / kBCols;
     b_valid = 0;
 #pragma unroll
     for (int j = 0; j < kBRows; ++j) {
       const int kout = n0 + b_row0 + j * (kLoaderThreads / kBCols);
+      b_offset[j] = (g * Kg + kout) * Kgemm;
       b_valid |= unsigned(kout < Kg) << j;
-      b_src[j] = kout < Kg ? w + (g * Kg + kout) * Kgemm : w;
     }
   }
 
@@ -120,38 +109,28 @@ struct AsyncTileLoader {
   // the loader's time per tile follows: NOTES, session 9).
   __device__ __forceinline__ void fetch(unsigned char* stage, int k0, const x_t* x, const op_t* w, int H, int W,
                                         int x_stride, int /*Cg*/, int Kgemm, const FastDivmod& cg_div) {
-    constexpr int kAVec = 16 / int(sizeof(x_t)), kBVec = 16 / int(sizeof(op_t));
-    const int kg = k0 + chunk * kAVec;
+    const int kg = k0 + chunk * (16 / int(sizeof(x_t)));
+    int c = kg, rs = 0;  // a 1x1 filter's reduction index is the channel (kg < Kgemm = C/G wherever it is copied)
+    if constexpr (KH * KW > 1) rs = cg_div.divmod(kg, &c);
+    const int r = rs / KW, s = rs - (rs / KW) * KW;
+    const int dh = r * DIL_H, dw = s * DIL_W;
+    const int delta = (dh * W + dw) * x_stride + c;
     const bool k_ok = kg < Kgemm;
     const unsigned a_base = smem_addr(stage), b_base = smem_addr(stage + kAStageBytes);
-    if constexpr (KH * KW == 1) {  // the reduction index is the channel; the row's validity is the same every tile
-      const int c = min(kg, Kgemm - kAVec);  // a copy not made still points inside the row
 #pragma unroll
-      for (int i = 0; i < kRows; ++i) {
-        const int row = row0 + i * (kLoaderThreads / kAChunks);
-        const bool ok = k_ok && ((a_valid >> i) & 1);
-        cp_async_16<TAPS_INNER>(a_base + smem_offset<kAChunks>(row, chunk * 16), a_src[i] + c, ok ? 16 : 0);
-      }
-    } else {
-      int c;
-      const int rs = cg_div.divmod(kg, &c);
-      const int r = rs / KW, s = rs - (rs / KW) * KW;
-      const int dh = r * DIL_H, dw = s * DIL_W;
-      const int delta = (dh * W + dw) * x_stride + c;
-#pragma unroll
-      for (int i = 0; i < kRows; ++i) {
-        const int row = row0 + i * (kLoaderThreads / kAChunks);
-        const bool ok = k_ok && unsigned(a_h0[i] + dh) < unsigned(H) && unsigned(a_w0[i] + dw) < unsigned(W);
-        cp_async_16<TAPS_INNER>(a_base + smem_offset<kAChunks>(row, chunk * 16),
-                                x + unsigned(ok ? a_offset[i] + delta : 0), ok ? 16 : 0);
-      }
+    for (int i = 0; i < kRows; ++i) {
+      const int row = row0 + i * (kLoaderThreads / kAChunks);
+      const bool ok = k_ok && unsigned(a_h0[i] + dh) < unsigned(H) && unsigned(a_w0[i] + dw) < unsigned(W);
+      cp_async_16<TAPS_INNER>(a_base + smem_offset<kAChunks>(row, chunk * 16),
+                              x + unsigned(ok ? a_offset[i] + delta : 0), ok ? 16 : 0);
     }
-    const int kb = k0 + b_col * kBVec, kb_in_row = min(kb, Kgemm - kBVec);
+    const int kb = k0 + b_col * (16 / int(sizeof(op_t)));
 #pragma unroll
     for (int j = 0; j < kBRows; ++j) {
       const int row = b_row0 + j * (kLoaderThreads / kBCols);
       const bool ok = kb < Kgemm && ((b_valid >> j) & 1);
-      cp_async_16(b_base + smem_offset<kChunks>(row, b_col * 16), b_src[j] + kb_in_row, ok ? 16 : 0);
+      cp_async_16(b_base + smem_offset<kChunks>(row, b_col * 16), w + unsigned(ok ? b_offset[j] + kb : 0),
+                  ok ? 16 : 0);
     }
   }
   // The copies land in shared memory by themselves (cp_async_wait).
@@ -185,9 +164,9 @@ struct TileLoader {
   elem_t a_vals[kA];
   op_t b_vals[kB];
 
-  __device__ __forceinline__ TileLoader(int tid, const x_t* /*x*/, const op_t* /*w*/, int m0, int n0, int g, int M,
-                                        int Kg, int Kgemm, int H, int W, int x_stride, int Cg, int pad_h, int pad_w,
-                                        const FastDivmod& pq_div, const FastDivmod& q_div)
+  __device__ __forceinline__ TileLoader(int tid, int m0, int n0, int g, int M, int Kg, int Kgemm, int H, int W,
+                                        int x_stride, int Cg, int pad_h, int pad_w, const FastDivmod& pq_div,
+                                        const FastDivmod& q_div)
       : a(m0 + tid % BLOCK_M, M, pq_div, q_div, H, W, x_stride, pad_h, pad_w, g * Cg) {
     a_row = tid % BLOCK_M; a_seg = tid / BLOCK_M;
     b_row = tid % BLOCK_N; b_seg = tid / BLOCK_N;

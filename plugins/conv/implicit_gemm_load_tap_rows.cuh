@@ -50,9 +50,9 @@ struct TileLoader {
   unsigned a_words[kWords];
   unsigned b_words[kB / 2];
 
-  __device__ __forceinline__ TileLoader(int tid, const x_t* /*x*/, const op_t* /*w*/, int m0, int n0, int g, int M,
-                                        int Kg, int Kgemm, int H, int W, int x_stride, int Cg, int pad_h, int pad_w,
-                                        const FastDivmod& pq_div, const FastDivmod& q_div)
+  __device__ __forceinline__ TileLoader(int tid, int m0, int n0, int g, int M, int Kg, int Kgemm, int H, int W,
+                                        int x_stride, int Cg, int pad_h, int pad_w, const FastDivmod& pq_div,
+                                        const FastDivmod& q_div)
       : a(m0 + tid, M, pq_div, q_div, H, W, x_stride, pad_h, pad_w, g * Cg), a_row(tid), b_row(tid % BLOCK_N),
         b_seg(tid / BLOCK_N) {
     b_ok = n0 + b_row < Kg;

@@ -81,8 +81,7 @@ fused_conv_implicit_gemm_sm90(const x_t* __restrict__ x, const op_t* __restrict_
   if (threadIdx.x < kLoadThreads) {
     if constexpr (kMoveRegisters) warpgroup_registers_decrease<kLoadRegisters>();
     const FastDivmod pq_div(P * Q), q_div(Q), cg_div(Cg);
-    RingLoader loader(threadIdx.x, x, w, m0, n0, g, M, Kg, Kgemm, H, W, x_stride, Cg, pad_h, pad_w, pq_div, q_div,
-                      w_part);
+    RingLoader loader(threadIdx.x, m0, n0, g, M, Kg, Kgemm, H, W, x_stride, Cg, pad_h, pad_w, pq_div, q_div, w_part);
     load_tiles(ring, stages, loader, k_tiles, [&](int i) { return tile_k0(t_begin + i, Cg); }, x, w, H, W, x_stride,
                Cg, Kgemm, cg_div, SHARE_W ? cluster_address(stages, w_part ^ 1) : 0u);
     join_cluster_sum();

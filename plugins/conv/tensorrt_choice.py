@@ -24,17 +24,17 @@ OP = "conv"  # what the report says TensorRT's own fusion runs instead
 RULES = {
     "sm_90": [
         dict(precision="fp16", depthwise=True, choice="fused",
-             evidence="depthwise + activation: FusedConv 1.37-3.06x cuDNN's depthwise conv (BatchNorm folded) + "
-                      "activation, cuDNN's fused graph slower still (H100, 2026-11-24 session 8 conv-3, issue 12)"),
+             evidence="depthwise + activation: FusedConv 1.37-2.84x cuDNN's depthwise conv (BatchNorm folded) + "
+                      "activation, cuDNN's fused graph slower still (H100, 2026-11-25 session 9 conv-3, issue 12)"),
         dict(precision="fp16", depthwise=False, choice="tensorrt",
-             evidence="dense FP16 convs: FusedConv 0.68-1.35x the cuDNN fused graph per layer, ResNet-50 stack 0.96x "
-                      "(b1) 0.98x (b8) 1.00x (b32) (H100, 2026-11-24 session 8 conv-3, issue 12)"),
+             evidence="dense FP16 convs: FusedConv 0.70-1.43x the cuDNN fused graph per layer, ResNet-50 stack 1.00x "
+                      "(b1) 1.05x (b8) 1.05x (b32) (H100, 2026-11-25 session 9 conv-3, issue 12)"),
         dict(precision="fp8", depthwise=False, kernel=(3, 3), min_batch=8, choice="fused",
-             evidence="FP8 3x3 at batch >= 8: FusedConv with e4m3 activations 1.09-1.43x the fused FP16 cuDNN graph "
-                      "at batch 8, 1.02-1.33x at 32 (H100, 2026-11-24 session 8 conv-3, issue 12)"),
+             evidence="FP8 3x3 at batch >= 8: FusedConv with e4m3 activations 1.08-1.47x the fused FP16 cuDNN graph "
+                      "at batch 8, 1.09-1.39x at 32 (H100, 2026-11-25 session 9 conv-3, issue 12)"),
         dict(precision="fp8", depthwise=False, choice="tensorrt",
-             evidence="FP8 below batch 8 or not 3x3: 0.85-1.28x the fused FP16 cuDNN graph at batch 1, other "
-                      "kernels not measured faster (H100, 2026-11-24 session 8 conv-3, issue 12)"),
+             evidence="FP8 below batch 8 or not 3x3: 0.87-1.60x the fused FP16 cuDNN graph at batch 1, other "
+                      "kernels not measured faster (H100, 2026-11-25 session 9 conv-3, issue 12)"),
     ],
 }
 

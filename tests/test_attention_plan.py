@@ -150,7 +150,7 @@ def _decode(batch=1, lq=1, lkv=32768, hq=32, hkv=8, dim=128, arch="sm_90a", mask
 
 
 @pytest.mark.parametrize("batch, lq, lkv, hq, hkv, tile, groups, split, wgmma, stages", [
-    (4, 1, 32768, 32, 8, (64, 64, 4), 1, 4, 1, 3),   # 32 CTAs without the split: 4 per cluster give 128 (two an SM)
+    (4, 1, 32768, 32, 8, (64, 64, 12), 3, 2, 1, 2),  # v7 (hd128): 32 CTAs x 2 give 64 of 16k keys: three groups
     (32, 1, 4096, 32, 8, (64, 64, 4), 1, 1, 1, 2),   # 256 CTAs fill the GPU: no split, one wgmma group (4 of 64 rows)
     (16, 4, 4096, 32, 8, (64, 128, 4), 1, 1, 1, 2),  # 128 CTAs: no split, one wgmma group of 128-key tiles
     (1, 16, 32768, 32, 8, (64, 64, 8), 2, 8, 1, 3),  # 64 packed rows: one tile per K/V head, two wgmma groups
@@ -179,9 +179,9 @@ def test_v5_split_tiles_fit_where_the_rule_says():
     stages on grids of >= 128 CTAs (two blocks an SM: 115,696 B each plus the 1 KB the driver reserves a block, within
     an H100/H200 SM's 233,472 B)."""
     split8 = _decode(batch=1, lkv=32768)
-    full = _decode(batch=4, lkv=32768)
+    full = _decode(batch=8, lkv=4096)
     assert (split8.defines["WARP_SPLIT"], split8.defines["KV_STAGES"], split8.defines["KV_SPLIT"]) == (2, 3, 8)
-    assert (full.defines["WARP_SPLIT"], full.defines["KV_STAGES"], full.defines["KV_SPLIT"]) == (1, 3, 4)
+    assert (full.defines["WARP_SPLIT"], full.defines["KV_STAGES"], full.defines["KV_SPLIT"]) == (1, 3, 2)
     assert split8.defines["WGMMA"] == full.defines["WGMMA"] == 1
     assert full.shared_mem == (64 + 2 * 3 * 64) * 128 * 2 + 1024 - 16
     assert 2 * (full.shared_mem + 1024) <= 233472
@@ -211,10 +211,30 @@ def test_v6_head_dim_64_split_tiles_follow_the_grid(batch, lq, lkv, tile, groups
 def test_v6_leaves_head_dim_128_and_short_keys_to_v5():
     """Head dim 128 keeps v5's split tiles; head dim 64 with parts under 2k keys (L2-resident K/V) keeps v4.1's."""
     from trt_fusedattn.plugins.attention import plan_decode
-    for batch, lq, lkv in ((1, 1, 32768), (4, 1, 32768), (8, 4, 4096), (4, 16, 32768)):
+    for batch, lq, lkv in ((1, 1, 32768), (8, 4, 4096), (4, 16, 32768)):
         assert _decode(batch, lq, lkv).defines == _decode_v5(batch, lq, lkv)
     assert _decode(1, 1, 4096, dim=64).defines == _decode_v5(1, 1, 4096, dim=64)
     assert plan_decode.V6_HEAD_DIMS == (64,)
+
+
+@pytest.mark.parametrize("batch, lq, lkv, split", [(4, 1, 32768, 2), (4, 4, 131072, 2), (1, 1, 131072, 8),
+                                                   (1, 16, 131072, 8)])
+def test_v7_head_dim_128_three_groups_on_64_ctas_of_16k_keys(batch, lq, lkv, split):
+    """v7 (head dim 128): a grid of 64 CTAs after the split whose CTAs keep >= 16k keys takes three groups of 64-key
+    tiles x two stages (one block an SM, 64 CTAs: one wave in clusters of up to 8)."""
+    d = _decode(batch, lq, lkv, causal=int(lq > 1), causal_alignment="bottom_right").defines
+    assert (d["BLOCK_M"], d["BLOCK_N"], d["NUM_WARPS"], d["WARP_SPLIT"], d["KV_STAGES"]) == (64, 64, 12, 3, 2)
+    assert (d["KV_SPLIT"], d["WGMMA"], d["PACK_GQA"]) == (split, 1, 4)
+
+
+def test_v7_leaves_shorter_parts_and_head_dim_64():
+    """Parts under 16k keys (1 x 32k x 1: 4k a CTA at split 8) and head dim 64 keep v6's tiles."""
+    from trt_fusedattn.plugins.attention import plan_decode
+    from unittest import mock
+    for batch, lq, lkv, dim in ((1, 1, 32768, 128), (1, 16, 32768, 128), (8, 1, 4096, 128), (4, 1, 131072, 64)):
+        with mock.patch.object(plan_decode, "V7_HEAD_DIMS", ()):
+            v6 = _decode(batch, lq, lkv, dim=dim).defines
+        assert _decode(batch, lq, lkv, dim=dim).defines == v6
 
 
 def _decode_v5(batch, lq, lkv, dim=128):

@@ -91,8 +91,9 @@ extern "C" __global__ void KV_SPLIT_CLUSTER __launch_bounds__(kThreads, kMinBloc
 
   // KV_STAGES 1: one K and one V buffer, V(t) loads during Q K^T(t), K(t-1) during softmax and P V(t) (two
   // barriers per tile). KV_STAGES 2: two K/V buffer pairs, tile t-1 loads during all of tile t (one barrier).
-  // KV_STAGES 3 (decode: more bytes in flight per key group): a ring of three pairs, tiles t-1 and t-2 load during
-  // tile t; every step commits one cp.async group (empty past the last tile), so the loop top waits for all but one.
+  // KV_STAGES 3-6 (decode: more bytes in flight per key group): a ring of kStages pairs, tiles t-1 .. t-(kStages-1)
+  // load during tile t; every step commits one cp.async group (empty past the last tile), so the loop top waits for
+  // all but the kStages - 2 newest.
 #if PACK_GQA > 1
   load_tile_async<kBlockM, kHeadDim, true>(sQ, q_base, q_stride_s, m0, len_rows, q_stride_h);
 #else
@@ -103,16 +104,21 @@ extern "C" __global__ void KV_SPLIT_CLUSTER __launch_bounds__(kThreads, kMinBloc
     if (kStages >= 2) load_kv_tile<kHeadDimV>(sV, v_base, v_stride_s, t_first * kBlockN, len_kv, group_tid);
   }
   cp_async_commit();
-  if (kStages == 3) {  // tile t_first - 1 into the second pair, its own group
-    if (t_first - 1 >= t_last) {
-      load_kv_tile<kHeadDim>(sK + kKTileElems, k_base, kv_stride_s, (t_first - 1) * kBlockN, len_kv, group_tid);
-      load_kv_tile<kHeadDimV>(sV + kVTileElems, v_base, v_stride_s, (t_first - 1) * kBlockN, len_kv, group_tid);
+  const auto load_ring_tile = [&](int i) {  // (a ring) tile t_first - i into pair i, its own group
+    if (t_first - i >= t_last) {
+      load_kv_tile<kHeadDim>(sK + i * kKTileElems, k_base, kv_stride_s, (t_first - i) * kBlockN, len_kv, group_tid);
+      load_kv_tile<kHeadDimV>(sV + i * kVTileElems, v_base, v_stride_s, (t_first - i) * kBlockN, len_kv, group_tid);
     }
     cp_async_commit();
-  }
+  };
+  static_assert(kStages <= 6, "the prologue below fills rings of up to six pairs");
+  if (kStages >= 3) load_ring_tile(1);
+  if (kStages >= 4) load_ring_tile(2);
+  if (kStages >= 5) load_ring_tile(3);
+  if (kStages >= 6) load_ring_tile(4);
   if (kOverlapPV) cp_async_commit();  // an empty group: the loop top leaves the newest group in flight
   if (kWarpSplit > 1) {  // the key groups' barriers do not cover the Q tile, which every thread loaded a part of
-    wait_tiles_landed<kStages == 3 ? 1 : 0>();  // (and, for wgmma, fenced for the async proxy)
+    wait_tiles_landed<kRingInFlight>();  // (and, for wgmma, fenced for the async proxy)
     __syncthreads();
   }
 
@@ -147,7 +153,7 @@ extern "C" __global__ void KV_SPLIT_CLUSTER __launch_bounds__(kThreads, kMinBloc
     // step s's K tile is in K buffer s % kStages, its V tile in V buffer s % kVStages
     const elem_t* sK_t = sK + step % kStages * kKTileElems;
     const elem_t* sV_t = sV + step % kVStages * kVTileElems;
-    // KV_STAGES 2/3: tile t - (kStages - 1)'s K and V into the buffers tile t + 1 used (V: tile t + 2's with the
+    // KV_STAGES 2-6: tile t - (kStages - 1)'s K and V into the buffers tile t + 1 used (V: tile t + 2's with the
     // overlap)
     constexpr int kAhead = kStages > 1 ? kStages - 1 : 1;  // tiles the prefetch runs ahead
     const auto prefetch_k = [&] {
@@ -158,13 +164,13 @@ extern "C" __global__ void KV_SPLIT_CLUSTER __launch_bounds__(kThreads, kMinBloc
       load_kv_tile<kHeadDimV>(sV + (step + kAhead) % kVStages * kVTileElems, v_base, v_stride_s,
                               n0 - kAhead * kBlockN, len_kv, group_tid);
     };
-    wait_tiles_landed<(kStages == 3) + kOverlapPV>();
+    wait_tiles_landed<kRingInFlight + kOverlapPV>();
     sync_key_group(group);  // tile t's K (and V with 2-3 stages) is in smem; every warp is done with tile t + 1
     if (kStages >= 2 && t - kAhead >= t_last) {
       prefetch_k();
       if (!kOverlapPV) prefetch_v();
       cp_async_commit();
-    } else if (kStages == 3) {
+    } else if (kStages >= 3) {
       cp_async_commit();  // an empty group keeps one group a step
     } else if (kStages == 1) {
       load_kv_tile<kHeadDimV>(sV, v_base, v_stride_s, n0, len_kv, group_tid);

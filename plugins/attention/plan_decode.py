@@ -91,6 +91,14 @@ V6_HEAD_DIMS = (64,)
 V6_MAX_CTAS = 256
 V6_SPLIT_TILES = {64: ((16, (16, 32, 4, 0, 3), 4, 1, 0), (64, (64, 128, 8, 0, 3), 2, 1, 1)),
                   128: ((64, (64, 128, 4, 0, 3), 1, 2, 1),), 256: ((64, (64, 64, 4, 0, 3), 1, 3, 1),)}
+# v7, head dim 128 (H200 columns of the frozen tree f37b754, session 7's end; NOTES.md): a grid of V7_CTAS CTAs after
+# the split (batch 4 split 2, batch 1 split 8) whose CTAs keep >= V7_MIN_PART_KEYS keys takes three groups of 64-key
+# tiles x two stages (WGMMA_SPLIT_FEW_CTAS_TILE) in place of v5's tile: H200 1 / 4 x 32k x 4 0.1475 / 0.1474 ms vs v5's
+# 0.1588 / 0.1579 (one group x three stages on 128 CTAs), 128k x 4 -8..-10%, 128k x 1 -5..-7% (v5: two groups x three
+# stages); the H100's session-7 columns: -1% at 128k x 4, +1-2% at 32k x 4, +2-2.5% at 128k x 1.
+V7_HEAD_DIMS = (128,)
+V7_CTAS = 64
+V7_MIN_PART_KEYS = 16384
 
 
 class DecodeChoice(NamedTuple):
@@ -152,6 +160,15 @@ def v6_split_choice(rows: int, ctas: int, len_kv: int):
     return (split, *choice) if choice else None
 
 
+def v7_split_choice(ctas: int, len_kv: int):
+    """v7's head-dim-128 split (split, tile, key groups, blocks an SM, wgmma) for a grid of ``ctas`` CTAs before the
+    split, or None where no split gives V7_CTAS CTAs of >= V7_MIN_PART_KEYS keys each."""
+    split = V7_CTAS // ctas if V7_CTAS % ctas == 0 else 0
+    if split not in SPLITS[1:] or len_kv < V7_MIN_PART_KEYS * split:
+        return None
+    return (split, *WGMMA_SPLIT_FEW_CTAS_TILE, 1)
+
+
 def plan_decode(batch, len_q, len_kv, heads_q, heads_kv, dim: int, dim_v: int, arch: str) -> DecodeChoice | None:
     """The decode plan for these dimensions, or None when the shape is not decode (or not static enough to know)."""
     if not _static(len_q, heads_q, heads_kv) or len_q > DECODE_MAX_QUERIES:
@@ -183,8 +200,9 @@ def plan_decode(batch, len_q, len_kv, heads_q, heads_kv, dim: int, dim_v: int, a
                 split = decode_split(ctas, len_kv, warp_split, arch, per_sm)
             v5 = wgmma_ok and pack > 1 and rows <= 64 and split > 1 and wgmma_split_tile(rows, ctas, split, len_kv)
             v6 = v5 and dim in V6_HEAD_DIMS and v6_split_choice(rows, ctas, len_kv)
-            if v6:
-                split, tile, warp_split, per_sm, wgmma = v6
+            v7 = v5 and dim in V7_HEAD_DIMS and v7_split_choice(ctas, len_kv)
+            if v6 or v7:
+                split, tile, warp_split, per_sm, wgmma = v6 or v7
             elif v5:
                 (tile, warp_split, per_sm), wgmma = v5, 1
     if pack == 1 and split == 1 and not wgmma:

@@ -7,6 +7,7 @@ scales amax / 448 and an e4m3 output, as benchmarks/attention_fp8.py times it).
     ncu --profile-from-start off --clock-control none --section SpeedOfLight ... \
         python benchmarks/profile_attention.py --dtype bfloat16 --dim 128 --seq 2048[,8192] [--causal] [--cudnn]
             [--tuning BLOCK_N=176+KV_STAGES=2 [--tuning ...]]
+        python benchmarks/profile_attention.py --dim 64 --decode 1,32768,1   # a decode shape of attention_decode.py
 """
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ def call_for(args, seq: int, tuning_text: str):
     grid's data, benchmarks/attention_fp8.py's seed, so its compiled specializations are reused)."""
     batch, heads = TOKENS // seq, HIDDEN // args.dim
     tuning = parse_variants(f"{args.dim}:{tuning_text}")[args.dim][0] if tuning_text else None
+    if args.decode:
+        return decode_call(args, tuning)
     if args.dtype == "float8_e4m3fn":
         problem = FP8Problem(batch, seq, heads, args.dim, args.causal, seed=seq + args.dim + int(args.causal))
         out = torch.empty_like(problem.fp8[0])
@@ -35,6 +38,19 @@ def call_for(args, seq: int, tuning_text: str):
     if args.cudnn:
         return sdpa(q, k, v, args.causal, SDPBackend.CUDNN_ATTENTION)
     return ours(q, k, v, torch.empty_like(q), args.causal, tuning)
+
+
+def decode_call(args, tuning):
+    """benchmarks/attention_decode.py's shape (queries, keys, batch): GQA 32/8, several queries bottom-right causal
+    (a tuning replaces the decode plan: give its split and key groups too)."""
+    lq, lkv, batch = map(int, args.decode.split(","))
+    dtype = getattr(torch, args.dtype)
+    q = torch.randn(batch, lq, 32, args.dim, device="cuda", dtype=dtype)
+    k, v = (torch.randn(batch, lkv, 8, args.dim, device="cuda", dtype=dtype) for _ in range(2))
+    if args.cudnn:
+        mask = torch.ones(lq, lkv, device="cuda", dtype=torch.bool).tril(lkv - lq) if lq > 1 else None
+        return sdpa(q, k, v, False, SDPBackend.CUDNN_ATTENTION, mask=mask)
+    return ours(q, k, v, torch.empty_like(q), lq > 1, tuning, alignment="bottom_right" if lq > 1 else "top_left")
 
 
 def main():
@@ -48,6 +64,7 @@ def main():
                         help="plan tuning overrides of ours, e.g. BLOCK_N=176+KV_STAGES=2; repeat it to profile several "
                              "(each after the default, per sequence length)")
     parser.add_argument("--calls", type=int, default=1, help="profiled calls after the warm-up")
+    parser.add_argument("--decode", help="a decode shape instead: queries,keys,batch (GQA 32/8; --seq unused)")
     args = parser.parse_args()
     tunings = [""] + args.tuning if args.tuning and not args.cudnn else [""]
     fns = [call_for(args, int(seq), t) for seq in args.seq.split(",") for t in tunings]

@@ -7,7 +7,7 @@ benchmarks/attention.py (CUDA-graph replays, median).
 
     python benchmarks/attention_decode.py --out benchmarks/results/attention_h100_decode_v6.md
     python benchmarks/attention_decode.py --head-dim 64 --quick   # 4k and 32k keys only
-    python benchmarks/attention_decode.py --keys 4096,32768,131072 --candidates   # (or --candidates h200 / ring)
+    python benchmarks/attention_decode.py --keys 4096,32768,131072 --candidates   # (or --candidates h200)
 """
 from __future__ import annotations
 
@@ -35,11 +35,8 @@ L2_BYTES = 50 * 2 ** 20  # H100's L2: K/V smaller than this stay in it across th
 # mainloop as (CTAs after the split, key groups of one warpgroup, keys a K/V tile, K/V stages a group), the split
 # being that CTA count over the grid's CTAs without one (only where it is one of the plan's splits). 64 CTAs are one
 # an SM (clusters of 8 fit 120 CTAs a wave, 2-CTA clusters 128+), 128 one or two an SM, 256 two an SM.
-# Session 8 (--candidates ring): deeper rings of 64-key tiles (KV_STAGES 6: five tiles in flight a key group) on the
-# head-dim-64 grids below 80% (NOTES.md, decode session 8).
 WGMMA_CANDIDATES = ((64, 2, 64, 3), (64, 3, 64, 2), (64, 2, 128, 3), (64, 4, 64, 3), (64, 3, 128, 2),
-                    (128, 1, 64, 3), (128, 1, 128, 3), (128, 2, 64, 3), (128, 2, 128, 3), (256, 1, 64, 3),
-                    (64, 2, 64, 6), (128, 1, 64, 6))
+                    (128, 1, 64, 3), (128, 1, 128, 3), (128, 2, 64, 3), (128, 2, 128, 3), (256, 1, 64, 3))
 # <= 16 packed rows: the 16-row mma.sync tile of four one-warp key groups on 32-key tiles with three stages, at the
 # plan's split (session 5 run 1: 1 x 32k x 1 at head dim 64 in 0.0289 ms = cuDNN, the plan's wgmma tile 0.0341)
 MMA16_CANDIDATE = "mma.sync 16 rows, 4 groups x32, 3 stages"
@@ -48,13 +45,13 @@ MMA16_TUNING = {"WGMMA": 0, "BLOCK_M": 16, "NUM_WARPS": 4, "WARP_SPLIT": 4, "BLO
 # plan's split
 MMA16_V42_CANDIDATE = "mma.sync 16 rows, 4 groups x16, 2 stages (v4.2)"
 MMA16_V42_TUNING = {**MMA16_TUNING, "BLOCK_N": 16, "KV_STAGES": 2}
-# the same tile with a deeper ring (KV_STAGES 5 and 6: four and five 32-key tiles in flight a one-warp group), and with
-# Q in registers (session 8, --candidates ring)
-MMA16_RING = {f"mma.sync 16 rows, 4 groups x32, {n} stages": {**MMA16_TUNING, "KV_STAGES": n} for n in (5, 6)}
-MMA16_Q_REGS_CANDIDATE = "mma.sync 16 rows, 4 groups x32, 3 stages, Q in registers"
-MMA16_ALL = {MMA16_CANDIDATE: MMA16_TUNING, MMA16_V42_CANDIDATE: MMA16_V42_TUNING, **MMA16_RING,
-             MMA16_Q_REGS_CANDIDATE: {**MMA16_TUNING, "Q_IN_REGISTERS": 1}}
-# the plan's choice by the rule before this session's (v6: v7's head-dim-128 tile off)
+# the same tile with a deeper ring (KV_STAGES 5: four 32-key tile pairs in flight a one-warp group; session 8 run 1:
+# v7's head-dim-64 tile at 4k keys x batch 8, no gain at 32k x 1 on the H100; six stages timed the same as five, the
+# wgmma tiles with six stages and Q in registers lost)
+MMA16_RING_CANDIDATE = "mma.sync 16 rows, 4 groups x32, 5 stages"
+MMA16_ALL = {MMA16_CANDIDATE: MMA16_TUNING, MMA16_V42_CANDIDATE: MMA16_V42_TUNING,
+             MMA16_RING_CANDIDATE: {**MMA16_TUNING, "KV_STAGES": 5}}
+# the plan's choice by the rule before this session's (v6: v7's tiles off)
 PREVIOUS_RULE = "previous rule (v6)"
 
 
@@ -66,9 +63,9 @@ CANDIDATE_COLUMNS = [_candidate_name(*c) for c in WGMMA_CANDIDATES] + list(MMA16
 # --candidates h200: the columns whose H200 times decide the next head-dim-128 rule there (NOTES.md, decode session 7):
 # three groups x two stages on 64 CTAs (the H200's best at 16 x 32k/128k x 1 under v4.2) and v4.2's 16-row tile (the
 # H200's 1 x 32k x 4 at 0.86x cuDNN under v4.2, 0.79x under v5)
-H200_COLUMNS = [_candidate_name(64, 3, 64, 2), MMA16_V42_CANDIDATE]
-# --candidates ring: session 8's deeper rings and Q in registers on the head-dim-64 misses
-RING_COLUMNS = [_candidate_name(64, 2, 64, 6), _candidate_name(128, 1, 64, 6), *MMA16_RING, MMA16_Q_REGS_CANDIDATE]
+# and (session 8) the 16-row tile's five-stage ring where the plan has another tile (the H200 needs more bytes in
+# flight than the H100 for the same fraction of its read)
+H200_COLUMNS = [_candidate_name(64, 3, 64, 2), MMA16_V42_CANDIDATE, MMA16_RING_CANDIDATE]
 
 
 def decode_variants(plan, previous, candidates, rows: int, kv_heads_batch: int) -> dict:
@@ -98,8 +95,8 @@ def decode_variants(plan, previous, candidates, rows: int, kv_heads_batch: int) 
 
 
 def _previous_rule_plan(*args):
-    """plan_attention(*args) as the v6 decode rule chose (v7's head-dim-128 split tile off)."""
-    with mock.patch.object(plan_decode, "V7_HEAD_DIMS", ()):
+    """plan_attention(*args) as the v6 decode rule chose (v7's tiles off)."""
+    with mock.patch.object(plan_decode, "V7_HEAD_DIMS", ()), mock.patch.object(plan_decode, "V7_MMA16_HEAD_DIMS", ()):
         return plan_attention(*args)
 
 
@@ -200,13 +197,12 @@ def main():
     parser.add_argument("--head-dim", type=int, default=128, help="head dim of Q, K and V (default 128)")
     parser.add_argument("--quick", action="store_true", help="only the 4k and 32k key shapes")
     parser.add_argument("--keys", help="only these key lengths, comma-separated (e.g. 4096,32768,131072)")
-    parser.add_argument("--candidates", nargs="?", const="all", choices=("all", "h200", "ring"),
-                        help="also time the candidate tiles on grids that split: all of them, h200 (H200_COLUMNS) or "
-                             "ring (RING_COLUMNS)")
+    parser.add_argument("--candidates", nargs="?", const="all", choices=("all", "h200"),
+                        help="also time the candidate tiles on grids that split: all of them, or h200 (H200_COLUMNS)")
     args = parser.parse_args()
     keys = {int(k) for k in args.keys.split(",")} if args.keys else {4096, 32768} if args.quick else None
     shapes = tuple(s for s in DECODE if keys is None or s[1] in keys)
-    candidates = {"all": CANDIDATE_COLUMNS, "h200": H200_COLUMNS, "ring": RING_COLUMNS, None: []}[args.candidates]
+    candidates = {"all": CANDIDATE_COLUMNS, "h200": H200_COLUMNS, None: []}[args.candidates]
     header, rows, summary = decode(torch.bfloat16, args.head_dim, shapes, candidates)
     intro = (f"Decode, GQA 32 query / 8 K/V heads, head dim {args.head_dim}, bfloat16, BSHD; several queries attend "
              "bottom-right "

@@ -27,7 +27,7 @@ WGMMA_GROUPS4_64 = (("WGMMA", 1), ("BLOCK_M", 64), ("NUM_WARPS", 16), ("BLOCK_N"
 GROUPS3_64 = (("WGMMA", 0), ("BLOCK_M", 64), ("NUM_WARPS", 12), ("BLOCK_N", 32), ("WARP_SPLIT", 3))
 # a ring of three K/V stages per key group (KV_STAGES 3: two tiles in flight while one is computed)
 STAGES3 = (("KV_STAGES", 3),)
-# session 8's deeper rings (KV_STAGES 5 and 6) on the 16-row tile of four one-warp groups x32, Q from shared memory as
+# session 8's deeper ring (KV_STAGES 5) on the 16-row tile of four one-warp groups x32, Q from shared memory as
 # v6's default has it (a tuning alone would get head dim 64's Q in registers)
 GROUPS4_16_X32 = (("WGMMA", 0), ("BLOCK_M", 16), ("NUM_WARPS", 4), ("BLOCK_N", 32), ("WARP_SPLIT", 4),
                   ("Q_IN_REGISTERS", 0)) + ONE_BLOCK
@@ -190,30 +190,33 @@ def _cases():
         AttentionCase("wgmma-groups3-split8-uneven-2x7000-keylen", batch=2, len_q=2, len_kv=7000, heads_q=8, heads_kv=2,
                       dim=128, key_lengths=True, tuning=WGMMA_GROUPS3_64 + (("PACK_GQA", 4), ("KV_SPLIT", 8)),
                       small=True),
-        # v7's head-dim-128 default: 32 CTAs x a split of 2, 16.5k keys a CTA: three groups x two stages
+        # v7's defaults: head dim 128, 32 CTAs x a split of 2, 16.5k keys a CTA: three groups x two stages; head dim
+        # 64, 64 CTAs x a split of 2 (2050 keys a CTA: an uneven last tile): the 16-row tile x five stages
         AttentionCase("gqa32-8-1x33000-b4", batch=4, len_q=1, len_kv=33000, **llama),
-        # session 8's deeper rings (five/six stages: the prologue's four/five tiles, parts with fewer tiles than
+        AttentionCase("gqa32-8-3x4100-causal-br-b8-hd64", batch=8, len_q=3, len_kv=4100, heads_q=32, heads_kv=8, dim=64,
+                      **br),
+        # session 8's deeper ring (five stages: the prologue's four tiles, parts with fewer tiles than
         # stages, empty groups past the last tile), uneven splits, key lengths 0 and 1, unequal tile counts without a
         # cluster (Q in registers on that tile: groups4-x32-3stages-hd64-split8-1x3000 above)
-        AttentionCase("groups4-x32-6stages-hd64-split8-uneven-1x3001", len_q=1, len_kv=3001, heads_q=8, heads_kv=2,
-                      dim=64, tuning=GROUPS4_16_X32 + (("KV_STAGES", 6), ("PACK_GQA", 4), ("KV_SPLIT", 8)), small=True),
+        AttentionCase("groups4-x32-5stages-hd64-split8-uneven-1x3001", len_q=1, len_kv=3001, heads_q=8, heads_kv=2,
+                      dim=64, tuning=GROUPS4_16_X32 + (("KV_STAGES", 5), ("PACK_GQA", 4), ("KV_SPLIT", 8)), small=True),
         AttentionCase("groups4-x32-5stages-hd64-split8-keylen-0-and-1", batch=2, len_q=2, len_kv=1, heads_q=8,
                       heads_kv=2, dim=64, key_lengths=True,
                       tuning=GROUPS4_16_X32 + (("KV_STAGES", 5), ("PACK_GQA", 4), ("KV_SPLIT", 8)), small=True),
         AttentionCase("groups4-x32-5stages-hd64-nosplit-4x2500-causal-br-keylen-fp16", batch=3, len_q=4, len_kv=2500,
                       heads_q=8, heads_kv=2, dim=64, dtype="float16", key_lengths=True,
                       tuning=GROUPS4_16_X32 + (("KV_STAGES", 5), ("PACK_GQA", 4), ("KV_SPLIT", 1)), small=True, **br),
-        AttentionCase("wgmma-groups2-6stages-hd64-nosplit-16x1900-causal-br-keylen", batch=3, len_q=16, len_kv=1900,
+        AttentionCase("wgmma-groups2-5stages-hd64-nosplit-16x1900-causal-br-keylen", batch=3, len_q=16, len_kv=1900,
                       heads_q=8, heads_kv=2, dim=64, key_lengths=True,
-                      tuning=WGMMA_GROUPS2_64 + ONE_BLOCK + (("KV_STAGES", 6), ("PACK_GQA", 4), ("KV_SPLIT", 1)),
+                      tuning=WGMMA_GROUPS2_64 + ONE_BLOCK + (("KV_STAGES", 5), ("PACK_GQA", 4), ("KV_SPLIT", 1)),
                       small=True, **br),
-        AttentionCase("wgmma-groups2-6stages-hd64-split8-uneven-16x5000-causal-br", len_q=16, len_kv=5000, heads_q=8,
+        AttentionCase("wgmma-groups2-5stages-hd64-split8-uneven-16x5000-causal-br", len_q=16, len_kv=5000, heads_q=8,
                       heads_kv=2, dim=64,
-                      tuning=WGMMA_GROUPS2_64 + ONE_BLOCK + (("KV_STAGES", 6), ("PACK_GQA", 4), ("KV_SPLIT", 8)),
+                      tuning=WGMMA_GROUPS2_64 + ONE_BLOCK + (("KV_STAGES", 5), ("PACK_GQA", 4), ("KV_SPLIT", 8)),
                       small=True, **br),
-        AttentionCase("wgmma-group1-x64-6stages-hd64-split2-4x3001-causal-br-fp16", len_q=4, len_kv=3001, heads_q=8,
+        AttentionCase("wgmma-group1-x64-5stages-hd64-split2-4x3001-causal-br-fp16", len_q=4, len_kv=3001, heads_q=8,
                       heads_kv=2, dim=64, dtype="float16", tuning=(("WGMMA", 1), ("BLOCK_M", 64), ("NUM_WARPS", 4),
-                      ("BLOCK_N", 64), ("WARP_SPLIT", 1), ("KV_STAGES", 6), ("PACK_GQA", 4), ("KV_SPLIT", 2)),
+                      ("BLOCK_N", 64), ("WARP_SPLIT", 1), ("KV_STAGES", 5), ("PACK_GQA", 4), ("KV_SPLIT", 2)),
                       small=True, **br),
         # key lengths 0 (batch 0) and 1 (the only key) over 8 CTAs x 4 key groups: 31 of the 32 parts see no key
         AttentionCase("groups4-split8-keylen-0-and-1", batch=2, len_q=2, len_kv=1, heads_q=8, heads_kv=2, dim=128,

@@ -91,7 +91,7 @@ extern "C" __global__ void KV_SPLIT_CLUSTER __launch_bounds__(kThreads, kMinBloc
 
   // KV_STAGES 1: one K and one V buffer, V(t) loads during Q K^T(t), K(t-1) during softmax and P V(t) (two
   // barriers per tile). KV_STAGES 2: two K/V buffer pairs, tile t-1 loads during all of tile t (one barrier).
-  // KV_STAGES 3-6 (decode: more bytes in flight per key group): a ring of kStages pairs, tiles t-1 .. t-(kStages-1)
+  // KV_STAGES 3-5 (decode: more bytes in flight per key group): a ring of kStages pairs, tiles t-1 .. t-(kStages-1)
   // load during tile t; every step commits one cp.async group (empty past the last tile), so the loop top waits for
   // all but the kStages - 2 newest.
 #if PACK_GQA > 1
@@ -111,11 +111,10 @@ extern "C" __global__ void KV_SPLIT_CLUSTER __launch_bounds__(kThreads, kMinBloc
     }
     cp_async_commit();
   };
-  static_assert(kStages <= 6, "the prologue below fills rings of up to six pairs");
+  static_assert(kStages <= 5, "the prologue below fills rings of up to five pairs");
   if (kStages >= 3) load_ring_tile(1);
   if (kStages >= 4) load_ring_tile(2);
   if (kStages >= 5) load_ring_tile(3);
-  if (kStages >= 6) load_ring_tile(4);
   if (kOverlapPV) cp_async_commit();  // an empty group: the loop top leaves the newest group in flight
   if (kWarpSplit > 1) {  // the key groups' barriers do not cover the Q tile, which every thread loaded a part of
     wait_tiles_landed<kRingInFlight>();  // (and, for wgmma, fenced for the async proxy)
@@ -153,7 +152,7 @@ extern "C" __global__ void KV_SPLIT_CLUSTER __launch_bounds__(kThreads, kMinBloc
     // step s's K tile is in K buffer s % kStages, its V tile in V buffer s % kVStages
     const elem_t* sK_t = sK + step % kStages * kKTileElems;
     const elem_t* sV_t = sV + step % kVStages * kVTileElems;
-    // KV_STAGES 2-6: tile t - (kStages - 1)'s K and V into the buffers tile t + 1 used (V: tile t + 2's with the
+    // KV_STAGES 2-5: tile t - (kStages - 1)'s K and V into the buffers tile t + 1 used (V: tile t + 2's with the
     // overlap)
     constexpr int kAhead = kStages > 1 ? kStages - 1 : 1;  // tiles the prefetch runs ahead
     const auto prefetch_k = [&] {

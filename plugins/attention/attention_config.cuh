@@ -100,7 +100,7 @@ constexpr int kKvSplit = KV_SPLIT;            // CTAs of a cluster sharing one q
 // GQA packing (decode): the query heads of one K/V head share a tile, row r = (query r / kPackGqa, head in the group
 // r % kPackGqa), so K/V are read once per K/V head (grid y = K/V heads). 1: a tile holds one head's queries.
 constexpr int kPackGqa = PACK_GQA;
-constexpr int kStages = KV_STAGES;            // K/V tile buffers (1-3; the single-role kernel's ring up to 6)
+constexpr int kStages = KV_STAGES;            // K/V tile buffers (1-3; the single-role kernel's ring up to 5)
 // cp.async groups the single-role kernel's loop top leaves in flight: the ring's tiles past the next one
 constexpr int kRingInFlight = kStages >= 3 ? kStages - 2 : 0;
 constexpr float kScaleLog2 = SCALE_LOG2;      // scale * log2(e): softmax runs on exp2
@@ -118,8 +118,8 @@ static_assert(kSoftcap >= 0.f, "SOFTCAP must be >= 0 (0: none)");
 static_assert(kWarpRows % 16 == 0 && kMAtoms >= 1, "BLOCK_M must give each warp a multiple of 16 rows");
 static_assert(kBlockN % 16 == 0, "BLOCK_N must be a multiple of 16");
 static_assert(kRescaleThreshold >= 0.f && kRescaleThreshold <= 14.f, "p <= 2^threshold must stay well inside fp16");
-static_assert(kStages >= 1 && kStages <= (WARP_SPECIALIZED ? 3 : 6),
-              "KV_STAGES must be 1-3 (the single-role kernel's ring of a key group: up to 6)");
+static_assert(kStages >= 1 && kStages <= (WARP_SPECIALIZED ? 3 : 5),
+              "KV_STAGES must be 1-3 (the single-role kernel's ring of a key group: up to 5)");
 static_assert(kKvSplit >= 1 && kKvSplit <= 8 && kBlockM % kKvSplit == 0, "KV_SPLIT: 1..8 CTAs, dividing BLOCK_M");
 static_assert(kWarpSplit >= 1 && kWarps % kWarpSplit == 0 && (kWarpSplit == 1 || !WARP_SPECIALIZED),
               "WARP_SPLIT (key groups of warps) divides NUM_WARPS, on the mma.sync or single-role wgmma mainloop");

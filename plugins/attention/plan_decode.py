@@ -91,14 +91,23 @@ V6_HEAD_DIMS = (64,)
 V6_MAX_CTAS = 256
 V6_SPLIT_TILES = {64: ((16, (16, 32, 4, 0, 3), 4, 1, 0), (64, (64, 128, 8, 0, 3), 2, 1, 1)),
                   128: ((64, (64, 128, 4, 0, 3), 1, 2, 1),), 256: ((64, (64, 64, 4, 0, 3), 1, 3, 1),)}
-# v7, head dim 128 (H200 columns of the frozen tree f37b754, session 7's end; NOTES.md): a grid of V7_CTAS CTAs after
-# the split (batch 4 split 2, batch 1 split 8) whose CTAs keep >= V7_MIN_PART_KEYS keys takes three groups of 64-key
-# tiles x two stages (WGMMA_SPLIT_FEW_CTAS_TILE) in place of v5's tile: H200 1 / 4 x 32k x 4 0.1475 / 0.1474 ms vs v5's
-# 0.1588 / 0.1579 (one group x three stages on 128 CTAs), 128k x 4 -8..-10%, 128k x 1 -5..-7% (v5: two groups x three
-# stages); the H100's session-7 columns: -1% at 128k x 4, +1-2% at 32k x 4, +2-2.5% at 128k x 1.
+# v7 (session 8), head dim 128: where the split is V7_SPLIT (batch 4 x 8 K/V heads: 64 CTAs in clusters of 2) and each
+# CTA keeps >= V7_MIN_PART_KEYS keys, three groups of 64-key tiles x two stages (WGMMA_SPLIT_FEW_CTAS_TILE, one block an
+# SM) instead of v5's one group x three stages on 128 CTAs (split 4). H200 (session 7's end): 1 / 4 x 32k x 4 0.1475 /
+# 0.1474 ms vs 0.1588 / 0.1579, 128k x 4 -8..-10%; H100 (session 8 run 1, v6 beside): 32k x 4 0.1826 / 0.1825 vs 0.1905 /
+# 0.1912, 128k x 4 0.6975 / 0.6984 vs 0.7460 / 0.7471. The same tile at split 8 (batch 1, 128k keys) gained 5-7% on the
+# H200 and lost 2.5-3.9% on the H100 (0.1817 vs 0.1768 at one query): not taken there.
 V7_HEAD_DIMS = (128,)
 V7_CTAS = 64
+V7_SPLIT = 2
 V7_MIN_PART_KEYS = 16384
+# v7, head dim 64: on the 128-CTA grid of v6 (4k keys x batch 8, split 2), <= 16 packed rows take the 16-row mma.sync
+# tile of four one-warp key groups x 32-key tiles x five stages (186,624 B: one block an SM; four 8 KB tile pairs in
+# flight a group): session 8 run 1, 1 / 4 x 4k x 8 0.0273 / 0.0278 ms vs v6's one wgmma group of 128-key tiles x three
+# stages 0.0289 / 0.0291 (six stages the same, three stages with Q in registers 0.0279 / 0.0283). One block an SM: only
+# where every cluster of the grid fits at once (ONE_PER_SM_CLUSTER_CTAS), i.e. clusters of 2.
+V7_MMA16_HEAD_DIMS = (64,)
+V7_MMA16_SPLIT_TILES = {128: ((16, (16, 32, 4, 0, 5), 4, 1, 0),)}
 
 
 class DecodeChoice(NamedTuple):
@@ -150,23 +159,25 @@ def wgmma_split_tile(rows: int, ctas: int, split: int, len_kv: int):
     return WGMMA_SPLIT_FEW_CTAS_TILE if rows > 16 else None
 
 
-def v6_split_choice(rows: int, ctas: int, len_kv: int):
+def v6_split_choice(rows: int, ctas: int, len_kv: int, v7: bool = False):
     """v6's head-dim-64 split (split, tile, key groups, blocks an SM, wgmma) for ``rows`` packed rows on a grid of
-    ``ctas`` CTAs before the split, or None where no split keeps parts of V5_MIN_PART_KEYS keys."""
+    ``ctas`` CTAs before the split, or None where no split keeps parts of V5_MIN_PART_KEYS keys; ``v7``: v7's 16-row
+    tile first where it applies (a one-block-an-SM tile only where all its clusters fit at once)."""
     split = next((s for s in reversed(SPLITS) if s > 1 and ctas * s <= V6_MAX_CTAS and len_kv >= V5_MIN_PART_KEYS * s),
                  None)
-    tiles = V6_SPLIT_TILES.get(ctas * split) if split else None
-    choice = next(((t, w, b, g) for max_rows, t, w, b, g in tiles or () if rows <= max_rows), None)
+    grid = ctas * split if split else 0
+    tiles = (V7_MMA16_SPLIT_TILES.get(grid, ()) if v7 else ()) + V6_SPLIT_TILES.get(grid, ())
+    choice = next(((t, w, b, g) for max_rows, t, w, b, g in tiles
+                   if rows <= max_rows and not (b == 1 and split >= 4 and grid > ONE_PER_SM_CLUSTER_CTAS)), None)
     return (split, *choice) if choice else None
 
 
 def v7_split_choice(ctas: int, len_kv: int):
-    """v7's head-dim-128 split (split, tile, key groups, blocks an SM, wgmma) for a grid of ``ctas`` CTAs before the
-    split, or None where no split gives V7_CTAS CTAs of >= V7_MIN_PART_KEYS keys each."""
-    split = V7_CTAS // ctas if V7_CTAS % ctas == 0 else 0
-    if split not in SPLITS[1:] or len_kv < V7_MIN_PART_KEYS * split:
+    """v7's head-dim-128 choice (split, tile, key groups, blocks an SM, wgmma) for a grid of ``ctas`` CTAs before the
+    split, or None where no V7_SPLIT-fold split gives V7_CTAS CTAs of >= V7_MIN_PART_KEYS keys each."""
+    if ctas * V7_SPLIT != V7_CTAS or len_kv < V7_MIN_PART_KEYS * V7_SPLIT:
         return None
-    return (split, *WGMMA_SPLIT_FEW_CTAS_TILE, 1)
+    return (V7_SPLIT, *WGMMA_SPLIT_FEW_CTAS_TILE, 1)
 
 
 def plan_decode(batch, len_q, len_kv, heads_q, heads_kv, dim: int, dim_v: int, arch: str) -> DecodeChoice | None:
@@ -199,7 +210,7 @@ def plan_decode(batch, len_q, len_kv, heads_q, heads_kv, dim: int, dim_v: int, a
                 tile, warp_split, per_sm = other
                 split = decode_split(ctas, len_kv, warp_split, arch, per_sm)
             v5 = wgmma_ok and pack > 1 and rows <= 64 and split > 1 and wgmma_split_tile(rows, ctas, split, len_kv)
-            v6 = v5 and dim in V6_HEAD_DIMS and v6_split_choice(rows, ctas, len_kv)
+            v6 = v5 and dim in V6_HEAD_DIMS and v6_split_choice(rows, ctas, len_kv, dim in V7_MMA16_HEAD_DIMS)
             v7 = v5 and dim in V7_HEAD_DIMS and v7_split_choice(ctas, len_kv)
             if v6 or v7:
                 split, tile, warp_split, per_sm, wgmma = v6 or v7

@@ -35,8 +35,12 @@ L2_BYTES = 50 * 2 ** 20  # H100's L2: K/V smaller than this stay in it across th
 # mainloop as (CTAs after the split, key groups of one warpgroup, keys a K/V tile, K/V stages a group), the split
 # being that CTA count over the grid's CTAs without one (only where it is one of the plan's splits). 64 CTAs are one
 # an SM (clusters of 8 fit 120 CTAs a wave, 2-CTA clusters 128+), 128 one or two an SM, 256 two an SM.
+# Session 8: 256 CTAs of one group x64 with five stages (91,120 B at head dim 64: two an SM at most, where v6's three
+# stages fit three an SM and 256 CTAs on 132 SMs leave some SMs with three: ncu of 1 x 32k x 4, busiest SM 1.16x the
+# average).
 WGMMA_CANDIDATES = ((64, 2, 64, 3), (64, 3, 64, 2), (64, 2, 128, 3), (64, 4, 64, 3), (64, 3, 128, 2),
-                    (128, 1, 64, 3), (128, 1, 128, 3), (128, 2, 64, 3), (128, 2, 128, 3), (256, 1, 64, 3))
+                    (128, 1, 64, 3), (128, 1, 128, 3), (128, 2, 64, 3), (128, 2, 128, 3), (256, 1, 64, 3),
+                    (256, 1, 64, 5))
 # <= 16 packed rows: the 16-row mma.sync tile of four one-warp key groups on 32-key tiles with three stages, at the
 # plan's split (session 5 run 1: 1 x 32k x 1 at head dim 64 in 0.0289 ms = cuDNN, the plan's wgmma tile 0.0341)
 MMA16_CANDIDATE = "mma.sync 16 rows, 4 groups x32, 3 stages"
@@ -66,6 +70,9 @@ CANDIDATE_COLUMNS = [_candidate_name(*c) for c in WGMMA_CANDIDATES] + list(MMA16
 # and (session 8) the 16-row tile's five-stage ring where the plan has another tile (the H200 needs more bytes in
 # flight than the H100 for the same fraction of its read)
 H200_COLUMNS = [_candidate_name(64, 3, 64, 2), MMA16_V42_CANDIDATE, MMA16_RING_CANDIDATE]
+# --candidates grid (session 8): head dim 64's batch-4 grids (v6: 256 CTAs of one group x64 x3, 0.88-0.91x a plain
+# read of the same bytes at 32k/128k keys) on two an SM, on 128 CTAs, on 64 of three groups
+GRID_COLUMNS = [_candidate_name(256, 1, 64, 5), _candidate_name(128, 1, 128, 3), _candidate_name(64, 3, 128, 2)]
 
 
 def decode_variants(plan, previous, candidates, rows: int, kv_heads_batch: int) -> dict:
@@ -197,12 +204,13 @@ def main():
     parser.add_argument("--head-dim", type=int, default=128, help="head dim of Q, K and V (default 128)")
     parser.add_argument("--quick", action="store_true", help="only the 4k and 32k key shapes")
     parser.add_argument("--keys", help="only these key lengths, comma-separated (e.g. 4096,32768,131072)")
-    parser.add_argument("--candidates", nargs="?", const="all", choices=("all", "h200"),
-                        help="also time the candidate tiles on grids that split: all of them, or h200 (H200_COLUMNS)")
+    parser.add_argument("--candidates", nargs="?", const="all", choices=("all", "h200", "grid"),
+                        help="also time the candidate tiles on grids that split: all of them, h200 (H200_COLUMNS) or "
+                             "grid (GRID_COLUMNS)")
     args = parser.parse_args()
     keys = {int(k) for k in args.keys.split(",")} if args.keys else {4096, 32768} if args.quick else None
     shapes = tuple(s for s in DECODE if keys is None or s[1] in keys)
-    candidates = {"all": CANDIDATE_COLUMNS, "h200": H200_COLUMNS, None: []}[args.candidates]
+    candidates = {"all": CANDIDATE_COLUMNS, "h200": H200_COLUMNS, "grid": GRID_COLUMNS, None: []}[args.candidates]
     header, rows, summary = decode(torch.bfloat16, args.head_dim, shapes, candidates)
     intro = (f"Decode, GQA 32 query / 8 K/V heads, head dim {args.head_dim}, bfloat16, BSHD; several queries attend "
              "bottom-right "

@@ -57,6 +57,25 @@ def graph_replay_matches(q, k, v) -> bool:
     return bool(torch.allclose(out, trt_fusedattn.attention(q, k, v), atol=1e-3, rtol=1e-3))
 
 
+def breakdown(q, k, v, out) -> str:
+    """Where a repeated call's host time goes (same timing as the table): the call with out= but its launch stubbed
+    (argument handling, the fast path's key and lookup, pointers, stream), the launch alone through ctypes with the
+    real driver, the output allocation and the current-stream query."""
+    from trt_fusedattn.launcher import torch_current_stream
+    from trt_fusedattn.plugins.attention import api
+    trt_fusedattn.attention(q, k, v, out=out)
+    launch = next(entry[0].launch for entry in api._torch_fast.values() if entry[0].out_shape == tuple(q.shape))
+    pointers, stream = [q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr()], torch_current_stream(q.device.index)
+    launch.launch_pointers = lambda pointers, stream: None  # (an instance attribute over the method, deleted below)
+    parts = {"call with out=, launch stubbed": host_us_per_call(lambda: trt_fusedattn.attention(q, k, v, out=out))}
+    del launch.launch_pointers
+    parts["launch (lock, slots, cuCtxGetCurrent, cuLaunchKernel)"] = host_us_per_call(
+        lambda: launch.launch_pointers(pointers, stream))
+    parts["torch.empty_like(q)"] = host_us_per_call(lambda: torch.empty_like(q))
+    parts["current stream"] = host_us_per_call(lambda: torch_current_stream(q.device.index))
+    return " | ".join(f"{name} {t:.1f}" for name, t in parts.items())
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out")
@@ -77,9 +96,12 @@ def main():
         sdpa = host_us_per_call(lambda: torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, enable_gqa=gqa))
         rows.append(f"| {name} | {ours_alloc:.1f} | {ours_out:.1f} | {sdpa:.1f} | {graph_replay_matches(q, k, v)} |")
         print(rows[-1], flush=True)
+    name, q, k, v = problems[-1][:4]
+    parts = breakdown(q, k, v, torch.empty_like(q))
     text = (f"# Host overhead per call, microseconds\n\n{versions()}\n\n"
             "| shape (bf16, BSHD) | trt_fusedattn.attention | ... with out= | torch SDPA (default backend) | "
-            "CUDA graph capture + replay matches |\n|---|---|---|---|---|\n" + "\n".join(rows) + "\n")
+            "CUDA graph capture + replay matches |\n|---|---|---|---|---|\n" + "\n".join(rows) + "\n\n"
+            f"{name}, parts of a call with out= alone (us): {parts}\n")
     print(text)
     if args.out:
         with open(args.out, "w") as f:

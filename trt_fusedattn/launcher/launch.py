@@ -166,11 +166,11 @@ def precompile(plans: Iterable[LaunchPlan], arch: str | None = None, *, device: 
 @functools.lru_cache(maxsize=None)
 def _libcuda():
     """The driver library through ctypes, for the two calls of a repeated launch (cuCtxGetCurrent, cuLaunchKernel):
-    about 1 us each there against several through cuda-python's wrappers."""
+    about 1 us each there against several through cuda-python's wrappers. No argtypes: the callers pass every argument
+    as the C type it is already (ctypes pointers, ints of 32 bits), which saves argtypes' conversions (~1 us a launch
+    on this project's CPUs; NOTES.md "Host overhead")."""
     driver()  # initialised, with cuda-python's error if there is no driver
     lib = ctypes.CDLL("libcuda.so.1" if sys.platform != "win32" else "nvcuda.dll")
-    lib.cuCtxGetCurrent.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
-    lib.cuLaunchKernel.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
     lib.cuCtxGetCurrent.restype = lib.cuLaunchKernel.restype = ctypes.c_int
     return lib
 
@@ -233,9 +233,11 @@ class PreparedLaunch:
             lib = _libcuda()
             self._context, self._current = int(primary_context(device)), ctypes.c_void_p()
             self._get_current, self._current_ref = lib.cuCtxGetCurrent, ctypes.byref(self._current)
-            # cuLaunchKernel's arguments before the stream (function, grid, block, shared memory), bound once
-            self._launch, self._head = lib.cuLaunchKernel, (int(self.function), *self.grid, *self.block, self.shared)
-            self._params = ctypes.addressof(self.params)
+            # cuLaunchKernel's arguments before the stream (function, grid, block, shared memory), bound once as the
+            # C types it takes (the dimensions fit a C int: CUDA limits them below 2^31)
+            self._launch = lib.cuLaunchKernel
+            self._head = (ctypes.c_void_p(int(self.function)), *self.grid, *self.block, self.shared)
+            self._params = ctypes.c_void_p(ctypes.addressof(self.params))
         self._lock = threading.Lock()  # the pointer slots are shared: fill and launch as one step
 
     def __call__(self, pointers_in: Sequence, pointers_out: Sequence, stream: int = 0) -> None:
@@ -254,10 +256,10 @@ class PreparedLaunch:
             self._pointers[:] = pointers
             self._get_current(self._current_ref)
             if self._current.value == self._context:
-                err = self._launch(*self._head, stream, self._params, None)
+                err = self._launch(*self._head, ctypes.c_void_p(stream), self._params, None)
             else:
                 with current_context(self.device):
-                    err = self._launch(*self._head, stream, self._params, None)
+                    err = self._launch(*self._head, ctypes.c_void_p(stream), self._params, None)
         if err:
             drv = driver()
             raise LaunchError(f"cuLaunchKernel({self.kernel}, grid={self.grid}, block={self.block}, "

@@ -195,6 +195,16 @@ def _cases():
         AttentionCase("gqa32-8-1x33000-b4", batch=4, len_q=1, len_kv=33000, **llama),
         AttentionCase("gqa32-8-3x4100-causal-br-b8-hd64", batch=8, len_q=3, len_kv=4100, heads_q=32, heads_kv=8, dim=64,
                       **br),
+        # and head dim 64 at batch 4: three groups of 128-key tiles x two stages at split 2 (16.4k keys a CTA, uneven)
+        AttentionCase("gqa32-8-2x32800-causal-br-b4-hd64", batch=4, len_q=2, len_kv=32800, heads_q=32, heads_kv=8, dim=64,
+                      **br),
+        # the two v7 three-group tiles over a 2-CTA cluster, small (sanitizers): uneven split, key lengths
+        AttentionCase("wgmma-groups3-split2-uneven-1x3001-keylen", batch=2, len_q=1, len_kv=3001, heads_q=8,
+                      heads_kv=2, dim=128, key_lengths=True,
+                      tuning=WGMMA_GROUPS3_64 + ONE_BLOCK + (("PACK_GQA", 4), ("KV_SPLIT", 2)), small=True),
+        AttentionCase("wgmma-groups3-x128-hd64-split2-uneven-4x3001-causal-br", len_q=4, len_kv=3001, heads_q=8,
+                      heads_kv=2, dim=64, tuning=WGMMA_GROUPS3_128 + (("PACK_GQA", 4), ("KV_SPLIT", 2)), small=True,
+                      **br),
         # session 8's deeper ring (five stages: the prologue's four tiles, parts with fewer tiles than
         # stages, empty groups past the last tile), uneven splits, key lengths 0 and 1, unequal tile counts without a
         # cluster (Q in registers on that tile: groups4-x32-3stages-hd64-split8-1x3000 above)

@@ -191,7 +191,7 @@ def test_v5_split_tiles_fit_where_the_rule_says():
     (1, 1, 32768, (16, 32, 4), 4, 3, 8, 0),     # 64 CTAs, 4 rows: the 16-row mma.sync tile, four groups x three stages
     (1, 4, 131072, (16, 32, 4), 4, 3, 8, 0),    # 16 rows alike
     (1, 16, 32768, (64, 128, 8), 2, 3, 8, 1),   # 64 CTAs, 64 rows: two groups of 128-key tiles
-    (8, 16, 4096, (64, 128, 4), 1, 3, 2, 1),    # 128 CTAs (split 4 would leave parts of 1k keys)
+    (8, 1, 4096, (64, 128, 4), 1, 3, 2, 1),     # 128 CTAs (split 4 would leave parts of 1k keys)
     (2, 16, 32768, (64, 128, 4), 1, 3, 8, 1),   # 128 CTAs at split 8
     (4, 1, 32768, (64, 64, 4), 1, 3, 8, 1),     # 256 CTAs of a three-an-SM tile in clusters of 8
     (4, 16, 131072, (64, 64, 4), 1, 3, 8, 1),
@@ -199,7 +199,10 @@ def test_v5_split_tiles_fit_where_the_rule_says():
 def test_v6_head_dim_64_split_tiles_follow_the_grid(batch, lq, lkv, tile, groups, stages, split, wgmma):
     """v6 (head dim 64, sm_90a, where v5's split tiles apply): the largest split whose grid stays <= 256 CTAs with
     parts of >= 2k keys, the tile by the grid after it; 256 CTAs fit in one wave because the tile fits three an SM."""
-    p = _decode(batch, lq, lkv, dim=64, causal=int(lq > 1), causal_alignment="bottom_right")
+    from unittest import mock
+    from trt_fusedattn.plugins.attention import plan_decode
+    with mock.patch.object(plan_decode, "V7_HEAD_DIMS", ()), mock.patch.object(plan_decode, "V7_MMA16_HEAD_DIMS", ()):
+        p = _decode(batch, lq, lkv, dim=64, causal=int(lq > 1), causal_alignment="bottom_right")
     d = p.defines
     assert (d["BLOCK_M"], d["BLOCK_N"], d["NUM_WARPS"]) == tile and d["WARP_SPLIT"] == groups
     assert (d["KV_STAGES"], d["KV_SPLIT"], d["WGMMA"]) == (stages, split, wgmma) and d["PACK_GQA"] == 4
@@ -217,12 +220,15 @@ def test_v6_leaves_head_dim_128_and_short_keys_to_v5():
     assert plan_decode.V6_HEAD_DIMS == (64,)
 
 
-@pytest.mark.parametrize("batch, lq, lkv", [(4, 1, 32768), (4, 4, 131072), (4, 8, 65536)])
-def test_v7_head_dim_128_three_groups_at_split_2_on_64_ctas(batch, lq, lkv):
-    """v7 (head dim 128): 32 CTAs (batch 4 x 8 K/V heads) split 2 into 64 CTAs of >= 16k keys take three groups of
-    64-key tiles x two stages (one block an SM; clusters of 2) where v5 split 4 into 128 CTAs of one group."""
-    d = _decode(batch, lq, lkv, causal=int(lq > 1), causal_alignment="bottom_right").defines
-    assert (d["BLOCK_M"], d["BLOCK_N"], d["NUM_WARPS"], d["WARP_SPLIT"], d["KV_STAGES"]) == (64, 64, 12, 3, 2)
+@pytest.mark.parametrize("batch, lq, lkv, dim", [(4, 1, 32768, 128), (4, 4, 131072, 128), (4, 8, 65536, 128),
+                                                 (4, 1, 32768, 64), (4, 16, 131072, 64)])
+def test_v7_three_groups_at_split_2_on_64_ctas(batch, lq, lkv, dim):
+    """v7: 32 CTAs (batch 4 x 8 K/V heads) split 2 into 64 CTAs of >= 16k keys take three wgmma groups x two stages
+    (one block an SM; clusters of 2), of 64-key tiles at head dim 128 (v5: split 4, one group on 128 CTAs) and of
+    128-key tiles at head dim 64 (v6: split 8, one group of 64-key tiles on 256 CTAs)."""
+    d = _decode(batch, lq, lkv, dim=dim, causal=int(lq > 1), causal_alignment="bottom_right").defines
+    block_n = 64 if dim == 128 else 128
+    assert (d["BLOCK_M"], d["BLOCK_N"], d["NUM_WARPS"], d["WARP_SPLIT"], d["KV_STAGES"]) == (64, block_n, 12, 3, 2)
     assert (d["KV_SPLIT"], d["WGMMA"], d["PACK_GQA"]) == (2, 1, 4)
 
 

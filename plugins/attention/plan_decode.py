@@ -91,16 +91,20 @@ V6_HEAD_DIMS = (64,)
 V6_MAX_CTAS = 256
 V6_SPLIT_TILES = {64: ((16, (16, 32, 4, 0, 3), 4, 1, 0), (64, (64, 128, 8, 0, 3), 2, 1, 1)),
                   128: ((64, (64, 128, 4, 0, 3), 1, 2, 1),), 256: ((64, (64, 64, 4, 0, 3), 1, 3, 1),)}
-# v7 (session 8), head dim 128: where the split is V7_SPLIT (batch 4 x 8 K/V heads: 64 CTAs in clusters of 2) and each
-# CTA keeps >= V7_MIN_PART_KEYS keys, three groups of 64-key tiles x two stages (WGMMA_SPLIT_FEW_CTAS_TILE, one block an
-# SM) instead of v5's one group x three stages on 128 CTAs (split 4). H200 (session 7's end): 1 / 4 x 32k x 4 0.1475 /
-# 0.1474 ms vs 0.1588 / 0.1579, 128k x 4 -8..-10%; H100 (session 8 run 1, v6 beside): 32k x 4 0.1826 / 0.1825 vs 0.1905 /
-# 0.1912, 128k x 4 0.6975 / 0.6984 vs 0.7460 / 0.7471. The same tile at split 8 (batch 1, 128k keys) gained 5-7% on the
-# H200 and lost 2.5-3.9% on the H100 (0.1817 vs 0.1768 at one query): not taken there.
-V7_HEAD_DIMS = (128,)
+# v7 (session 8), head dims 128 and 64: where the split is V7_SPLIT (batch 4 x 8 K/V heads: 64 CTAs in clusters of 2)
+# and each CTA keeps >= V7_MIN_PART_KEYS keys, three wgmma groups x two stages (one block an SM; V7_TILES) instead of
+# v5's one group x three stages on 128 CTAs (split 4; head dim 128) or v6's one group of 64-key tiles on 256 CTAs (split
+# 8, three an SM; head dim 64). Head dim 128, H200 (session 7's end): 1 / 4 x 32k x 4 0.1475 / 0.1474 ms vs 0.1588 /
+# 0.1579, 128k x 4 -8..-10%; H100 (session 8 runs 1-2, v6 beside): 32k x 4 0.1822 / 0.1834 vs 0.1911 / 0.1926, 128k x 4
+# 0.6961 / 0.6949 vs 0.7461 / 0.7456. The same tile at split 8 (batch 1, 128k keys) gained 5-7% on the H200 and lost
+# 2.5-3.9% on the H100 (0.1817 vs 0.1768 at one query): not taken there. Head dim 64 (session 8 run 3, H100): 128-key
+# tiles, 1 / 4 / 16 x 32k x 4 0.0971 / 0.0977 / 0.0993 vs v6's 0.1065 / 0.1067 / 0.1082, 128k x 4 0.3654 / 0.3619 / 0.3625
+# vs 0.4044 / 0.4035 / 0.4072 (session 7's same column at 32k x 4: 0.0987-0.0999, v6's tile there 0.096-0.108 by run).
+V7_HEAD_DIMS = (64, 128)
 V7_CTAS = 64
 V7_SPLIT = 2
 V7_MIN_PART_KEYS = 16384
+V7_TILES = {128: WGMMA_SPLIT_FEW_CTAS_TILE, 64: ((64, 128, 12, 0, 2), 3, 1)}
 # v7, head dim 64: on the 128-CTA grid of v6 (4k keys x batch 8, split 2), <= 16 packed rows take the 16-row mma.sync
 # tile of four one-warp key groups x 32-key tiles x five stages (186,624 B: one block an SM; four 8 KB tile pairs in
 # flight a group): session 8 run 1, 1 / 4 x 4k x 8 0.0273 / 0.0278 ms vs v6's one wgmma group of 128-key tiles x three
@@ -172,12 +176,12 @@ def v6_split_choice(rows: int, ctas: int, len_kv: int, v7: bool = False):
     return (split, *choice) if choice else None
 
 
-def v7_split_choice(ctas: int, len_kv: int):
-    """v7's head-dim-128 choice (split, tile, key groups, blocks an SM, wgmma) for a grid of ``ctas`` CTAs before the
-    split, or None where no V7_SPLIT-fold split gives V7_CTAS CTAs of >= V7_MIN_PART_KEYS keys each."""
-    if ctas * V7_SPLIT != V7_CTAS or len_kv < V7_MIN_PART_KEYS * V7_SPLIT:
+def v7_split_choice(ctas: int, len_kv: int, dim: int):
+    """v7's choice (split, tile, key groups, blocks an SM, wgmma) for a grid of ``ctas`` CTAs before the split at head
+    dim ``dim``, or None where no V7_SPLIT-fold split gives V7_CTAS CTAs of >= V7_MIN_PART_KEYS keys each."""
+    if dim not in V7_HEAD_DIMS or ctas * V7_SPLIT != V7_CTAS or len_kv < V7_MIN_PART_KEYS * V7_SPLIT:
         return None
-    return (V7_SPLIT, *WGMMA_SPLIT_FEW_CTAS_TILE, 1)
+    return (V7_SPLIT, *V7_TILES[dim], 1)
 
 
 def plan_decode(batch, len_q, len_kv, heads_q, heads_kv, dim: int, dim_v: int, arch: str) -> DecodeChoice | None:
@@ -211,9 +215,9 @@ def plan_decode(batch, len_q, len_kv, heads_q, heads_kv, dim: int, dim_v: int, a
                 split = decode_split(ctas, len_kv, warp_split, arch, per_sm)
             v5 = wgmma_ok and pack > 1 and rows <= 64 and split > 1 and wgmma_split_tile(rows, ctas, split, len_kv)
             v6 = v5 and dim in V6_HEAD_DIMS and v6_split_choice(rows, ctas, len_kv, dim in V7_MMA16_HEAD_DIMS)
-            v7 = v5 and dim in V7_HEAD_DIMS and v7_split_choice(ctas, len_kv)
-            if v6 or v7:
-                split, tile, warp_split, per_sm, wgmma = v6 or v7
+            v7 = v5 and v7_split_choice(ctas, len_kv, dim)
+            if v7 or v6:
+                split, tile, warp_split, per_sm, wgmma = v7 or v6
             elif v5:
                 (tile, warp_split, per_sm), wgmma = v5, 1
     if pack == 1 and split == 1 and not wgmma:

@@ -192,39 +192,17 @@ def _cases():
         FP8Case("fp8-3wg-n96-nodrain-hd128-causal-4100", batch=1, heads_q=2, heads_kv=2, len_q=4100, len_kv=4100,
                 dim=128, causal=1, tuning=nodrain),
     ]
-    # FP8_EARLY_K=1: K(t) handed over before the loader waits for the next K stage (each head dim's default tiles)
-    early_k = (("FP8_EARLY_K", 1),)
+    # VT_STORE_CONFLICT_FREE=0: the V transpose's previous store order (2-way bank conflicts), each head dim's default
+    # tiles and the masked hd256 64-key tile
+    vt_prev = (("VT_STORE_CONFLICT_FREE", 0),)
     cases += [
-        FP8Case("fp8-earlyk-hd256-e4m3-out", dim=256, len_q=300, len_kv=1000, **e4m3_out, tuning=early_k, small=True),
-        FP8Case("fp8-earlyk-hd128-keylen-causal-br", dim=128, key_lengths=True, len_q=500, len_kv=1000, causal=1,
-                alignment="bottom_right", tuning=early_k, small=True),
-        FP8Case("fp8-earlyk-hd64-gqa-500x700", heads_q=8, heads_kv=2, len_q=500, len_kv=700, tuning=early_k,
+        FP8Case("fp8-vtprev-hd256-e4m3-out", dim=256, len_q=300, len_kv=1000, **e4m3_out, tuning=vt_prev, small=True),
+        FP8Case("fp8-vtprev-hd128-keylen-causal-br", dim=128, key_lengths=True, len_q=500, len_kv=1000, causal=1,
+                alignment="bottom_right", tuning=vt_prev, small=True),
+        FP8Case("fp8-vtprev-hd64-gqa-500x700", heads_q=8, heads_kv=2, len_q=500, len_kv=700, tuning=vt_prev,
                 small=True),
-        FP8Case("fp8-earlyk-hd256-causal-4100", batch=1, heads_q=2, heads_kv=2, len_q=4100, len_kv=4100, dim=256,
-                causal=1, tuning=early_k),
-        FP8Case("fp8-earlyk-hd128-long-kv-7x16534", batch=1, heads_q=2, heads_kv=2, len_q=7, len_kv=16534, dim=128,
-                tuning=early_k),
-        FP8Case("fp8-earlyk-hd128-1x1", len_q=1, len_kv=1, dim=128, tuning=early_k),  # fewer tiles than the lag
-        FP8Case("fp8-earlyk-hd256-additive-heavy", dim=256, data="heavy", mask="additive", len_q=200, len_kv=500,
-                tuning=early_k),
-    ]
-    # the split loader (FP8_SPLIT_LOADER): warps 0-1 copy K and hand it over, warps 2-3 copy and transpose V; each
-    # head dim's default tiles and the masked ones, a batch with no keys (key lengths), fewer tiles than the lag
-    split = (("FP8_SPLIT_LOADER", 1),)
-    cases += [
-        FP8Case("fp8-split-hd256-e4m3-out", dim=256, len_q=300, len_kv=1000, **e4m3_out, tuning=split, small=True),
-        FP8Case("fp8-split-hd128-keylen-causal-br", dim=128, key_lengths=True, len_q=500, len_kv=1000, causal=1,
-                alignment="bottom_right", tuning=split, small=True),
-        FP8Case("fp8-split-hd64-gqa-500x700", heads_q=8, heads_kv=2, len_q=500, len_kv=700, tuning=split, small=True),
-        FP8Case("fp8-split-hd256-keylen-causal-4100", batch=2, heads_q=2, heads_kv=2, len_q=4100, len_kv=4100,
-                dim=256, key_lengths=True, causal=1, tuning=split),
-        FP8Case("fp8-split-hd128-long-kv-7x16534", batch=1, heads_q=2, heads_kv=2, len_q=7, len_kv=16534, dim=128,
-                tuning=split),
-        FP8Case("fp8-split-hd128-1x1", len_q=1, len_kv=1, dim=128, tuning=split),
-        FP8Case("fp8-split-hd256-additive-heavy", dim=256, data="heavy", mask="additive", len_q=200, len_kv=500,
-                tuning=split),  # (masked: 64-key tiles)
-        FP8Case("fp8-split-hd64-keylen-bool-500x700", key_lengths=True, mask="bool", len_q=500, len_kv=700,
-                tuning=split, small=True),  # (masked: two MMA warpgroups)
+        FP8Case("fp8-vtprev-hd256-additive-heavy", dim=256, data="heavy", mask="additive", len_q=200, len_kv=500,
+                tuning=vt_prev),
     ]
     # the loader publishing tile i while tiles i + 1, i + 2 (lag 2) are in flight: three V staging tiles
     lag2 = (("KV_LOAD_LAG", 2),)

@@ -236,22 +236,17 @@ def test_fp8_transpose_batch_of_four_needs_two_serial_mma_warpgroups():
             fp8(dim, bad)
 
 
-def test_fp8_split_loader_is_a_tuning_apart_from_early_k():
-    """FP8_SPLIT_LOADER (warps 0-1 copy K, warps 2-3 copy and transpose V) is off by default, takes the same shared
-    memory, and excludes FP8_EARLY_K, whose early K hand-over its K warps always make."""
+def test_fp8_transpose_stores_conflict_free_by_default():
+    """VT_STORE_CONFLICT_FREE: 1 (default) the V transpose's stmatrix rows on distinct banks, 0 the previous order."""
     attrs = FUSED_ATTENTION.resolve({"q_scale": 0.5, "k_scale": 0.25, "v_scale": 0.125})
+    q = (2, 1000, 8, 128)
 
-    def fp8(dim, tuning):
-        q = (2, 1000, 8, dim)
+    def fp8(tuning):
         return plan_attention([q, q, q, None, None], ["float8_e4m3fn"] * 3 + [None, None], attrs, "sm_90a",
-                              tuning=tuning)
-    for dim in (64, 128, 256):
-        base, split = fp8(dim, None), fp8(dim, {"FP8_SPLIT_LOADER": 1})
-        assert base.defines["FP8_SPLIT_LOADER"] == 0 and split.defines["FP8_SPLIT_LOADER"] == 1
-        assert split.shared_mem == base.shared_mem
-    for bad in ({"FP8_SPLIT_LOADER": 2}, {"FP8_SPLIT_LOADER": 1, "FP8_EARLY_K": 1}):
-        with pytest.raises(ValueError, match="FP8_SPLIT_LOADER is 0 or 1"):
-            fp8(256, bad)
+                              tuning=tuning).defines
+    assert fp8(None)["VT_STORE_CONFLICT_FREE"] == 1 and fp8({"VT_STORE_CONFLICT_FREE": 0})["VT_STORE_CONFLICT_FREE"] == 0
+    with pytest.raises(ValueError, match="VT_STORE_CONFLICT_FREE is 0 or 1"):
+        fp8({"VT_STORE_CONFLICT_FREE": 2})
 
 
 def test_head_dim_128_without_causal_masking_takes_three_mma_warpgroups_serially():

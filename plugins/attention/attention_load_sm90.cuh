@@ -7,9 +7,8 @@
 // thread has seen it land and run fence.proxy.async, so each loader thread waits for its own copy groups with one
 // group of lag (K(i) is signalled once V(i) is in flight, V(i) once K(i + 1) is) and then arrives.
 //
-// FP8: V is copied the same way into a staging tile (kVStagingTiles, laid out after the V stages) and the load
-// warpgroup writes its V^T tile into the stage (attention_v_transpose_sm90.cuh), then signals it: every loader warp
-// copies K and V and transposes V, or (FP8_SPLIT_LOADER) warps 0-1 copy K, warps 2-3 copy and transpose V.
+// FP8: V is copied the same way into one of two staging tiles (kVStagingTiles, laid out after the V stages) and the
+// load warpgroup writes its V^T tile into the stage (attention_v_transpose_sm90.cuh), then signals it.
 #pragma once
 #include "attention_pipeline_sm90.cuh"
 #include "attention_mainloop_sm90.cuh"
@@ -60,99 +59,36 @@ __device__ __forceinline__ void publish_pending(int last, Publish&& publish) {
 // the load warpgroup's own named barrier (1..kMmaWarpgroups are the MMA warpgroups' turns)
 constexpr int kLoaderBarrier = 1 + kMmaWarpgroups;
 
-// Tuning FP8_EARLY_K (without FP8_SPLIT_LOADER): 1 hands K(t) over at the top of the loader's iteration t + kLoadLag,
-// once tile t has landed, before the loader waits for K(t + kLoadLag)'s stage (which the MMA warpgroups free only
-// after Q K^T of an earlier tile completes) and issues its copies; 0 (default) hands it over at the end of that
-// iteration, beside V^T(t). Deadlock-free as the default: K(t) still needs only copies, and K(t) is published before
-// K(t + kStages) is awaited (kLoadLag < kStages). The split loader's K warps always hand K over this early.
-#ifndef FP8_EARLY_K
-#define FP8_EARLY_K 0
-#endif
-constexpr bool kEarlyK = FP8_EARLY_K;
-static_assert(!(kEarlyK && kSplitLoader), "FP8_EARLY_K is a variant of the loader without FP8_SPLIT_LOADER");
-
-// Tile `step`'s copies (and all before) have landed in this thread's part (all but the newest kNewest groups): hand
-// K(step) over to wgmma.
+// Tile `step`'s copies (and all before) have landed in this thread's part (all but the newest kNewest groups): K is
+// handed over; once every loader thread's V copies are in, V^T is written into the stage and handed over.
 template <int kNewest>
-__device__ __forceinline__ void publish_k(const KVPipeline& pipe, int step) {
-  wait_tiles_landed<kNewest>();
+__device__ __forceinline__ void publish_k_and_transpose_v(const KVPipeline& pipe, const qkv_t* staging, qkv_t* sV,
+                                                          int step, int tid) {
+  cp_async_wait<kNewest>();
+  fence_async_proxy();
   mbarrier_arrive(pipe.full_k(KVPipeline::stage(step)));
-}
-
-// Copy group g (0: Q, 1 + i: tile i's V, and its K where kWithK) has landed, all but the newest kNewest groups: hand
-// it over (K unless kEarlyK handed it over already), V^T once the kThreadsV threads that copy V have all seen theirs.
-template <int kThreadsV, bool kWithK, int kNewest>
-__device__ __forceinline__ void publish_group(const KVPipeline& pipe, const qkv_t* staging, qkv_t* sV, int g,
-                                              int tid) {
-  if (g == 0) {
-    wait_tiles_landed<kNewest>();
-    mbarrier_arrive(pipe.full_q());
-    return;
-  }
-  const int step = g - 1;
-  if constexpr (kWithK) publish_k<kNewest>(pipe, step);
-  else wait_tiles_landed<kNewest>();
-  named_barrier_sync<kThreadsV>(kLoaderBarrier);  // V(step) is in the staging tile, all of it
+  named_barrier_sync<kLoadThreads>(kLoaderBarrier);  // V(step) is in the staging tile, all of it
   pipe.acquire_v(step);
-  transpose_v_tile<kThreadsV>(staging + (step % kVStagingTiles) * kVTileElems,
-                              sV + KVPipeline::stage(step) * kVTileElems, tid);
+  transpose_v_tile<kLoadThreads>(staging + (step % kVStagingTiles) * kVTileElems,
+                                 sV + KVPipeline::stage(step) * kVTileElems, tid);
   fence_async_proxy();  // stmatrix writes are generic-proxy; wgmma reads V^T through the async proxy
   mbarrier_arrive(pipe.full_v(KVPipeline::stage(step)));
 }
 
-// Q's share committed as group 0, then per tile (K into its stage where kWithK and) V into a staging tile; tile t's
-// (K and) V^T are handed over while the copies of tiles t + 1 .. t + kLoadLag are in flight. By all loader threads
-// (kWithK), or by the split loader's V warps (kThreadsV of them, this one is `tid` among them).
-template <int kThreadsV, bool kWithK>
-__device__ __forceinline__ void load_and_transpose_v(const KVPipeline& pipe, qkv_t* sK, qkv_t* sV, qkv_t* staging,
-                                                     const qkv_t* k_base, int64_t k_stride, const qkv_t* v_base,
-                                                     int64_t v_stride, int len_kv, int n_tiles, int tid) {
-  cp_async_commit();
-  for (int step = 0; step < n_tiles; ++step) {
-    const int n0 = (n_tiles - 1 - step) * kBlockN;
-    if constexpr (kWithK) {
-      if (kEarlyK && step >= kLoadLag) publish_k<kLoadLag - 1>(pipe, step - kLoadLag);
-      pipe.acquire_k(step);
-      load_tile_swizzled<kBlockN, kThreadsV>(sK + KVPipeline::stage(step) * kKTileElems, k_base, k_stride, n0,
-                                             len_kv, tid);
-    }
-    named_barrier_sync<kThreadsV>(kLoaderBarrier);  // every V thread is done transposing out of this staging tile
-    load_tile_swizzled<kBlockN, kThreadsV>(staging + (step % kVStagingTiles) * kVTileElems, v_base, v_stride, n0,
-                                           len_kv, tid);
-    cp_async_commit();  // group 1 + step
-    if (step + 1 >= kLoadLag)
-      publish_group<kThreadsV, kWithK && !kEarlyK, kLoadLag>(pipe, staging, sV, step + 1 - kLoadLag, tid);
-  }
-  publish_pending(n_tiles, [&](auto newest, int g) {
-    publish_group<kThreadsV, kWithK, decltype(newest)::value>(pipe, staging, sV, g, tid);
-  });
-}
-
-// The split loader's K warps: K(t) into its stage (their share of Q in tile 0's copy group), handed over at the top
-// of iteration t + kLoadLag, before they wait for the next K stage: nothing but K's own copies delays it.
-__device__ __forceinline__ void load_k(const KVPipeline& pipe, qkv_t* sK, const qkv_t* k_base, int64_t k_stride,
-                                       int len_kv, int n_tiles, int tid) {
-  auto publish = [&](auto newest, int t) {
-    publish_k<decltype(newest)::value>(pipe, t);
-    if (t == 0) mbarrier_arrive(pipe.full_q());
-  };
-  for (int step = 0; step < n_tiles; ++step) {
-    if (step >= kLoadLag) publish(Newest<kLoadLag - 1>{}, step - kLoadLag);
-    pipe.acquire_k(step);
-    load_tile_swizzled<kBlockN, kKThreads>(sK + KVPipeline::stage(step) * kKTileElems, k_base, k_stride,
-                                           (n_tiles - 1 - step) * kBlockN, len_kv, tid);
-    cp_async_commit();  // K(step) (step 0: and Q)
-  }
-  if (n_tiles == 0) {  // Q alone
-    cp_async_commit();
-    wait_tiles_landed<0>();
+// Copy group g (0: Q, 1 + i: tile i's K and V) has landed, all but the newest kNewest groups: hand it over.
+template <int kNewest>
+__device__ __forceinline__ void publish_group(const KVPipeline& pipe, const qkv_t* staging, qkv_t* sV, int g, int tid) {
+  if (g == 0) {
+    cp_async_wait<kNewest>();
+    fence_async_proxy();
     mbarrier_arrive(pipe.full_q());
+  } else {
+    publish_k_and_transpose_v<kNewest>(pipe, staging, sV, g - 1, tid);
   }
-  publish_pending(n_tiles - 1, publish);
 }
 
-// The FP8 loader: Q by every loader warp, then K and V (every warp: copies, then V's transpose) or, split
-// (FP8_SPLIT_LOADER), K by warps 0-1 and V (copies and transpose) by warps 2-3.
+// The FP8 loader: Q, then per tile K into its stage and V into a staging tile; tile t's K and V^T are handed over
+// while the copies of tiles t + 1 .. t + kLoadLag are in flight.
 __device__ __forceinline__ void load_q_and_kv(const KVPipeline& pipe, qkv_t* sQ, qkv_t* sK, qkv_t* sV,
                                               const qkv_t* q_base, int64_t q_stride, int m0, int len_q,
                                               const qkv_t* k_base, int64_t k_stride, const qkv_t* v_base,
@@ -160,15 +96,21 @@ __device__ __forceinline__ void load_q_and_kv(const KVPipeline& pipe, qkv_t* sQ,
   const int tid = threadIdx.x;
   qkv_t* staging = sV + kStages * kVTileElems;
   load_tile_swizzled<kBlockM, kLoadThreads>(sQ, q_base, q_stride, m0, len_q, tid);
-  if constexpr (!kSplitLoader) {
-    load_and_transpose_v<kLoadThreads, true>(pipe, sK, sV, staging, k_base, k_stride, v_base, v_stride, len_kv,
-                                             n_tiles, tid);
-  } else if (tid < kKThreads) {
-    load_k(pipe, sK, k_base, k_stride, len_kv, n_tiles, tid);
-  } else {
-    load_and_transpose_v<kVThreads, false>(pipe, sK, sV, staging, k_base, k_stride, v_base, v_stride, len_kv,
-                                           n_tiles, tid - kKThreads);
+  cp_async_commit();
+  for (int step = 0; step < n_tiles; ++step) {
+    const int n0 = (n_tiles - 1 - step) * kBlockN;
+    pipe.acquire_k(step);
+    load_tile_swizzled<kBlockN, kLoadThreads>(sK + KVPipeline::stage(step) * kKTileElems, k_base, k_stride, n0,
+                                              len_kv, tid);
+    named_barrier_sync<kLoadThreads>(kLoaderBarrier);  // every loader thread is done transposing out of this staging tile
+    load_tile_swizzled<kBlockN, kLoadThreads>(staging + (step % kVStagingTiles) * kVTileElems, v_base, v_stride, n0,
+                                              len_kv, tid);
+    cp_async_commit();  // group 1 + step
+    if (step + 1 >= kLoadLag) publish_group<kLoadLag>(pipe, staging, sV, step + 1 - kLoadLag, tid);
   }
+  publish_pending(n_tiles, [&](auto newest, int g) {
+    publish_group<decltype(newest)::value>(pipe, staging, sV, g, tid);
+  });
 }
 #else
 

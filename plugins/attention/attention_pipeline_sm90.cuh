@@ -12,15 +12,6 @@
 constexpr int kLoadThreads = 128;          // the load warpgroup (warps 0-3)
 constexpr int kMmaThreads = kThreads;      // the MMA warpgroups (NUM_WARPS warps from warp 4 on)
 constexpr int kMmaWarpgroups = kMmaThreads / 128;  // 2 (128-row tiles) or 3 (192-row tiles)
-// Tuning FP8_SPLIT_LOADER (attention_load_sm90.cuh): 1 gives the FP8 loader's warps roles, warps 0-1 copy K and hand
-// it over as it lands, warps 2-3 copy V and transpose it; 0 (default) every loader warp does both.
-#ifndef FP8_SPLIT_LOADER
-#define FP8_SPLIT_LOADER 0
-#endif
-static_assert(FP8 || !FP8_SPLIT_LOADER, "FP8_SPLIT_LOADER is an FP8 loader tuning");
-constexpr bool kSplitLoader = FP8_SPLIT_LOADER;
-constexpr int kKThreads = kSplitLoader ? kLoadThreads / 2 : kLoadThreads;  // loader threads arriving on K's full barriers
-constexpr int kVThreads = kSplitLoader ? kLoadThreads / 2 : kLoadThreads;  // on V's
 #ifndef PERSISTENT_CTAS
 #define PERSISTENT_CTAS 0  // set by the plan (attention_persistent_scheduler_sm90.cuh): 0 = one CTA a query tile
 #endif
@@ -60,8 +51,8 @@ struct KVPipeline {
       }
     }
     for (int s = 0; s < kStages; ++s) {
-      mbarrier_init(full_k(s), kKThreads);
-      mbarrier_init(full_v(s), kVThreads);
+      mbarrier_init(full_k(s), kLoadThreads);
+      mbarrier_init(full_v(s), kLoadThreads);
       mbarrier_init(empty_k(s), kMmaThreads);
       mbarrier_init(empty_v(s), kMmaThreads);
     }

@@ -24,8 +24,11 @@
 // of column 2q + 1. That is the plain (not transposed) mma fragment of an 8x8 16-bit matrix whose row q is V^T row
 // 2q (or 2q + 1): stmatrix writes the four (even/odd rows x two 16-column halves) with each row address pointing at
 // its V^T row's chunk g. Per warp and unit: one ldmatrix.x4.trans, four prmt, one stmatrix.x4 (512 bytes). The
-// ldmatrix rows (8 consecutive keys, one chunk column) hit 8 distinct chunk positions; the stmatrix rows (even or odd
-// head-dim rows) repeat d % 8 twice, a 2-way bank conflict on the stores.
+// ldmatrix rows (8 consecutive keys, one chunk column) hit 8 distinct chunk positions. Stored as above, a matrix's
+// rows (head-dim rows 0, 2, .., 14) repeat d % 8 twice, a 2-way bank conflict; with VT_STORE_CONFLICT_FREE the lanes
+// of quads q >= 4 swap their even and odd values (the prmt selectors), so matrix 0 holds rows 0, 2, 4, 6, 9, 11, 13,
+// 15 and matrix 1 the other eight: d % 8 distinct in each, and in the 64- and 32-byte swizzles the same rows fall on
+// distinct 16-byte bank groups. Every value still lands at its V^T address.
 #pragma once
 #include "attention_mainloop_sm90.cuh"
 #include "common/ldmatrix.cuh"
@@ -37,6 +40,10 @@ static_assert(FP8, "V^T tiles are for the FP8 P V");
 #define V_TRANSPOSE_BATCH 2
 #endif
 static_assert(V_TRANSPOSE_BATCH == 2 || V_TRANSPOSE_BATCH == 4, "V_TRANSPOSE_BATCH is 2 or 4");
+// Tuning VT_STORE_CONFLICT_FREE: 1 (default) the stmatrix rows without bank conflicts (above), 0 the previous order.
+#ifndef VT_STORE_CONFLICT_FREE
+#define VT_STORE_CONFLICT_FREE 1
+#endif
 static_assert(kBlockN % kVtRowBytes == 0, "V^T rows are whole 32-, 64- or 128-byte swizzle rows of keys");
 constexpr int kVtTileBytes = kHeadDim * kBlockN;
 
@@ -61,6 +68,11 @@ __device__ __forceinline__ void transpose_v_tile(const qkv_t* v, qkv_t* vt, int 
   constexpr int kBatch = kUnitsPerWarp % V_TRANSPOSE_BATCH == 0 ? V_TRANSPOSE_BATCH : kUnitsPerWarp % 2 == 0 ? 2 : 1;
   const int warp = tid / 32, lane = tid % 32, m = lane / 8, j = lane % 8;
   const uint32_t v_tile = smem_addr(v), vt_tile = smem_addr(vt);
+  // this lane's value of V^T row 2q into stmatrix register 0 (2) and of row 2q + 1 into 1 (3), q = lane / 4, or the
+  // other way round where q >= 4 (a select on a predicate: a selector register spilled the 32-register loader); matrix
+  // m's row j then is V^T row 2 j + (m % 2 ^ swap(j)) of its 16-row half
+  const bool swap_rows = VT_STORE_CONFLICT_FREE && lane >= 16;
+  const int row_odd = VT_STORE_CONFLICT_FREE ? (m % 2) ^ (j / 4) : m % 2;
 #pragma unroll 1  // batches: more in flight would spill the loader's registers
   for (int i0 = 0; i0 < kUnitsPerWarp; i0 += kBatch) {
     uint32_t r[kBatch][4];
@@ -72,9 +84,11 @@ __device__ __forceinline__ void transpose_v_tile(const qkv_t* v, qkv_t* vt, int 
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
       const int unit = warp * kUnitsPerWarp + i0 + b, g = unit % kKeyGroups, col32 = unit / kKeyGroups;
-      const uint32_t x[4] = {__byte_perm(r[b][0], r[b][1], 0x6420), __byte_perm(r[b][0], r[b][1], 0x7531),
-                             __byte_perm(r[b][2], r[b][3], 0x6420), __byte_perm(r[b][2], r[b][3], 0x7531)};
-      stmatrix_x4(x, vt_chunk(vt_tile, 32 * col32 + 16 * (m / 2) + 2 * j + m % 2, g));
+      const uint32_t even_lo = __byte_perm(r[b][0], r[b][1], 0x6420), odd_lo = __byte_perm(r[b][0], r[b][1], 0x7531);
+      const uint32_t even_hi = __byte_perm(r[b][2], r[b][3], 0x6420), odd_hi = __byte_perm(r[b][2], r[b][3], 0x7531);
+      const uint32_t x[4] = {swap_rows ? odd_lo : even_lo, swap_rows ? even_lo : odd_lo, swap_rows ? odd_hi : even_hi,
+                             swap_rows ? even_hi : odd_hi};
+      stmatrix_x4(x, vt_chunk(vt_tile, 32 * col32 + 16 * (m / 2) + 2 * j + row_odd, g));
     }
   }
 }

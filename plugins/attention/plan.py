@@ -122,13 +122,9 @@ FP8_EXP2_FMA_EVERY = 0
 # Units of the FP8 V transpose a loader warp keeps in flight (attention_v_transpose_sm90.cuh): 2, or 4 with the
 # loader taking 56 registers from two MMA warpgroups with PV_OVERLAP=0 (a tuning until timed).
 FP8_V_TRANSPOSE_BATCH = 2
-# The FP8 loader hands K(t) over before it waits for the next K stage (1) or beside V^T(t) (0; attention_load_sm90.cuh):
-# a tuning until timed (attn-fp8-3's ncu: the MMA warpgroups wait for K inside their turn at hd256).
-FP8_EARLY_K = 0
-# The FP8 loader's warps in roles (1: warps 0-1 copy K and hand it over as it lands, warps 2-3 copy and transpose V;
-# attention_load_sm90.cuh) or not (0: every loader warp does both). A tuning until timed. Its first form (attn-fp8-1,
-# H100, 2026-11-25): one or two warps copying K and V while the others transposed, 0.72-0.94x / 0.96-1.04x v10 (NOTES).
-FP8_SPLIT_LOADER = 0
+# The FP8 V transpose's stores (attention_v_transpose_sm90.cuh): 1 pairs each stmatrix's rows so that no two share a
+# bank (the rows of odd lane quads swapped), 0 the previous order (2-way conflicts). A tuning until timed.
+FP8_VT_STORE_CONFLICT_FREE = 1
 
 
 # The persistent grid (attention_persistent_scheduler_sm90.cuh; 16-bit warp-specialized kernel): at most this many
@@ -327,8 +323,7 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
     if fp8:
         tune["EXP2_FMA_EVERY"] = FP8_EXP2_FMA_EVERY
         tune["V_TRANSPOSE_BATCH"] = FP8_V_TRANSPOSE_BATCH
-        tune["FP8_EARLY_K"] = FP8_EARLY_K
-        tune["FP8_SPLIT_LOADER"] = FP8_SPLIT_LOADER
+        tune["VT_STORE_CONFLICT_FREE"] = FP8_VT_STORE_CONFLICT_FREE
     unknown = set(tuning or ()) - set(tune)
     if unknown:
         raise ValueError(f"FusedAttention: unknown tuning defines {sorted(unknown)}; known: {sorted(tune)}")
@@ -361,10 +356,8 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
         raise ValueError(f"FusedAttention FP8: V_TRANSPOSE_BATCH is 2 or 4, and 4 (the loader taking 56 registers) "
                          f"needs two MMA warpgroups (NUM_WARPS=8) with PV_OVERLAP=0; got {tune['V_TRANSPOSE_BATCH']} "
                          f"with NUM_WARPS={warps}, PV_OVERLAP={tune['PV_OVERLAP']}")
-    if fp8 and (tune["FP8_SPLIT_LOADER"] not in (0, 1) or tune["FP8_SPLIT_LOADER"] and tune["FP8_EARLY_K"]):
-        raise ValueError(f"FusedAttention FP8: FP8_SPLIT_LOADER is 0 or 1, and the split loader hands K over early "
-                         f"itself (FP8_EARLY_K=0); got FP8_SPLIT_LOADER={tune['FP8_SPLIT_LOADER']}, "
-                         f"FP8_EARLY_K={tune['FP8_EARLY_K']}")
+    if fp8 and tune["VT_STORE_CONFLICT_FREE"] not in (0, 1):
+        raise ValueError(f"FusedAttention FP8: VT_STORE_CONFLICT_FREE is 0 or 1, got {tune['VT_STORE_CONFLICT_FREE']}")
     if fp8 and not 1 <= tune["KV_LOAD_LAG"] < min(stages, 4):
         raise ValueError(f"FusedAttention FP8: KV_LOAD_LAG (tiles in flight past the one handed over) must be 1-3 and "
                          f"below KV_STAGES={stages}, got {tune['KV_LOAD_LAG']}")

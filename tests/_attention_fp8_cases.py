@@ -192,17 +192,21 @@ def _cases():
         FP8Case("fp8-3wg-n96-nodrain-hd128-causal-4100", batch=1, heads_q=2, heads_kv=2, len_q=4100, len_kv=4100,
                 dim=128, causal=1, tuning=nodrain),
     ]
-    # VT_STORE_CONFLICT_FREE=0: the V transpose's previous store order (2-way bank conflicts), each head dim's default
-    # tiles and the masked hd256 64-key tile
-    vt_prev = (("VT_STORE_CONFLICT_FREE", 0),)
+    # VT_STORE_CONFLICT_FREE=1: the V transpose's stmatrix rows without bank conflicts (quads 4-7 swap even and odd
+    # rows), each head dim's default tiles, the masked hd256 64-key tile, 192- and 96-key tiles (64-, 32-byte V^T rows)
+    vt_cf = (("VT_STORE_CONFLICT_FREE", 1),)
     cases += [
-        FP8Case("fp8-vtprev-hd256-e4m3-out", dim=256, len_q=300, len_kv=1000, **e4m3_out, tuning=vt_prev, small=True),
-        FP8Case("fp8-vtprev-hd128-keylen-causal-br", dim=128, key_lengths=True, len_q=500, len_kv=1000, causal=1,
-                alignment="bottom_right", tuning=vt_prev, small=True),
-        FP8Case("fp8-vtprev-hd64-gqa-500x700", heads_q=8, heads_kv=2, len_q=500, len_kv=700, tuning=vt_prev,
+        FP8Case("fp8-vtcf-hd256-e4m3-out", dim=256, len_q=300, len_kv=1000, **e4m3_out, tuning=vt_cf, small=True),
+        FP8Case("fp8-vtcf-hd128-keylen-causal-br", dim=128, key_lengths=True, len_q=500, len_kv=1000, causal=1,
+                alignment="bottom_right", tuning=vt_cf, small=True),
+        FP8Case("fp8-vtcf-hd64-gqa-500x700", heads_q=8, heads_kv=2, len_q=500, len_kv=700, tuning=vt_cf,
                 small=True),
-        FP8Case("fp8-vtprev-hd256-additive-heavy", dim=256, data="heavy", mask="additive", len_q=200, len_kv=500,
-                tuning=vt_prev),
+        FP8Case("fp8-vtcf-hd256-additive-heavy", dim=256, data="heavy", mask="additive", len_q=200, len_kv=500,
+                tuning=vt_cf),
+        FP8Case("fp8-vtcf-n192-hd128-keylen-causal-br", dim=128, key_lengths=True, len_q=1000, len_kv=1000, causal=1,
+                alignment="bottom_right", tuning=n192 + vt_cf, small=True),
+        FP8Case("fp8-vtcf-3wg-n96-hd128-e4m3-out", dim=128, len_q=300, len_kv=700, **e4m3_out, tuning=wg3_n96 + vt_cf,
+                small=True),
     ]
     # the loader publishing tile i while tiles i + 1, i + 2 (lag 2) are in flight: three V staging tiles
     lag2 = (("KV_LOAD_LAG", 2),)

@@ -236,15 +236,15 @@ def test_fp8_transpose_batch_of_four_needs_two_serial_mma_warpgroups():
             fp8(dim, bad)
 
 
-def test_fp8_transpose_stores_conflict_free_by_default():
-    """VT_STORE_CONFLICT_FREE: 1 (default) the V transpose's stmatrix rows on distinct banks, 0 the previous order."""
+def test_fp8_transpose_store_order_is_a_tuning():
+    """VT_STORE_CONFLICT_FREE: 0 (default) v10's store order, 1 the V transpose's stmatrix rows on distinct banks."""
     attrs = FUSED_ATTENTION.resolve({"q_scale": 0.5, "k_scale": 0.25, "v_scale": 0.125})
     q = (2, 1000, 8, 128)
 
     def fp8(tuning):
         return plan_attention([q, q, q, None, None], ["float8_e4m3fn"] * 3 + [None, None], attrs, "sm_90a",
                               tuning=tuning).defines
-    assert fp8(None)["VT_STORE_CONFLICT_FREE"] == 1 and fp8({"VT_STORE_CONFLICT_FREE": 0})["VT_STORE_CONFLICT_FREE"] == 0
+    assert fp8(None)["VT_STORE_CONFLICT_FREE"] == 0 and fp8({"VT_STORE_CONFLICT_FREE": 1})["VT_STORE_CONFLICT_FREE"] == 1
     with pytest.raises(ValueError, match="VT_STORE_CONFLICT_FREE is 0 or 1"):
         fp8({"VT_STORE_CONFLICT_FREE": 2})
 

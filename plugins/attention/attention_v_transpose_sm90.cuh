@@ -40,9 +40,9 @@ static_assert(FP8, "V^T tiles are for the FP8 P V");
 #define V_TRANSPOSE_BATCH 2
 #endif
 static_assert(V_TRANSPOSE_BATCH == 2 || V_TRANSPOSE_BATCH == 4, "V_TRANSPOSE_BATCH is 2 or 4");
-// Tuning VT_STORE_CONFLICT_FREE: 1 (default) the stmatrix rows without bank conflicts (above), 0 the previous order.
+// Tuning VT_STORE_CONFLICT_FREE: 1 the stmatrix rows without bank conflicts (above), 0 (default) v10's order.
 #ifndef VT_STORE_CONFLICT_FREE
-#define VT_STORE_CONFLICT_FREE 1
+#define VT_STORE_CONFLICT_FREE 0
 #endif
 static_assert(kBlockN % kVtRowBytes == 0, "V^T rows are whole 32-, 64- or 128-byte swizzle rows of keys");
 constexpr int kVtTileBytes = kHeadDim * kBlockN;

@@ -123,8 +123,10 @@ FP8_EXP2_FMA_EVERY = 0
 # loader taking 56 registers from two MMA warpgroups with PV_OVERLAP=0 (a tuning until timed).
 FP8_V_TRANSPOSE_BATCH = 2
 # The FP8 V transpose's stores (attention_v_transpose_sm90.cuh): 1 pairs each stmatrix's rows so that no two share a
-# bank (the rows of odd lane quads swapped), 0 the previous order (2-way conflicts). A tuning until timed.
-FP8_VT_STORE_CONFLICT_FREE = 1
+# bank (the rows of odd lane quads swapped), 0 v10's order (2-way conflicts). attn-fp8-3 (H100, 2026-11-25): 1 is 2.1%
+# faster a call under ncu at hd256 4k (store conflicts 8.5 M -> 0.13 M) but 0.93-1.07x v10's order in the replay grid
+# (hd256 non-causal 0.97-0.98x): 0 stays until a run shows 1 ahead there.
+FP8_VT_STORE_CONFLICT_FREE = 0
 
 
 # The persistent grid (attention_persistent_scheduler_sm90.cuh; 16-bit warp-specialized kernel): at most this many

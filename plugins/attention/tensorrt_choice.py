@@ -60,10 +60,11 @@ RULES = {
                       f"runs) ({_H100}, {_V12})"),
         dict(precision=("fp8",), max_head_dim=64, min_len=8192, min_rows=ROWS_FULL, choice="fused",
              evidence=f"FP8 head dim 64 from 8k: 1.07/1.09x cuDNN's FP8 SDPA non-causal, 1.05/1.03x causal ({_H100}, "
-                      "attention_fp8_h100_v9.md)"),
+                      "attention_fp8_h100_v9.md; the same kernel 1.09/1.02x, 1.07/1.04x in attention_fp8_h100_v11.md)"),
         dict(precision=("fp8",), choice="tensorrt",
-             evidence=f"FP8 Q/DQ: 0.92-1.01x cuDNN's FP8 SDPA at head dim 64 below 8k, 0.77-0.90x at 128, 0.72-0.97x "
-                      f"at 256 ({_H100}, attention_fp8_h100_v9.md, attention_fp8_h100_v10.md)"),
+             evidence=f"FP8 Q/DQ: 0.91-1.01x cuDNN's FP8 SDPA at head dim 64 below 8k, 0.67-0.91x at 128, 0.70-0.99x "
+                      f"at 256 ({_H100}, attention_fp8_h100_v9.md, attention_fp8_h100_v10.md, and session 8's v10 "
+                      f"kernel in attention_fp8_h100_v11*.md)"),
         dict(precision=("fp8-calibrated",), causal=False, min_len=4096, min_rows=ROWS_FULL, choice="fused",
              evidence=f"FP8 (calibrated) non-causal from 4k: 1.13-1.32x the fastest 16-bit torch backend, which the "
                       f"site would run unfused ({_H100}, attention_fp8_h100_v7.md, attention_fp8_h100_v4.md)"),

@@ -37,8 +37,8 @@ constexpr int kLoadRegisters = kFp8LoaderDeep ? 56 : kFp8LoaderWide ? 40 : kMmaW
 constexpr int kMmaRegisters = kMmaWarpgroups == 2 ? (kFp8LoaderDeep ? 224 : FP8 ? 232 : 240)
                                                   : (kFp8LoaderWide ? 152 : 160);
 
-// One query tile of the persistent CTA: where its rows and its (batch, head)'s K/V are, and how many K/V tiles it
-// visits (the one-tile kernel below computes the same inline).
+// One query tile (of the one-tile kernel, or one of a persistent CTA's): where its rows and its (batch, head)'s K/V
+// are, and how many K/V tiles it visits.
 struct QueryTile {
   AttentionTile tile;
   int m0, kv_end, n_tiles;
@@ -120,39 +120,33 @@ extern "C" __global__ void __launch_bounds__(kBlockThreads, 1) fused_attention(A
   }
 #endif
 
-  const AttentionTile tile = schedule_tile();
-  const int head_kv = tile.head / (heads_q / heads_kv);
-  const int m0 = tile.m_block * kBlockM;
-  const int64_t q_off = static_cast<int64_t>(tile.batch) * q_stride_b + static_cast<int64_t>(tile.head) * q_stride_h;
-  const int64_t k_off = static_cast<int64_t>(tile.batch) * kv_stride_b + static_cast<int64_t>(head_kv) * kv_stride_h;
-  const int64_t v_off = static_cast<int64_t>(tile.batch) * v_stride_b + static_cast<int64_t>(head_kv) * v_stride_h;
-
-  const int kv_end = attended_key_end(tile, m0, len_q, len_kv, ATTENTION_KEY_LENGTHS);
+  const QueryTile w(schedule_tile(), heads_q, heads_kv, len_q, len_kv, q_stride_b, q_stride_h, kv_stride_b, kv_stride_h,
+                    v_stride_b, v_stride_h, ATTENTION_KEY_LENGTHS);
+  const AttentionTile& tile = w.tile;
   const int causal_offset = causal_key_offset(len_q, len_kv);
-  const int n_tiles = kv_end > 0 ? (kv_end + kBlockN - 1) / kBlockN : 0;
 
   if (threadIdx.x == 0) pipe.init();
   __syncthreads();
 
   if (threadIdx.x < kLoadThreads) {
     warpgroup_registers_decrease<kLoadRegisters>();
-    load_q_and_kv(pipe, sQ, sK, sV, Q + q_off, q_stride_s, m0, len_q, K + k_off, kv_stride_s, V + v_off, v_stride_s,
-                  len_kv, n_tiles);
+    load_q_and_kv(pipe, sQ, sK, sV, Q + w.q_off, q_stride_s, w.m0, len_q, K + w.k_off, kv_stride_s, V + w.v_off,
+                  v_stride_s, len_kv, w.n_tiles);
   } else {
     warpgroup_registers_increase<kMmaRegisters>();
     const int warp = threadIdx.x / 32 - kLoadThreads / 32, lane = threadIdx.x % 32;
 #if MASK_KIND != MASK_NONE
-    const ScoreLimits lim{kv_end, causal_offset, len_q, m0,
+    const ScoreLimits lim{w.kv_end, causal_offset, len_q, w.m0,
                           mask + static_cast<int64_t>(tile.batch) * mask_stride_b +
                               static_cast<int64_t>(tile.head) * mask_stride_h,
                           mask_stride_q, mask_stride_k};
 #else
-    const ScoreLimits lim{kv_end, causal_offset, len_q, m0, nullptr, 0, 0};
+    const ScoreLimits lim{w.kv_end, causal_offset, len_q, w.m0, nullptr, 0, 0};
 #endif
     float o[1][kDTiles][4], row_sum[1][2];
-    mma_warpgroup_mainloop(pipe, sQ, sK, sV, n_tiles, lim, warp, lane, o, row_sum);
+    mma_warpgroup_mainloop(pipe, sQ, sK, sV, w.n_tiles, lim, warp, lane, o, row_sum);
     store_output_from_registers(
         O + static_cast<int64_t>(tile.batch) * o_stride_b + static_cast<int64_t>(tile.head) * o_stride_h, o, row_sum,
-        o_stride_s, m0 + warp * kWarpRows + lane / 4, len_q, lane);
+        o_stride_s, w.m0 + warp * kWarpRows + lane / 4, len_q, lane);
   }
 }

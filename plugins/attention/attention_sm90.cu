@@ -82,8 +82,11 @@ extern "C" __global__ void __launch_bounds__(kBlockThreads, 1) fused_attention(A
         for (int b = 0; b < PersistentTileOrder(batch, heads_q, len_q).blocks(item); ++b, ++round) {
           const QueryTile w = query_tile(item, b);
           pipe.acquire_q(round);
+          // the strides kept once a tile: otherwise ptxas rebuilt each copy's row step from the stride, reloaded every
+          // K/V step (LDC, then IMAD.WIDE a row), where the one-tile loader adds a step held in uniform registers
           load_q_and_kv(pipe, sQ + (round % kQStages) * kQTileElems, sK, sV, Q + w.q_off, q_stride_s, w.m0, len_q,
-                        K + w.k_off, kv_stride_s, V + w.v_off, v_stride_s, len_kv, w.n_tiles, step0, round);
+                        K + w.k_off, warp_uniform_kept(kv_stride_s), V + w.v_off, warp_uniform_kept(v_stride_s),
+                        len_kv, w.n_tiles, step0, round);
           step0 += w.n_tiles;
         }
       }

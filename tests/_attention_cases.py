@@ -339,6 +339,9 @@ def _warp_specialized_cases():
                             tuning=persistent(2)),
               AttentionCase("ws-persistent-hd128-causal-2100", batch=2, heads_q=8, heads_kv=8, len_q=2100,
                             len_kv=2100, dim=128, causal=1, tuning=persistent(132)),
+              # the plan's default: the persistent grid for causal self-attention from 2k (256 items, 132 CTAs)
+              AttentionCase("ws-persistent-default-causal-gqa-2048", batch=2, heads_q=16, heads_kv=4, len_q=2048,
+                            len_kv=2048, dim=128, causal=1),
               AttentionCase("ws-persistent-hd256-2100", batch=2, heads_q=8, heads_kv=8, len_q=2100, len_kv=2100,
                             dim=256, tuning=persistent(132)),
               AttentionCase("ws-persistent-3wg-hd64-causal-2100", batch=2, heads_q=8, heads_kv=8, len_q=2100,

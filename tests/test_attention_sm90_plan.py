@@ -215,7 +215,8 @@ def test_pv_overlap_off_keeps_head_dim_256_on_128_key_tiles_asynchronous():
     for causal in (0, 1):
         p = plan_attention([(2, 4096, 8, 256)] * 3 + [None, None], ["bfloat16"] * 3 + [None, None],
                            FUSED_ATTENTION.resolve({"causal": causal}), "sm_90a",
-                           tuning={"BLOCK_N": 128, "KV_STAGES": 1, "KV_LOAD_LAG": 0, "PV_OVERLAP": 0})
+                           tuning={"BLOCK_N": 128, "KV_STAGES": 1, "KV_LOAD_LAG": 0, "PV_OVERLAP": 0,
+                                   "PERSISTENT_CTAS": 0})
         report = compile_cubin(p.source, "sm_90a", p.defines)[1]
         assert "serialized" not in report and "0 bytes spill stores" in report, report
 
@@ -267,8 +268,8 @@ def test_head_dim_128_without_causal_masking_takes_three_mma_warpgroups_serially
 
 
 def test_persistent_grid_is_a_tuning_of_the_16_bit_warp_specialized_kernel():
-    """PERSISTENT_CTAS (attention_persistent_scheduler_sm90.cuh): 0 by default (one CTA a query tile, 3-D grid);
-    else a 1-D grid of min(work items, PERSISTENT_CTAS) CTAs, an item being a query block, or under causal masking a
+    """PERSISTENT_CTAS (attention_persistent_scheduler_sm90.cuh): 0 by default but for the causal rule of the next
+    test (one CTA a query tile, 3-D grid); else a 1-D grid of min(work items, PERSISTENT_CTAS) CTAs, an item being a query block, or under causal masking a
     pair of them (the middle one alone when the count is odd), the same for TensorRT's symbolic dims; a second Q
     buffer where it fits; FP8 and the single-role kernel refuse it."""
     from test_attention_plan import Symbolic
@@ -301,3 +302,33 @@ def test_persistent_grid_is_a_tuning_of_the_16_bit_warp_specialized_kernel():
     with pytest.raises(ValueError, match="PERSISTENT_CTAS"):
         plan(tuning={"WGMMA": 1, "PERSISTENT_CTAS": 132})
 
+
+
+def test_persistent_grid_by_default_for_causal_self_attention_2k_to_8k():
+    """The plan takes the persistent grid (SM_COUNT CTAs) by default for plain causal self-attention with Lq = Lkv
+    in WARP_SPECIALIZED_PERSISTENT_CAUSAL_LENS whose causal work items fill the SMs (v13c, H100 job attn-ws-1 of
+    session 9); one CTA a query tile for non-causal, 16k, 1k, a mask, a softcap, key lengths, Lq < Lkv (chunked
+    prefill), too few items and symbolic lengths; PERSISTENT_CTAS=0 still forces one CTA a tile."""
+    from test_attention_plan import Symbolic
+    from trt_fusedattn.launcher.arch import SM_COUNT
+
+    def ctas(batch=4, length=2048, heads=32, heads_kv=8, dim=128, causal=1, len_kv=None, mask=False, lengths=False,
+             softcap=0.0, dtype="bfloat16", tuning=None):
+        attrs = FUSED_ATTENTION.resolve({"causal": causal, "softcap": softcap})
+        kv = (batch, len_kv or length, heads_kv, dim)
+        shapes = [(batch, length, heads, dim), kv, kv, (batch, heads, length, len_kv or length) if mask else None,
+                  (batch,) if lengths else None]
+        dtypes = [dtype] * 3 + ["bool" if mask else None, "int32" if lengths else None]
+        p = plan_attention(shapes, dtypes, attrs, "sm_90a", tuning=tuning)
+        assert not p.defines.get("PERSISTENT_CTAS") or p.grid[1:] == (1, 1)
+        return p.defines.get("PERSISTENT_CTAS", 0)
+
+    # Llama-3-8B prefill 4x2048 and 1x4096 (GQA), hd256, fp16, the 8k bound
+    assert ctas() == ctas(1, 4096) == ctas(8, 2048, 8, 8, dim=256) == ctas(dtype="float16") == ctas(2, 8192) == SM_COUNT
+    assert ctas(causal=0) == ctas(1, 16384) == ctas(16, 1024) == ctas(mask=True) == ctas(lengths=True) == 0
+    assert ctas(softcap=30.0) == ctas(1, 512, len_kv=4096) == ctas(1, 2048, 2, 2) == 0
+    assert ctas(Symbolic(4), Symbolic(2048)) == ctas(tuning={"PERSISTENT_CTAS": 0}) == 0
+    # at the edge the item count decides (2048 causal rows in blocks of 128: 8 items a (batch, head))
+    items = (-(-2048 // plan_module.WARP_SPECIALIZED_TILES[128][0]) + 1) // 2
+    assert ctas(1, 2048, -(-SM_COUNT // items), -(-SM_COUNT // items)) == SM_COUNT
+    assert ctas(1, 2048, SM_COUNT // items - 1, SM_COUNT // items - 1) == 0

@@ -59,27 +59,51 @@ def graph_replay_matches(q, k, v) -> bool:
 
 def breakdown(q, k, v, out) -> str:
     """Where a repeated call's host time goes (same timing as the table): the call with out= but its launch stubbed
-    (argument handling, the fast path's key and lookup, pointers, stream), the launch alone through ctypes with the
-    real driver, the output allocation and the current-stream query."""
+    (argument handling, the fast path's key and lookup, pointers, stream), the launch alone with the real driver
+    (through the C launcher or ctypes, whichever the call uses, and through ctypes beside it), the output allocation
+    by three torch calls that make the same tensor, and the current-stream query."""
+    import copy
     from trt_fusedattn.launcher import torch_current_stream
+    from trt_fusedattn.launcher.launch import _libcuda, primary_context
     from trt_fusedattn.plugins.attention import api
     trt_fusedattn.attention(q, k, v, out=out)
-    launch = next(entry[0].launch for entry in api._torch_fast.values() if entry[0].out_shape == tuple(q.shape))
+    key = next(key for key in api._torch_fast if key[-1] is not None and key[1] == q.shape and key[5] == k.shape)
+    entry = api._torch_fast[key]
+    launch = entry[0].__self__  # the PreparedLaunch whose launch_pointers the entry holds
     pointers, stream = [q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr()], torch_current_stream(q.device.index)
-    launch.launch_pointers = lambda pointers, stream: None  # (an instance attribute over the method, deleted below)
+    api._torch_fast[key] = (lambda pointers, stream: None, *entry[1:])
     parts = {"call with out=, launch stubbed": host_us_per_call(lambda: trt_fusedattn.attention(q, k, v, out=out))}
-    del launch.launch_pointers
-    parts["launch (lock, slots, cuCtxGetCurrent, cuLaunchKernel)"] = host_us_per_call(
-        lambda: launch.launch_pointers(pointers, stream))
+    api._torch_fast[key] = entry
+    parts[f"launch ({launcher()})"] = host_us_per_call(lambda: launch.launch_pointers(pointers, stream))
+    through_ctypes = copy.copy(launch)
+    through_ctypes._prepare_ctypes_launch(_libcuda(), int(primary_context(launch.device)))
+    parts["launch (ctypes)"] = host_us_per_call(lambda: through_ctypes.launch_pointers(pointers, stream))
+    shape = tuple(q.shape)
     parts["torch.empty_like(q)"] = host_us_per_call(lambda: torch.empty_like(q))
+    parts["torch.empty(shape, dtype, device)"] = host_us_per_call(
+        lambda: torch.empty(shape, dtype=q.dtype, device=q.device))
+    parts["q.new_empty(shape)"] = host_us_per_call(lambda: q.new_empty(shape))
     parts["current stream"] = host_us_per_call(lambda: torch_current_stream(q.device.index))
     return " | ".join(f"{name} {t:.1f}" for name, t in parts.items())
+
+
+def launcher() -> str:
+    """Which path a repeated call launches through: the C launcher, or ctypes and why."""
+    from trt_fusedattn.launcher import fast_launch
+    reason = fast_launch.unavailable_reason()
+    return "C launcher" if reason is None else f"ctypes: {reason}"
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out")
+    parser.add_argument("--ctypes-launch", action="store_true",
+                        help="launch through ctypes as where the C launcher cannot be built (to compare the two)")
     args = parser.parse_args()
+    if args.ctypes_launch:
+        from trt_fusedattn.launcher import fast_launch
+        fast_launch.module = lambda: None
+        fast_launch._reason.append("--ctypes-launch")
     rows, problems = [], []
     for name, q_shape, kv_shape in SHAPES:
         q = torch.randn(q_shape, device="cuda", dtype=torch.bfloat16)
@@ -98,7 +122,7 @@ def main():
         print(rows[-1], flush=True)
     name, q, k, v = problems[-1][:4]
     parts = breakdown(q, k, v, torch.empty_like(q))
-    text = (f"# Host overhead per call, microseconds\n\n{versions()}\n\n"
+    text = (f"# Host overhead per call, microseconds\n\n{versions()}; launch through the {launcher()}\n\n"
             "| shape (bf16, BSHD) | trt_fusedattn.attention | ... with out= | torch SDPA (default backend) | "
             "CUDA graph capture + replay matches |\n|---|---|---|---|---|\n" + "\n".join(rows) + "\n\n"
             f"{name}, parts of a call with out= alone (us): {parts}\n")

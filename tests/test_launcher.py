@@ -1,7 +1,10 @@
 """The launcher: nvcc compile + cache, array parsing, argument packing (CPU); real launches on torch/CuPy (GPU)."""
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import sys
+import types
 
 import numpy as np
 import pytest
@@ -49,8 +52,8 @@ needs_nvcc = pytest.mark.skipif(not _has_nvcc(), reason="nvcc not found (CUDA to
 @needs_nvcc
 def test_compile_ptx_caches_and_keys_on_defines_and_headers(kernel_dir, monkeypatch):
     calls = []
-    real_run = comp._run_nvcc
-    monkeypatch.setattr(comp, "_run_nvcc", lambda cmd, src: calls.append(cmd) or real_run(cmd, src))
+    real_run = comp.run_nvcc
+    monkeypatch.setattr(comp, "run_nvcc", lambda cmd, src: calls.append(cmd) or real_run(cmd, src))
     source = kernel_dir / "axpb.cu"
 
     ptx = comp.compile_ptx(source, "sm_90a", _defines())
@@ -192,6 +195,67 @@ def test_prepared_launch_passes_pointers_then_scalars_then_outputs(tmp_path):
     prepared([0x1, None, 0x2], [0x3])  # an empty grid launches nothing
     with pytest.raises(LaunchError, match="prepared for 2 inputs and 1 outputs, got 3 and 1"):
         prepared([0x1, 0x2, 0x4], [0x3])
+
+
+class FakeDriver:
+    """The four driver entry points of a repeated launch as C callbacks, recording what the driver would see (the
+    kernel parameters read through their addresses during the call, as cuLaunchKernel copies them)."""
+    LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p,
+                              ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)
+    GET = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_void_p))
+    PUSH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+
+    def __init__(self, kinds, current=0x77, error=0):
+        self.kinds, self.current, self.error, self.launches, self.calls = kinds, current, error, [], []
+        self._callbacks = [self.LAUNCH(self._launch), self.GET(self._get),
+                           self.PUSH(lambda ctx: self.calls.append(("push", ctx)) or 0),
+                           self.GET(lambda out: self.calls.append(("pop",)) or 0)]
+        # as CDLL's functions: plain C function pointers without argtypes
+        plain = [ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.cast(c, ctypes.c_void_p).value) for c in self._callbacks]
+        self.cuLaunchKernel, self.cuCtxGetCurrent, self.cuCtxPushCurrent_v2, self.cuCtxPopCurrent_v2 = plain
+
+    def _get(self, out):
+        out[0] = self.current
+        return 0
+
+    def _launch(self, function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        values = [ctypes.cast(params[i], ctypes.POINTER(t)).contents.value for i, t in enumerate(self.kinds)]
+        self.launches.append((function, (gx, gy, gz), (bx, by, bz), shared, stream, values))
+        return self.error
+
+
+@pytest.mark.parametrize("path", ["C", "ctypes"])
+def test_repeated_launch_passes_pointers_scalars_grid_and_stream(path, monkeypatch):
+    """PreparedLaunch.launch_pointers, through the C launcher (built here) or ctypes, hands the driver the kernel,
+    grid, block, shared memory, stream and the parameters in the AOT ABI order; it makes the primary context current
+    only when it is not; a driver error is a one-line LaunchError naming the launch."""
+    from trt_fusedattn.launcher import fast_launch
+    launch_module = sys.modules["trt_fusedattn.launcher.launch"]  # (the package's name "launch" is the function)
+    if path == "C" and fast_launch.module() is None:
+        pytest.skip(f"C launcher not built: {fast_launch.unavailable_reason()}")
+    if path == "ctypes":
+        monkeypatch.setattr(fast_launch, "module", lambda: None)
+    fake = FakeDriver([ctypes.c_uint64] * 2 + [ctypes.c_int32] * 3 + [ctypes.c_uint64])
+    monkeypatch.setattr(launch_module, "_libcuda", lambda: fake)
+    monkeypatch.setattr(launch_module, "_load_function", lambda *key: (None, 0x5000, [1 << 20]))
+    monkeypatch.setattr(launch_module, "primary_context", lambda device: 0x77)
+    monkeypatch.setattr(launch_module, "driver", lambda: types.SimpleNamespace(CUresult=int))  # error text only
+    monkeypatch.setattr(launch_module, "_error_text", lambda drv, err: f"CUDA error {err}")
+    monkeypatch.setattr(launch_module, "current_context", lambda device: contextlib.nullcontext(
+        fake.calls.append(("current_context", device))))
+    plan = LaunchPlan("k.cu", "k", {}, (3, 2), (128,), 4096, (7, -3, 2 ** 31 - 1))
+    prepared = launch_module.PreparedLaunch(plan, "sm_90a", 2, 1)
+    prepared.launch_pointers([0xA000, 0xB000, 0xC000], 0x99)
+    assert fake.launches == [(0x5000, (3, 2, 1), (128, 1, 1), 4096, 0x99, [0xA000, 0xB000, 7, -3, 2 ** 31 - 1, 0xC000])]
+    assert fake.calls == [("current_context", 0)]  # the shared-memory opt-in's context, at preparation only
+    fake.current = 0x55  # another context is current on this thread
+    prepared([0xA010, None, 0xB010], [0xC010], 0x98)
+    assert fake.launches[-1][-1] == [0xA010, 0xB010, 7, -3, 2 ** 31 - 1, 0xC010]
+    assert fake.calls[1:] == ([("push", 0x77), ("pop",)] if path == "C" else [("current_context", 0)])
+    fake.error = 1
+    with pytest.raises(LaunchError, match=r"cuLaunchKernel\(k, grid=\(3, 2, 1\), block=\(128, 1, 1\), "
+                                          r"shared=4096\) failed: CUDA error 1"):
+        prepared.launch_pointers([0xA020, 0xB020, 0xC020], 0)
 
 
 def test_mixed_devices_rejected():

@@ -13,7 +13,7 @@ import sys
 from typing import NamedTuple
 
 from trt_fusedattn.launcher import (ArrayError, DeviceArray, caller_stream, device_arch, device_array, empty_like_kind,
-                                    require, same_device, stream_handle, torch_current_stream)
+                                    require, same_device, stream_handle, torch_stream_query)
 from trt_fusedattn.launcher.launch import PreparedLaunch
 from trt_fusedattn.plugins.attention import output_dtype_attention
 from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION
@@ -62,29 +62,42 @@ def _prepared(layouts: tuple, attrs: tuple) -> Prepared:
     return Prepared(launch, out_shape, out_dtype, device)
 
 
-# torch fast path: (attributes, then per array (shape, strides, dtype, device index) or None, then out's or None) ->
-# (Prepared, O like q (same shape and dtype: torch.empty_like, the cheapest allocation), O's torch dtype and device).
-# Only keys whose arrays passed the checks are stored.
+# torch fast path: the key (attributes, then per array its shape, contiguity, dtype and device index, or None) ->
+# (the launch, O's allocation given q, the device). Contiguity stands for the strides: the checks ask for nothing else
+# of them, and is_contiguous() is cheaper to read, hash and compare. Only keys whose arrays passed the checks are stored.
 _torch_fast: dict = {}
 
 
-def _torch_call(q, k, v, mask, key_lengths, out, attrs: tuple, stream):
-    """(O, key): the call on torch tensors seen before, or (None, key) when this key is new (the general path then
-    prepares it and stores it under key)."""
+def _torch_key(attrs: tuple, q, k, v, mask, key_lengths, out) -> tuple:
     # (devices as get_device()'s ints: hashed and compared ~0.3 us a call faster than torch.device objects)
-    key = (attrs, q.shape, q.stride(), q.dtype, q.get_device(), k.shape, k.stride(), k.dtype, k.get_device(),
-           v.shape, v.stride(), v.dtype, v.get_device(),
-           None if mask is None else (mask.shape, mask.stride(), mask.dtype, mask.get_device()),
-           None if key_lengths is None else (key_lengths.shape, key_lengths.stride(), key_lengths.get_device()),
-           None if out is None else (out.shape, out.stride(), out.dtype, out.get_device()))
-    entry = _torch_fast.get(key)
-    if entry is None:
-        return None, key
-    prepared, like_q, torch_dtype, torch_device = entry
+    return (attrs, q.shape, q.is_contiguous(), q.dtype, q.get_device(), k.shape, k.is_contiguous(), k.dtype,
+            k.get_device(), v.shape, v.is_contiguous(), v.dtype, v.get_device(),
+            None if mask is None else (mask.shape, mask.is_contiguous(), mask.dtype, mask.get_device()),
+            None if key_lengths is None else (key_lengths.shape, key_lengths.is_contiguous(), key_lengths.dtype,
+                                              key_lengths.get_device()),
+            None if out is None else (out.shape, out.is_contiguous(), out.dtype, out.get_device()))
+
+
+def _torch_entry(prepared: Prepared, q, o) -> tuple:
+    """What the fast path keeps of a checked call: the launch, O's cheapest allocation (torch.empty_like(q) when O
+    has q's shape and dtype), the device and its raw current-stream query."""
+    torch = sys.modules["torch"]
+    if prepared.out_shape == tuple(q.shape) and o.dtype == q.dtype:
+        allocate = torch.empty_like
+    else:
+        allocate = functools.partial(_empty, prepared.out_shape, o.dtype, o.device)
+    return prepared.launch.launch_pointers, allocate, prepared.device, torch_stream_query()
+
+
+def _empty(shape: tuple, dtype, device, q):
+    return sys.modules["torch"].empty(shape, dtype=dtype, device=device)
+
+
+def _torch_call(entry: tuple, q, k, v, mask, key_lengths, out, stream):
+    """The call on torch tensors of a key seen before: O, the pointers, the stream, the launch."""
+    launch_pointers, allocate, device, current_stream = entry
     if out is None:
-        torch = sys.modules["torch"]
-        out = torch.empty_like(q) if like_q else torch.empty(prepared.out_shape, dtype=torch_dtype,
-                                                              device=torch_device)
+        out = allocate(q)
     pointers = [q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr()]
     if (pointers[0] | pointers[1] | pointers[2] | pointers[3]) % 16:  # (one test for the four: ~0.1 us a call)
         for ptr, name in zip(pointers, (*NAMES[:3], "out")):
@@ -93,9 +106,8 @@ def _torch_call(q, k, v, mask, key_lengths, out, attrs: tuple, stream):
         pointers.insert(3, mask.data_ptr())
     if key_lengths is not None:
         pointers.insert(-1, key_lengths.data_ptr())
-    prepared.launch.launch_pointers(pointers, torch_current_stream(prepared.device) if stream is None
-                                    else stream_handle(stream))
-    return out, key
+    launch_pointers(pointers, current_stream(device) if stream is None else stream_handle(stream))
+    return out
 
 
 def attention(q, k, v, *, mask=None, key_lengths=None, scale: float = 0.0, softcap: float = 0.0, causal: bool = False,
@@ -120,9 +132,10 @@ def attention(q, k, v, *, mask=None, key_lengths=None, scale: float = 0.0, softc
         tensor = torch.Tensor
         if (type(q) is tensor and type(k) is tensor and type(v) is tensor and (mask is None or type(mask) is tensor)
                 and (key_lengths is None or type(key_lengths) is tensor) and (out is None or type(out) is tensor)):
-            result, fast_key = _torch_call(q, k, v, mask, key_lengths, out, attrs, stream)
-            if result is not None:
-                return result
+            fast_key = _torch_key(attrs, q, k, v, mask, key_lengths, out)
+            entry = _torch_fast.get(fast_key)
+            if entry is not None:
+                return _torch_call(entry, q, k, v, mask, key_lengths, out, stream)
     arrays = [None if x is None else device_array(x, n) for x, n in zip((q, k, v, mask, key_lengths), NAMES)]
     layouts = tuple(None if a is None else (a.shape, a.strides, a.dtype, a.device) for a in arrays)
     prepared = _prepared(layouts, (layout, float(scale), float(softcap), int(bool(causal)), causal_alignment,
@@ -143,6 +156,5 @@ def attention(q, k, v, *, mask=None, key_lengths=None, scale: float = 0.0, softc
     if fast_key is not None:  # checked torch tensors: later calls with this key take the fast path
         if len(_torch_fast) >= TORCH_FAST_ENTRIES:
             _torch_fast.clear()
-        like_q = prepared.out_shape == tuple(q.shape) and prepared.out_dtype == q_arr.dtype
-        _torch_fast[fast_key] = (prepared, like_q, o.obj.dtype, o.obj.device)
+        _torch_fast[fast_key] = _torch_entry(prepared, q, o.obj)
     return o.obj

@@ -16,11 +16,12 @@ A direct op API (``trt_fusedattn.attention``, ``trt_fusedattn.conv2d``) is, in o
 Errors are one line: CompileError (nvcc), ArrayError (arguments), LaunchError (driver, cuda-python, GPU).
 """
 from trt_fusedattn.launcher.arrays import (ArrayError, DeviceArray, caller_stream, device_array, empty_like_kind,
-                                           require, same_device, stream_handle, torch_current_stream)
+                                           require, same_device, stream_handle, torch_current_stream,
+                                           torch_stream_query)
 from trt_fusedattn.launcher.compile import CompileError, compile_cubin, compile_ptx
 from trt_fusedattn.launcher.launch import LaunchError, device_arch, launch, precompile
 from trt_fusedattn.launcher.plan import LaunchPlan
 
 __all__ = ["ArrayError", "CompileError", "DeviceArray", "LaunchError", "LaunchPlan", "caller_stream",
            "compile_cubin", "compile_ptx", "device_arch", "device_array", "empty_like_kind", "launch", "precompile",
-           "require", "same_device", "stream_handle", "torch_current_stream"]
+           "require", "same_device", "stream_handle", "torch_current_stream", "torch_stream_query"]

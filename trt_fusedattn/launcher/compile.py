@@ -104,7 +104,8 @@ def _cache_key(source: Path, cmd: list[str], include_dirs) -> str:
     return digest.hexdigest()
 
 
-def _run_nvcc(cmd: list[str], source: Path) -> str:
+def run_nvcc(cmd: list[str], source: Path) -> str:
+    """Run an nvcc command line; nvcc's stderr, or CompileError with its first errors."""
     result = subprocess.run(cmd, capture_output=True, text=True)
     if result.returncode:
         lines = [ln for ln in (result.stderr or result.stdout).splitlines() if ln.strip()]
@@ -138,7 +139,7 @@ def _compile(source, arch: str, defines: Mapping | None, target: str, include_di
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".nvcc-") as tmp:
         tmp_out = Path(tmp) / output.name
-        stderr = _run_nvcc(cmd[:-1] + [str(tmp_out)], source)
+        stderr = run_nvcc(cmd[:-1] + [str(tmp_out)], source)
         tmp_log = Path(tmp) / report.name
         tmp_log.write_text(stderr)
         os.replace(tmp_log, report)

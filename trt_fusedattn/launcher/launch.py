@@ -19,6 +19,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable, Sequence
 
+from trt_fusedattn.launcher import fast_launch
 from trt_fusedattn.launcher.compile import compile_ptx
 from trt_fusedattn.launcher.plan import LaunchPlan
 
@@ -165,10 +166,11 @@ def precompile(plans: Iterable[LaunchPlan], arch: str | None = None, *, device: 
 
 @functools.lru_cache(maxsize=None)
 def _libcuda():
-    """The driver library through ctypes, for the two calls of a repeated launch (cuCtxGetCurrent, cuLaunchKernel):
-    about 1 us each there against several through cuda-python's wrappers. No argtypes: the callers pass every argument
-    as the C type it is already (ctypes pointers, ints of 32 bits), which saves argtypes' conversions (~1 us a launch
-    on this project's CPUs; NOTES.md "Host overhead")."""
+    """The driver library through ctypes: the entry points of a repeated launch for the C launcher, or the two calls
+    themselves where it cannot be built (cuCtxGetCurrent, cuLaunchKernel: about 1 us each there against several
+    through cuda-python's wrappers). No argtypes: the callers pass every argument as the C type it is already
+    (ctypes pointers, ints of 32 bits), which saves argtypes' conversions (~1 us a launch on this project's CPUs;
+    NOTES.md "Host overhead")."""
     driver()  # initialised, with cuda-python's error if there is no driver
     lib = ctypes.CDLL("libcuda.so.1" if sys.platform != "win32" else "nvcuda.dll")
     lib.cuCtxGetCurrent.restype = lib.cuLaunchKernel.restype = ctypes.c_int
@@ -225,20 +227,42 @@ class PreparedLaunch:
                      + [slot + 8 * (n_inputs + i) for i in range(n_outputs)])
         self.params = (ctypes.c_void_p * len(addresses))(*addresses)
         self.function = None
-        if 0 not in self.grid:  # an empty grid launches nothing (and needs no module)
+        self._launch_now = lambda stream, pointers: 0  # an empty grid launches nothing (and needs no module)
+        if 0 not in self.grid:
             _, self.function, opted_in = _load_function(str(plan.source), arch, tuple(sorted(plan.defines.items())),
                                                         plan.kernel, device)
             with current_context(device):
                 _allow_shared_memory(self.function, opted_in, self.shared, device)
-            lib = _libcuda()
-            self._context, self._current = int(primary_context(device)), ctypes.c_void_p()
-            self._get_current, self._current_ref = lib.cuCtxGetCurrent, ctypes.byref(self._current)
-            # cuLaunchKernel's arguments before the stream (function, grid, block, shared memory), bound once as the
-            # C types it takes (the dimensions fit a C int: CUDA limits them below 2^31)
-            self._launch = lib.cuLaunchKernel
-            self._head = (ctypes.c_void_p(int(self.function)), *self.grid, *self.block, self.shared)
-            self._params = ctypes.c_void_p(ctypes.addressof(self.params))
+            lib, context = _libcuda(), int(primary_context(device))
+            fast = fast_launch.module()
+            if fast is not None:  # one C call: the context check, the parameters on its stack, cuLaunchKernel
+                self._record = fast_launch.launch_record(lib, int(self.function), context, self.params, self.grid,
+                                                         self.block, self.shared, n_inputs, n_outputs)
+                self._launch_now = functools.partial(fast.launch, ctypes.addressof(self._record))
+            else:
+                self._prepare_ctypes_launch(lib, context)
+
+    def _prepare_ctypes_launch(self, lib, context: int) -> None:
+        """The launch through ctypes where the C launcher cannot be built: the two driver calls with their
+        arguments bound once as the C types they take (no argtypes conversions)."""
+        self._context, self._current = context, ctypes.c_void_p()
+        self._get_current, self._current_ref = lib.cuCtxGetCurrent, ctypes.byref(self._current)
+        # cuLaunchKernel's arguments before the stream (function, grid, block, shared memory); the dimensions fit
+        # a C int (CUDA limits them below 2^31)
+        self._launch = lib.cuLaunchKernel
+        self._head = (ctypes.c_void_p(int(self.function)), *self.grid, *self.block, self.shared)
+        self._params = ctypes.c_void_p(ctypes.addressof(self.params))
         self._lock = threading.Lock()  # the pointer slots are shared: fill and launch as one step
+        self._launch_now = self._launch_ctypes
+
+    def _launch_ctypes(self, stream: int, pointers: Sequence[int]) -> int:
+        with self._lock:
+            self._pointers[:] = pointers
+            self._get_current(self._current_ref)
+            if self._current.value == self._context:
+                return self._launch(*self._head, ctypes.c_void_p(stream), self._params, None)
+            with current_context(self.device):
+                return self._launch(*self._head, ctypes.c_void_p(stream), self._params, None)
 
     def __call__(self, pointers_in: Sequence, pointers_out: Sequence, stream: int = 0) -> None:
         present = [p for p in pointers_in if p is not None]
@@ -247,19 +271,10 @@ class PreparedLaunch:
                               f"outputs, got {len(present)} and {len(pointers_out)}")
         self.launch_pointers([int(getattr(p, "ptr", p)) for p in present + list(pointers_out)], stream)
 
-    def launch_pointers(self, pointers: Sequence[int], stream: int) -> None:
-        """Launch with these pointers (ints: the present inputs, then the outputs, as prepared; unchecked) on the raw
-        ``stream``: the direct API's repeated-call path, a few driver-call costs of Python."""
-        if self.function is None:
-            return
-        with self._lock:
-            self._pointers[:] = pointers
-            self._get_current(self._current_ref)
-            if self._current.value == self._context:
-                err = self._launch(*self._head, ctypes.c_void_p(stream), self._params, None)
-            else:
-                with current_context(self.device):
-                    err = self._launch(*self._head, ctypes.c_void_p(stream), self._params, None)
+    def launch_pointers(self, pointers: list, stream: int) -> None:
+        """Launch with these pointers (a list of ints: the present inputs, then the outputs, as prepared;
+        unchecked) on the raw ``stream``: the direct API's repeated-call path."""
+        err = self._launch_now(stream, pointers)
         if err:
             drv = driver()
             raise LaunchError(f"cuLaunchKernel({self.kernel}, grid={self.grid}, block={self.block}, "

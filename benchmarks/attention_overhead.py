@@ -10,6 +10,7 @@ that the GPU never holds the host back.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import statistics
 import time
 
@@ -63,7 +64,7 @@ def breakdown(q, k, v, out) -> str:
     (through the C launcher or ctypes, whichever the call uses, and through ctypes beside it), the output allocation
     by three torch calls that make the same tensor, and the current-stream query."""
     import copy
-    from trt_fusedattn.launcher import torch_current_stream
+    from trt_fusedattn.launcher import fast_launch, torch_current_stream
     from trt_fusedattn.launcher.launch import _libcuda, primary_context
     from trt_fusedattn.plugins.attention import api
     trt_fusedattn.attention(q, k, v, out=out)
@@ -75,9 +76,17 @@ def breakdown(q, k, v, out) -> str:
     parts = {"call with out=, launch stubbed": host_us_per_call(lambda: trt_fusedattn.attention(q, k, v, out=out))}
     api._torch_fast[key] = entry
     parts[f"launch ({launcher()})"] = host_us_per_call(lambda: launch.launch_pointers(pointers, stream))
+    lib, context = _libcuda(), int(primary_context(launch.device))
+    if fast_launch.module() is not None:
+        for packed in (True, False):
+            other = copy.copy(launch)
+            other._prepare_c_launch(lib, context, packed)
+            parts[f"launch (C launcher, {'packed buffer' if packed else 'parameter array'})"] = host_us_per_call(
+                lambda: other.launch_pointers(pointers, stream))
     through_ctypes = copy.copy(launch)
-    through_ctypes._prepare_ctypes_launch(_libcuda(), int(primary_context(launch.device)))
+    through_ctypes._prepare_ctypes_launch(lib, context)
     parts["launch (ctypes)"] = host_us_per_call(lambda: through_ctypes.launch_pointers(pointers, stream))
+    parts["launch (cuda-python's cuLaunchKernel)"] = cuda_python_launch_us(launch, pointers, stream)
     shape = tuple(q.shape)
     parts["torch.empty_like(q)"] = host_us_per_call(lambda: torch.empty_like(q))
     parts["torch.empty(shape, dtype, device)"] = host_us_per_call(
@@ -85,6 +94,22 @@ def breakdown(q, k, v, out) -> str:
     parts["q.new_empty(shape)"] = host_us_per_call(lambda: q.new_empty(shape))
     parts["current stream"] = host_us_per_call(lambda: torch_current_stream(q.device.index))
     return " | ".join(f"{name} {t:.1f}" for name, t in parts.items())
+
+
+def cuda_python_launch_us(launch, pointers, stream) -> float:
+    """The same launch through cuda-python's driver binding (its cuLaunchKernel with the parameter array's address),
+    the pointer slots filled once: the binding's own cost beside the C launcher's (nan where the binding refuses)."""
+    from trt_fusedattn.launcher.launch import driver
+    drv = driver()
+    launch._pointers[:] = pointers
+    args = (launch.function, *launch.grid, *launch.block, launch.shared)
+    params = ctypes.addressof(launch.params)
+    try:
+        drv.cuLaunchKernel(*args, stream, params, 0)
+    except Exception as exc:  # (a binding version that takes the arguments otherwise)
+        print(f"cuda-python's cuLaunchKernel refused the arguments: {exc}")
+        return float("nan")
+    return host_us_per_call(lambda: drv.cuLaunchKernel(*args, stream, params, 0))
 
 
 def launcher() -> str:

@@ -55,16 +55,6 @@ MMA16_V42_TUNING = {**MMA16_TUNING, "BLOCK_N": 16, "KV_STAGES": 2}
 MMA16_RING_CANDIDATE = "mma.sync 16 rows, 4 groups x32, 5 stages"
 MMA16_ALL = {MMA16_CANDIDATE: MMA16_TUNING, MMA16_V42_CANDIDATE: MMA16_V42_TUNING,
              MMA16_RING_CANDIDATE: {**MMA16_TUNING, "KV_STAGES": 5}}
-# --candidates pack (session 9): the 64-CTA grids (batch 1: 8 K/V heads in clusters of 8, the cluster limit; batch 4
-# in clusters of 2 under v7), on 64 of 132 SMs, on 128 CTAs: each K/V head's four query heads in two packs of two (two
-# clusters read one K/V head, in step, so the second mostly from L2), on the plan's tile and on one wgmma group of
-# 64-key tiles x three stages (two an SM, so 16 clusters of 8 fit one wave where one-an-SM tiles fit 15); or, at
-# batch 1, unpacked on clusters of 4 (four reads a K/V head; <= 16 rows, whose tile fits two an SM)
-PACK_COLUMNS = {"pack 2 (128 CTAs), plan's tile": {"PACK_GQA": 2},
-                "pack 2 (128 CTAs), 1 group x64, 3 stages": {
-                    "PACK_GQA": 2, "WGMMA": 1, "BLOCK_M": 64, "NUM_WARPS": 4, "WARP_SPLIT": 1, "BLOCK_N": 64,
-                    "KV_STAGES": 3, "Q_IN_REGISTERS": 0, "MIN_BLOCKS_PER_SM": 2},
-                "pack 1 (128 CTAs, clusters of 4)": {"PACK_GQA": 1, "KV_SPLIT": 4}}
 # the plan's choice by the rule before this session's (v6: v7's tiles off)
 PREVIOUS_RULE = "previous rule (v6)"
 
@@ -73,7 +63,7 @@ def _candidate_name(ctas: int, groups: int, block_n: int, stages: int) -> str:
     return f"{ctas} CTAs: {groups} groups x{block_n}, {stages} stages"
 
 
-CANDIDATE_COLUMNS = [_candidate_name(*c) for c in WGMMA_CANDIDATES] + list(MMA16_ALL) + list(PACK_COLUMNS)
+CANDIDATE_COLUMNS = [_candidate_name(*c) for c in WGMMA_CANDIDATES] + list(MMA16_ALL)
 # --candidates h200: the columns whose H200 times decide the next head-dim-128 rule there (NOTES.md, decode session 7):
 # three groups x two stages on 64 CTAs (the H200's best at 16 x 32k/128k x 1 under v4.2) and v4.2's 16-row tile (the
 # H200's 1 x 32k x 4 at 0.86x cuDNN under v4.2, 0.79x under v5)
@@ -108,10 +98,6 @@ def decode_variants(plan, previous, candidates, rows: int, kv_heads_batch: int) 
     for name, mma16 in MMA16_ALL.items():
         if name in candidates and rows <= 16 and {**base, **mma16} != base:
             variants[name] = {**base, **mma16}
-    for name, pack in PACK_COLUMNS.items():
-        if (name in candidates and base["PACK_GQA"] == 4 and base["KV_SPLIT"] * grid_ctas == 64
-                and (pack["PACK_GQA"] == 2 or rows <= 16 and base["KV_SPLIT"] == 8)):
-            variants[name] = {**base, **pack}
     return variants
 
 
@@ -218,14 +204,13 @@ def main():
     parser.add_argument("--head-dim", type=int, default=128, help="head dim of Q, K and V (default 128)")
     parser.add_argument("--quick", action="store_true", help="only the 4k and 32k key shapes")
     parser.add_argument("--keys", help="only these key lengths, comma-separated (e.g. 4096,32768,131072)")
-    parser.add_argument("--candidates", nargs="?", const="all", choices=("all", "h200", "grid", "pack"),
+    parser.add_argument("--candidates", nargs="?", const="all", choices=("all", "h200", "grid"),
                         help="also time the candidate tiles on grids that split: all of them, h200 (H200_COLUMNS) or "
-                             "grid (GRID_COLUMNS) or pack (PACK_COLUMNS)")
+                             "grid (GRID_COLUMNS)")
     args = parser.parse_args()
     keys = {int(k) for k in args.keys.split(",")} if args.keys else {4096, 32768} if args.quick else None
     shapes = tuple(s for s in DECODE if keys is None or s[1] in keys)
-    candidates = {"all": CANDIDATE_COLUMNS, "h200": H200_COLUMNS, "grid": GRID_COLUMNS, "pack": list(PACK_COLUMNS),
-                  None: []}[args.candidates]
+    candidates = {"all": CANDIDATE_COLUMNS, "h200": H200_COLUMNS, "grid": GRID_COLUMNS, None: []}[args.candidates]
     header, rows, summary = decode(torch.bfloat16, args.head_dim, shapes, candidates)
     intro = (f"Decode, GQA 32 query / 8 K/V heads, head dim {args.head_dim}, bfloat16, BSHD; several queries attend "
              "bottom-right "

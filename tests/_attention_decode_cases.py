@@ -231,31 +231,6 @@ def _cases():
                       heads_kv=2, dim=64, dtype="float16", tuning=(("WGMMA", 1), ("BLOCK_M", 64), ("NUM_WARPS", 4),
                       ("BLOCK_N", 64), ("WARP_SPLIT", 1), ("KV_STAGES", 5), ("PACK_GQA", 4), ("KV_SPLIT", 2)),
                       small=True, **br),
-        # session 9's partial packs (two packs of a K/V head's query heads: more clusters a K/V head), the candidate
-        # columns' tiles (the 16-row tile x three stages, one wgmma group x64 x three stages) and the unpacked split
-        # of 4: uneven splits, key lengths 0 and 1, a per-head mask (heads within and across packs), BHSD, group 8
-        AttentionCase("pack2of4-groups4-x32-3stages-hd64-split8-uneven-1x3001", len_q=1, len_kv=3001, heads_q=8,
-                      heads_kv=2, dim=64, tuning=GROUPS4_16_X32 + STAGES3 + (("PACK_GQA", 2), ("KV_SPLIT", 8)),
-                      small=True),
-        AttentionCase("pack2of4-groups4-x32-3stages-hd64-split8-keylen-0-and-1", batch=2, len_q=4, len_kv=1, heads_q=8,
-                      heads_kv=2, dim=64, key_lengths=True,
-                      tuning=GROUPS4_16_X32 + STAGES3 + (("PACK_GQA", 2), ("KV_SPLIT", 8)), small=True, **br),
-        AttentionCase("pack2of4-wgmma-group1-x64-3stages-split8-16x2999-causal-br-keylen", batch=2, len_q=16,
-                      len_kv=2999, heads_q=8, heads_kv=2, dim=128, key_lengths=True,
-                      tuning=(("WGMMA", 1), ("BLOCK_M", 64), ("NUM_WARPS", 4), ("BLOCK_N", 64), ("WARP_SPLIT", 1))
-                      + STAGES3 + (("PACK_GQA", 2), ("KV_SPLIT", 8)), small=True, **br),
-        AttentionCase("pack2of4-wgmma-group1-x64-hd64-split8-4x5000-additive-per-head", len_q=4, len_kv=5000,
-                      heads_q=8, heads_kv=2, dim=64, mask="additive",
-                      tuning=(("WGMMA", 1), ("BLOCK_M", 64), ("NUM_WARPS", 4), ("BLOCK_N", 64), ("WARP_SPLIT", 1))
-                      + STAGES3 + (("PACK_GQA", 2), ("KV_SPLIT", 8)), small=True),
-        AttentionCase("pack2of8-packed16-split2-bhsd-3x900-bool-per-head-causal-tl", len_q=3, len_kv=900, heads_q=16,
-                      heads_kv=2, dim=128, layout="BHSD", mask="bool", causal=1,
-                      tuning=PACKED_16 + (("PACK_GQA", 2), ("KV_SPLIT", 2)), small=True),
-        AttentionCase("pack4of8-wgmma-groups2-hd64-nosplit-8x1200-fp16", len_q=8, len_kv=1200, heads_q=16, heads_kv=2,
-                      dim=64, dtype="float16", tuning=WGMMA_GROUPS2_64 + (("PACK_GQA", 4), ("KV_SPLIT", 1))),
-        AttentionCase("pack1-groups4-x32-3stages-hd64-split4-uneven-4x3001-causal-br", len_q=4, len_kv=3001,
-                      heads_q=8, heads_kv=2, dim=64,
-                      tuning=GROUPS4_16_X32 + STAGES3 + (("PACK_GQA", 1), ("KV_SPLIT", 4)), small=True, **br),
         # key lengths 0 (batch 0) and 1 (the only key) over 8 CTAs x 4 key groups: 31 of the 32 parts see no key
         AttentionCase("groups4-split8-keylen-0-and-1", batch=2, len_q=2, len_kv=1, heads_q=8, heads_kv=2, dim=128,
                       key_lengths=True, tuning=GROUPS4_16 + (("PACK_GQA", 4), ("KV_SPLIT", 8)), small=True),

@@ -306,24 +306,13 @@ def test_decode_split_and_packing_need_what_the_build_knows():
 
 def test_packing_rejected_where_the_kernel_cannot_pack():
     shapes, dtypes = [(1, 1, 32, 128), (1, 4096, 8, 128), (1, 4096, 8, 128), None, None], ["bfloat16"] * 3 + [None] * 2
-    # (a pack of a part of a K/V head's query heads is one that divides them: 3 of 4 is not)
-    for tuning in ({"WGMMA": 1, "WARP_SPECIALIZED": 1, "PACK_GQA": 4}, {"WGMMA": 0, "PACK_GQA": 3}):
+    for tuning in ({"WGMMA": 1, "WARP_SPECIALIZED": 1, "PACK_GQA": 4}, {"WGMMA": 0, "PACK_GQA": 2}):
         with pytest.raises(ValueError, match="PACK_GQA"):
             plan_attention(shapes, dtypes, FUSED_ATTENTION.resolve({}), "sm_90a", tuning=tuning)
     # a wgmma key group is one warpgroup of 64 rows (128 rows over two groups of 4 warps would be 32 rows a warp)
     for tuning in ({"WGMMA": 1, "WARP_SPLIT": 2}, {"WGMMA": 0, "BLOCK_M": 16, "NUM_WARPS": 4, "WARP_SPLIT": 2}):
         with pytest.raises(ValueError, match="WARP_SPLIT"):
             plan_attention(shapes, dtypes, FUSED_ATTENTION.resolve({}), "sm_90a", tuning=tuning)
-
-
-def test_partial_pack_grid_has_a_row_of_packs_per_query_head_pack():
-    """PACK_GQA dividing a K/V head's query heads: grid y is the packs (query heads / PACK_GQA), the tile's rows
-    (queries x PACK_GQA) set the query blocks."""
-    shapes, dtypes = [(1, 16, 32, 64), (1, 32768, 8, 64), (1, 32768, 8, 64), None, None], ["bfloat16"] * 3 + [None] * 2
-    tuning = {"WGMMA": 1, "BLOCK_M": 64, "NUM_WARPS": 4, "WARP_SPLIT": 1, "BLOCK_N": 64, "KV_STAGES": 3,
-              "Q_IN_REGISTERS": 0, "PACK_GQA": 2, "KV_SPLIT": 8}
-    plan = plan_attention(shapes, dtypes, FUSED_ATTENTION.resolve({}), "sm_90a", tuning=tuning)
-    assert plan.grid == (8, 16, 1) and plan.defines["PACK_GQA"] == 2
 
 
 def test_wgmma_decode_tile_holds_q_and_each_key_groups_stages():

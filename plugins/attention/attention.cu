@@ -62,10 +62,9 @@ extern "C" __global__ void KV_SPLIT_CLUSTER __launch_bounds__(kThreads, kMinBloc
   elem_t* sV = sK + kStages * kKTileElems;                                                  // kVStages V tiles
 
   const AttentionTile tile = schedule_tile();
-  // PACK_GQA: the grid's heads are groups of kPackGqa query heads of one K/V head (all of its heads, or a part, so
-  // that more clusters share a K/V head) and the tile's rows are (query, head of the pack) pairs
-  const int head_q = tile.head * kPackGqa;  // the tile's (first) query head
-  const int head_kv = head_q / (heads_q / heads_kv);
+  // PACK_GQA: the grid's heads are K/V heads and the tile's rows are (query, head of the group) pairs
+  const int head_kv = kPackGqa > 1 ? tile.head : tile.head / (heads_q / heads_kv);
+  const int head_q = kPackGqa > 1 ? tile.head * kPackGqa : tile.head;  // the tile's (first) query head
   const int len_rows = len_q * kPackGqa;
   const int m0 = tile.m_block * kBlockM;
 

@@ -97,9 +97,8 @@ constexpr int kRowPitch = kHeadDimQKPad + 8;
 constexpr int kRowPitchV = kHeadDimVPad + 8;
 constexpr int kChunksPerRow = kHeadDim * sizeof(qkv_t) / 16;  // 16-byte chunks per row of Q/K (wgmma tile loads)
 constexpr int kKvSplit = KV_SPLIT;            // CTAs of a cluster sharing one query block's keys (decode)
-// GQA packing (decode): kPackGqa query heads of one K/V head (all of them, or a part so that more clusters share the
-// K/V head) share a tile, row r = (query r / kPackGqa, head in the pack r % kPackGqa), so K/V are read once per pack
-// (grid y = query heads / kPackGqa). 1: a tile holds one head's queries.
+// GQA packing (decode): the query heads of one K/V head share a tile, row r = (query r / kPackGqa, head in the group
+// r % kPackGqa), so K/V are read once per K/V head (grid y = K/V heads). 1: a tile holds one head's queries.
 constexpr int kPackGqa = PACK_GQA;
 constexpr int kStages = KV_STAGES;            // K/V tile buffers (1-3; the single-role kernel's ring up to 5)
 // cp.async groups the single-role kernel's loop top leaves in flight: the ring's tiles past the next one

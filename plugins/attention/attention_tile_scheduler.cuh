@@ -3,14 +3,13 @@
 // SAME head and share its K/V tiles in L2 (with heads fastest, each of ~2 blocks per SM would stream its own head's
 // K/V from HBM). Within a head the LAST query block (under causal masking the one with the most keys) is dispatched
 // first, so the short blocks fill the tail of the wave. With KV_SPLIT > 1 the KV_SPLIT CTAs of a query block are
-// adjacent in x (one thread-block cluster) and split its keys. With PACK_GQA > 1 the heads of the grid are packs of
-// PACK_GQA query heads of one K/V head and a query block's rows are (query, query head of the pack) pairs
-// (attention_config.cuh: packed_row_offset).
+// adjacent in x (one thread-block cluster) and split its keys. With PACK_GQA > 1 the heads of the grid are K/V heads
+// and a query block's rows are (query, query head of the group) pairs (attention_config.cuh: packed_row_offset).
 #pragma once
 #include "attention_config.cuh"
 
 struct AttentionTile {
-  int batch, head, m_block;  // head: the query head, or with PACK_GQA > 1 the pack of query heads
+  int batch, head, m_block;  // head: the query head, or with PACK_GQA > 1 the K/V head
   int split;                 // with KV_SPLIT > 1: this CTA's share of the keys (its rank in the cluster along x)
 };
 

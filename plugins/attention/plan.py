@@ -366,11 +366,10 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
                          f"warpgroup of 64 rows a group); got WARP_SPECIALIZED={tune['WARP_SPECIALIZED']}, "
                          f"WGMMA={tune['WGMMA']}, BLOCK_M={block_m}, NUM_WARPS={warps}, WARP_SPLIT={key_groups}")
     if pack > 1 and (tune["WARP_SPECIALIZED"] or not (isinstance(heads_q, int) and isinstance(heads_kv, int))
-                     or (heads_q // heads_kv) % pack):
+                     or pack * heads_kv != heads_q):
         raise ValueError(f"FusedAttention: PACK_GQA (query heads of one K/V head in one tile) needs a single-role "
-                         f"kernel (WARP_SPECIALIZED=0) and static head counts with PACK_GQA dividing query heads / K/V "
-                         f"heads; got WARP_SPECIALIZED={tune['WARP_SPECIALIZED']}, heads {heads_q}/{heads_kv}, "
-                         f"PACK_GQA={pack}")
+                         f"kernel (WARP_SPECIALIZED=0) and static head counts with PACK_GQA = query heads / K/V heads; "
+                         f"got WARP_SPECIALIZED={tune['WARP_SPECIALIZED']}, heads {heads_q}/{heads_kv}, PACK_GQA={pack}")
     if tune["WARP_SPECIALIZED"] and (tune["WGMMA_OVERLAP"] or (block_m, warps) not in ((128, 8), (192, 12))):
         raise ValueError("FusedAttention: the warp-specialized kernel has its own overlap (WGMMA_OVERLAP=0) and two or "
                          "three MMA warpgroups (BLOCK_M=128, NUM_WARPS=8 or BLOCK_M=192, NUM_WARPS=12)")
@@ -446,7 +445,7 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
         scalars += _mask_strides(mask_shape, batch, heads_q, len_q, len_kv)
     ws = tune["WARP_SPECIALIZED"]
     m_blocks = (len_q * pack + block_m - 1) // block_m
-    grid = ((m_blocks * tune["KV_SPLIT"], heads_q // pack if pack > 1 else heads_q, batch) if not persistent
+    grid = ((m_blocks * tune["KV_SPLIT"], heads_kv if pack > 1 else heads_q, batch) if not persistent
             else persistent_grid((m_blocks + causal) // (1 + causal) * heads_q * batch, persistent))
     return LaunchPlan(source=SOURCE_WARP_SPECIALIZED if ws else SOURCE, kernel=KERNEL, defines=defines, grid=grid,
                       block=(warps * 32 + (LOAD_WARPGROUP_THREADS if ws else 0), 1, 1), shared_mem=smem, scalars=scalars)

@@ -127,8 +127,7 @@ def main():
     args = parser.parse_args()
     if args.ctypes_launch:
         from trt_fusedattn.launcher import fast_launch
-        fast_launch.module = lambda: None
-        fast_launch._reason.append("--ctypes-launch")
+        fast_launch.load = lambda: (None, "--ctypes-launch")
     rows, problems = [], []
     for name, q_shape, kv_shape in SHAPES:
         q = torch.randn(q_shape, device="cuda", dtype=torch.bfloat16)

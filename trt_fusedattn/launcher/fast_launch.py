@@ -1,5 +1,5 @@
 """The repeated launch of a prepared kernel as one call into a small C extension (``fast_launch.c``), built at first
-use with nvcc's host compiler and cached beside the PTX: the context check, the parameter array and cuLaunchKernel
+use with nvcc's host compiler and cached beside the PTX: the context check, the kernel parameters and cuLaunchKernel
 without ctypes' per-call conversions (issue 10 item 3; NOTES.md "Host overhead of the direct API"). Where it cannot
 be built (no Python headers), ``module()`` is None and the launcher keeps its ctypes path."""
 from __future__ import annotations
@@ -62,22 +62,23 @@ def launch_record(driver_lib, function: int, context: int, params, grid, block, 
 
 
 @functools.lru_cache(maxsize=None)
-def module():
-    """The built extension module (cached on disk per source, Python ABI and nvcc), or None where it cannot be
-    built; ``unavailable_reason()`` then says why."""
+def load() -> tuple:
+    """(the built extension module, None), cached on disk per source, Python ABI and nvcc; or (None, why not) where it
+    cannot be built."""
     try:
-        return _load(_build())
+        return _load(_build()), None
     except (CompileError, OSError, ImportError) as exc:
-        _reason.append(str(exc))
-        return None
+        return None, str(exc)
 
 
-_reason: list = []
+def module():
+    """The C launcher's module, or None where it cannot be built."""
+    return load()[0]
 
 
 def unavailable_reason() -> str | None:
     """Why the C launcher is not used (None when it is)."""
-    return None if module() is not None else _reason[-1]
+    return load()[1]
 
 
 def _build() -> Path:

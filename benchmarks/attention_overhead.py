@@ -61,10 +61,10 @@ def graph_replay_matches(q, k, v) -> bool:
 def breakdown(q, k, v, out) -> str:
     """Where a repeated call's host time goes (same timing as the table): the call with out= but its launch stubbed
     (argument handling, the fast path's key and lookup, pointers, stream), the launch alone with the real driver
-    (through the C launcher or ctypes, whichever the call uses, and through ctypes beside it), the output allocation
-    by three torch calls that make the same tensor, and the current-stream query."""
+    (through the C launcher or ctypes, whichever the call uses, and through ctypes and cuda-python's binding beside
+    it), the output allocation by three torch calls that make the same tensor, and the current-stream query."""
     import copy
-    from trt_fusedattn.launcher import fast_launch, torch_current_stream
+    from trt_fusedattn.launcher import torch_current_stream
     from trt_fusedattn.launcher.launch import _libcuda, primary_context
     from trt_fusedattn.plugins.attention import api
     trt_fusedattn.attention(q, k, v, out=out)
@@ -77,12 +77,6 @@ def breakdown(q, k, v, out) -> str:
     api._torch_fast[key] = entry
     parts[f"launch ({launcher()})"] = host_us_per_call(lambda: launch.launch_pointers(pointers, stream))
     lib, context = _libcuda(), int(primary_context(launch.device))
-    if fast_launch.module() is not None:
-        for packed in (True, False):
-            other = copy.copy(launch)
-            other._prepare_c_launch(lib, context, packed)
-            parts[f"launch (C launcher, {'packed buffer' if packed else 'parameter array'})"] = host_us_per_call(
-                lambda: other.launch_pointers(pointers, stream))
     through_ctypes = copy.copy(launch)
     through_ctypes._prepare_ctypes_launch(lib, context)
     parts["launch (ctypes)"] = host_us_per_call(lambda: through_ctypes.launch_pointers(pointers, stream))

@@ -219,30 +219,19 @@ class FakeDriver:
         return 0
 
     def _launch(self, function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
-        if extra:  # {BUFFER_POINTER, buffer, BUFFER_SIZE, &size, END}: the ABI layout (8-byte pointers, 4-byte ints)
-            words = ctypes.cast(extra, ctypes.POINTER(ctypes.c_void_p))
-            assert (words[0], words[2], words[4]) == (1, 2, None) and not params
-            size = ctypes.cast(words[3], ctypes.POINTER(ctypes.c_size_t)).contents.value
-            buffer, offset, values = ctypes.string_at(words[1], size), 0, []
-            for t in self.kinds:
-                offset = -(-offset // ctypes.sizeof(t)) * ctypes.sizeof(t)
-                values.append(t.from_buffer_copy(buffer, offset).value)
-                offset += ctypes.sizeof(t)
-            assert offset == size
-        else:
-            values = [ctypes.cast(params[i], ctypes.POINTER(t)).contents.value for i, t in enumerate(self.kinds)]
+        values = [ctypes.cast(params[i], ctypes.POINTER(t)).contents.value for i, t in enumerate(self.kinds)]
         self.launches.append((function, (gx, gy, gz), (bx, by, bz), shared, stream, values))
         return self.error
 
 
-@pytest.mark.parametrize("path", ["C", "C packed", "ctypes"])
+@pytest.mark.parametrize("path", ["C", "ctypes"])
 def test_repeated_launch_passes_pointers_scalars_grid_and_stream(path, monkeypatch):
     """PreparedLaunch.launch_pointers, through the C launcher (built here) or ctypes, hands the driver the kernel,
     grid, block, shared memory, stream and the parameters in the AOT ABI order; it makes the primary context current
     only when it is not; a driver error is a one-line LaunchError naming the launch."""
     from trt_fusedattn.launcher import fast_launch
     launch_module = sys.modules["trt_fusedattn.launcher.launch"]  # (the package's name "launch" is the function)
-    if path.startswith("C") and fast_launch.module() is None:
+    if path == "C" and fast_launch.module() is None:
         pytest.skip(f"C launcher not built: {fast_launch.unavailable_reason()}")
     if path == "ctypes":
         monkeypatch.setattr(fast_launch, "module", lambda: None)
@@ -256,15 +245,13 @@ def test_repeated_launch_passes_pointers_scalars_grid_and_stream(path, monkeypat
         fake.calls.append(("current_context", device))))
     plan = LaunchPlan("k.cu", "k", {}, (3, 2), (128,), 4096, (7, -3, 2 ** 31 - 1))
     prepared = launch_module.PreparedLaunch(plan, "sm_90a", 2, 1)
-    if path == "C packed":
-        prepared._prepare_c_launch(fake, 0x77, packed=True)
     prepared.launch_pointers([0xA000, 0xB000, 0xC000], 0x99)
     assert fake.launches == [(0x5000, (3, 2, 1), (128, 1, 1), 4096, 0x99, [0xA000, 0xB000, 7, -3, 2 ** 31 - 1, 0xC000])]
     assert fake.calls == [("current_context", 0)]  # the shared-memory opt-in's context, at preparation only
     fake.current = 0x55  # another context is current on this thread
     prepared([0xA010, None, 0xB010], [0xC010], 0x98)
     assert fake.launches[-1][-1] == [0xA010, 0xB010, 7, -3, 2 ** 31 - 1, 0xC010]
-    assert fake.calls[1:] == ([("current_context", 0)] if path == "ctypes" else [("push", 0x77), ("pop",)])
+    assert fake.calls[1:] == ([("push", 0x77), ("pop",)] if path == "C" else [("current_context", 0)])
     fake.error = 1
     with pytest.raises(LaunchError, match=r"cuLaunchKernel\(k, grid=\(3, 2, 1\), block=\(128, 1, 1\), "
                                           r"shared=4096\) failed: CUDA error 1"):

@@ -10,10 +10,6 @@
 #include <string.h>
 
 #define MAX_PARAMS 64 /* fast_launch.py refuses a record with more */
-/* cuda.h's values for cuLaunchKernel's `extra` (this file includes no CUDA header) */
-#define CU_LAUNCH_PARAM_END ((void *)0x00)
-#define CU_LAUNCH_PARAM_BUFFER_POINTER ((void *)0x01)
-#define CU_LAUNCH_PARAM_BUFFER_SIZE ((void *)0x02)
 
 typedef int (*CtxGetCurrentFn)(void **);
 typedef int (*CtxPushCurrentFn)(void *);
@@ -30,10 +26,6 @@ typedef struct {
     void *function;
     void *context;
     void **params;        /* the kernel's parameter addresses; the pointer slots are filled per call */
-    const unsigned char *packed;  /* or NULL: the parameters as one buffer (scalars in place), for the driver's
-                                     CU_LAUNCH_PARAM_BUFFER_POINTER form; pointers go at pointer_offsets */
-    const uint32_t *pointer_offsets;
-    size_t packed_size;
     uint32_t grid[3];
     uint32_t block[3];
     uint32_t shared;
@@ -42,18 +34,18 @@ typedef struct {
     int32_t n_scalars;
 } LaunchRecord;
 
-static int launch_on_context(const LaunchRecord *r, void *stream, void **params, void **extra) {
+static int launch_on_context(const LaunchRecord *r, void *stream, void **params) {
     void *current = NULL;
     int err = r->ctx_get_current(&current);
     if (err) return err;
     if (current == r->context)
         return r->launch_kernel(r->function, r->grid[0], r->grid[1], r->grid[2], r->block[0], r->block[1],
-                                r->block[2], r->shared, stream, params, extra);
+                                r->block[2], r->shared, stream, params, NULL);
     /* another (or no) context is current on this thread: make the device's primary one current for the launch */
     err = r->ctx_push_current(r->context);
     if (err) return err;
     err = r->launch_kernel(r->function, r->grid[0], r->grid[1], r->grid[2], r->block[0], r->block[1], r->block[2],
-                           r->shared, stream, params, extra);
+                           r->shared, stream, params, NULL);
     int pop_err = r->ctx_pop_current(&current);
     return err ? err : pop_err;
 }
@@ -76,22 +68,15 @@ static PyObject *fast_launch(PyObject *self, PyObject *const *args, Py_ssize_t n
     }
     uint64_t values[MAX_PARAMS];
     void *params[MAX_PARAMS];
-    unsigned char buffer[MAX_PARAMS * 8];
-    size_t buffer_size = r->packed_size;
-    void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, buffer, CU_LAUNCH_PARAM_BUFFER_SIZE, &buffer_size,
-                     CU_LAUNCH_PARAM_END};
-    for (Py_ssize_t i = 0; i < n; ++i) values[i] = PyLong_AsUnsignedLongLong(PyList_GET_ITEM(list, i));
-    if (PyErr_Occurred()) return NULL;
-    if (r->packed) {
-        memcpy(buffer, r->packed, r->packed_size);
-        for (Py_ssize_t i = 0; i < n; ++i) memcpy(buffer + r->pointer_offsets[i], &values[i], 8);
-    } else {
-        memcpy(params, r->params, sizeof(void *) * (size_t)(r->n_inputs + r->n_scalars + r->n_outputs));
-        for (Py_ssize_t i = 0; i < n; ++i) params[i < r->n_inputs ? i : i + r->n_scalars] = &values[i];
+    memcpy(params, r->params, sizeof(void *) * (size_t)(r->n_inputs + r->n_scalars + r->n_outputs));
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        values[i] = PyLong_AsUnsignedLongLong(PyList_GET_ITEM(list, i));
+        params[i < r->n_inputs ? i : i + r->n_scalars] = &values[i];
     }
+    if (PyErr_Occurred()) return NULL;
     int err;
     Py_BEGIN_ALLOW_THREADS /* the launch may wait for room in the launch queue: other Python threads go on */
-    err = launch_on_context(r, stream, r->packed ? NULL : params, r->packed ? extra : NULL);
+    err = launch_on_context(r, stream, params);
     Py_END_ALLOW_THREADS
     return PyLong_FromLong(err);
 }

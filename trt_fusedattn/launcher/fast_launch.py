@@ -25,40 +25,21 @@ class LaunchRecord(ctypes.Structure):
     _fields_ = [("launch_kernel", ctypes.c_void_p), ("ctx_get_current", ctypes.c_void_p),
                 ("ctx_push_current", ctypes.c_void_p), ("ctx_pop_current", ctypes.c_void_p),
                 ("function", ctypes.c_void_p), ("context", ctypes.c_void_p), ("params", ctypes.c_void_p),
-                ("packed", ctypes.c_void_p), ("pointer_offsets", ctypes.c_void_p), ("packed_size", ctypes.c_size_t),
                 ("grid", ctypes.c_uint32 * 3), ("block", ctypes.c_uint32 * 3), ("shared", ctypes.c_uint32),
                 ("n_inputs", ctypes.c_int32), ("n_outputs", ctypes.c_int32), ("n_scalars", ctypes.c_int32)]
 
 
 def launch_record(driver_lib, function: int, context: int, params, grid, block, shared: int, n_inputs: int,
-                  n_outputs: int, scalars=None) -> LaunchRecord:
+                  n_outputs: int) -> LaunchRecord:
     """The record of one prepared kernel; ``params`` (a ctypes array of the parameter addresses, scalars included)
-    and the returned record must stay alive as long as it is launched. ``scalars`` (the int32 values): pass the
-    parameters as one packed buffer instead (the driver's CU_LAUNCH_PARAM_BUFFER_POINTER form)."""
+    and the returned record must stay alive as long as it is launched."""
     if len(params) > MAX_PARAMS:
         raise ValueError(f"the kernel has {len(params)} parameters; fast_launch.c takes at most {MAX_PARAMS}")
     entry = lambda name: ctypes.cast(getattr(driver_lib, name), ctypes.c_void_p).value  # noqa: E731
-    record = LaunchRecord(entry("cuLaunchKernel"), entry("cuCtxGetCurrent"), entry("cuCtxPushCurrent_v2"),
-                          entry("cuCtxPopCurrent_v2"), function, context, ctypes.addressof(params))
-    record.grid[:], record.block[:], record.shared = grid, block, shared
-    record.n_inputs, record.n_outputs, record.n_scalars = n_inputs, n_outputs, len(params) - n_inputs - n_outputs
-    if scalars is not None:
-        # the AOT ABI's layout: pointers 8-byte aligned, int32 scalars 4-byte aligned, in parameter order
-        kinds = [8] * n_inputs + [4] * len(scalars) + [8] * n_outputs
-        offsets, end = [], 0
-        for size in kinds:
-            end = -(-end // size) * size
-            offsets.append(end)
-            end += size
-        packed = bytearray(end)  # (ends with an 8-byte pointer: the kernel's parameter space, no padding)
-        for offset, value in zip(offsets[n_inputs:n_inputs + len(scalars)], scalars):
-            packed[offset:offset + 4] = int(value).to_bytes(4, "little", signed=True)
-        record._packed = (ctypes.c_ubyte * end).from_buffer(packed)
-        pointer_offsets = offsets[:n_inputs] + offsets[n_inputs + len(scalars):]
-        record._offsets = (ctypes.c_uint32 * len(pointer_offsets))(*pointer_offsets)
-        record.packed, record.pointer_offsets = ctypes.addressof(record._packed), ctypes.addressof(record._offsets)
-        record.packed_size = end
-    return record
+    return LaunchRecord(entry("cuLaunchKernel"), entry("cuCtxGetCurrent"), entry("cuCtxPushCurrent_v2"),
+                        entry("cuCtxPopCurrent_v2"), function, context, ctypes.addressof(params),
+                        (ctypes.c_uint32 * 3)(*grid), (ctypes.c_uint32 * 3)(*block), shared, n_inputs, n_outputs,
+                        len(params) - n_inputs - n_outputs)
 
 
 @functools.lru_cache(maxsize=None)

@@ -234,18 +234,13 @@ class PreparedLaunch:
             with current_context(device):
                 _allow_shared_memory(self.function, opted_in, self.shared, device)
             lib, context = _libcuda(), int(primary_context(device))
-            if fast_launch.module() is not None:
-                self._prepare_c_launch(lib, context, packed=True)
+            fast = fast_launch.module()
+            if fast is not None:  # one C call: the context check, the parameters on its stack, cuLaunchKernel
+                self._record = fast_launch.launch_record(lib, int(self.function), context, self.params, self.grid,
+                                                         self.block, self.shared, n_inputs, n_outputs)
+                self._launch_now = functools.partial(fast.launch, ctypes.addressof(self._record))
             else:
                 self._prepare_ctypes_launch(lib, context)
-
-    def _prepare_c_launch(self, lib, context: int, packed: bool = False) -> None:
-        """The launch as one C call: the context check, the parameters on its stack, cuLaunchKernel (``packed``: the
-        parameters as one buffer, the driver's other form)."""
-        self._record = fast_launch.launch_record(lib, int(self.function), context, self.params, self.grid, self.block,
-                                                 self.shared, self.n_inputs, self.n_outputs,
-                                                 [s.value for s in self._scalars] if packed else None)
-        self._launch_now = functools.partial(fast_launch.module().launch, ctypes.addressof(self._record))
 
     def _prepare_ctypes_launch(self, lib, context: int) -> None:
         """The launch through ctypes where the C launcher cannot be built: the two driver calls with their

@@ -251,6 +251,18 @@ def _warp_specialized_cases():
                             causal=1, alignment="bottom_right", dtype="float16", tuning=bn80),
               AttentionCase("ws-hd256-bn80-causal-2100", batch=1, heads_q=2, heads_kv=2, len_q=2100, len_kv=2100,
                             dim=256, causal=1, tuning=bn80)]  # (with a mask's loads it spills: unmasked only)
+    # the 16-bit loader copying whole K/V tiles without per-row bounds tests (KV_WHOLE_TILE_COPIES=1): keys ending
+    # inside a tile and on a tile's edge, key lengths, causal bottom-right GQA on the persistent grid, three warpgroups
+    whole = ws + (("KV_WHOLE_TILE_COPIES", 1),)
+    small |= {"ws-whole-hd128-keylen-1000", "ws-whole-3wg-hd64-500x700", "ws-whole-persistent-hd256-causal-br-gqa"}
+    cases += [AttentionCase("ws-whole-hd128-keylen-1000", dim=128, len_q=300, len_kv=1000, key_lengths=True,
+                            tuning=whole),
+              AttentionCase("ws-whole-hd128-causal-2048", batch=1, heads_q=2, heads_kv=2, len_q=2048, len_kv=2048,
+                            dim=128, causal=1, tuning=whole),
+              AttentionCase("ws-whole-3wg-hd64-500x700", len_q=500, len_kv=700, tuning=whole + wg3[1:]),
+              AttentionCase("ws-whole-persistent-hd256-causal-br-gqa", dim=256, heads_q=8, heads_kv=2, len_q=300,
+                            len_kv=1000, causal=1, alignment="bottom_right", dtype="float16",
+                            tuning=whole + (("PERSISTENT_CTAS", 5),))]
     # the 16-bit loader keeping 2 or 3 copy groups in flight before publishing (KV_LOAD_LAG; 3 needs three stages)
     lag2, lag3 = ws + (("KV_LOAD_LAG", 2),), ws + (("KV_LOAD_LAG", 3),)
     lag3_two_wg = lag3 + two_wg

@@ -114,6 +114,22 @@ __device__ __forceinline__ void load_q_and_kv(const KVPipeline& pipe, qkv_t* sQ,
 }
 #else
 
+// Tuning KV_WHOLE_TILE_COPIES (16-bit loader): 1 copies a K/V tile that lies wholly inside the keys (all but the
+// last) without the per-row bounds test and zero-fill select; 0 tests every row. The loader's copy issue sits on the
+// K/V hand-over's critical path (v13c: its per-row address chain alone cost the persistent grid 8-15% a step).
+#ifndef KV_WHOLE_TILE_COPIES
+#define KV_WHOLE_TILE_COPIES 0
+#endif
+
+// The K or V tile of keys [n0, n0 + kBlockN) into its stage.
+__device__ __forceinline__ void load_kv_tile(qkv_t* stage, const qkv_t* base, int64_t stride, int n0, int len_kv,
+                                             int tid) {
+  if (KV_WHOLE_TILE_COPIES && n0 + kBlockN <= len_kv)
+    load_tile_swizzled<kBlockN, kLoadThreads, false>(stage, base, stride, n0, len_kv, tid);
+  else
+    load_tile_swizzled<kBlockN, kLoadThreads>(stage, base, stride, n0, len_kv, tid);
+}
+
 // The full barrier of copy group h of a query tile: Q (h = 0), then K(i) (h = 1 + 2i) and V(i) (h = 2 + 2i). A
 // persistent CTA's tile starts at K/V step step0 and puts Q into the buffer of its `round`.
 __device__ __forceinline__ uint32_t group_full_barrier(const KVPipeline& pipe, int h, int step0, int round) {
@@ -151,11 +167,11 @@ __device__ __forceinline__ void load_q_and_kv(const KVPipeline& pipe, qkv_t* sQ,
     const int n0 = (n_tiles - 1 - step) * kBlockN;
     const int s = KVPipeline::stage(step0 + step);
     pipe.acquire_k(step0 + step);
-    load_tile_swizzled<kBlockN, kLoadThreads>(sK + s * kKTileElems, k_base, k_stride, n0, len_kv, tid);
+    load_kv_tile(sK + s * kKTileElems, k_base, k_stride, n0, len_kv, tid);
     cp_async_commit();
     publish_lagging(pipe, 1 + 2 * step, step0, round);
     pipe.acquire_v(step0 + step);
-    load_tile_swizzled<kBlockN, kLoadThreads>(sV + s * kVTileElems, v_base, v_stride, n0, len_kv, tid);
+    load_kv_tile(sV + s * kVTileElems, v_base, v_stride, n0, len_kv, tid);
     cp_async_commit();
     publish_lagging(pipe, 2 + 2 * step, step0, round);
   }

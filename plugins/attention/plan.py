@@ -129,6 +129,9 @@ FP8_V_TRANSPOSE_BATCH = 2
 FP8_VT_STORE_CONFLICT_FREE = 0
 
 
+# 16-bit loader (attention_load_sm90.cuh): 1 copies the K/V tiles that lie wholly inside the keys without per-row
+# bounds tests (3 instructions a 16-byte copy instead of 6-7), 0 tests every row.
+WARP_SPECIALIZED_WHOLE_TILE_COPIES = 0
 # The persistent grid (attention_persistent_scheduler_sm90.cuh; 16-bit warp-specialized kernel): at most this many
 # CTAs, each computing work items (a query block, or under causal masking a long and a short one) in a static
 # order; 0 (tuning PERSISTENT_CTAS=0) launches one CTA a query tile. Taken by default for plain causal
@@ -340,6 +343,7 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
                               else WARP_SPECIALIZED_PV_OVERLAP[dim])
         tune["SERIAL_PV_IN_TURN"] = 1
         if not fp8:
+            tune["KV_WHOLE_TILE_COPIES"] = WARP_SPECIALIZED_WHOLE_TILE_COPIES
             tune["PERSISTENT_CTAS"] = warp_specialized_persistent_ctas(
                 int(attrs.get("causal", 0)), plain, lengths_shape is not None, batch, heads_q, len_q, len_kv, block_m)
     if fp8:

@@ -130,8 +130,9 @@ FP8_VT_STORE_CONFLICT_FREE = 0
 
 
 # 16-bit loader (attention_load_sm90.cuh): 1 copies the K/V tiles that lie wholly inside the keys without per-row
-# bounds tests (3 instructions a 16-byte copy instead of 6-7), 0 tests every row.
-WARP_SPECIALIZED_WHOLE_TILE_COPIES = 0
+# bounds tests (3 instructions a 16-byte copy instead of 6-7), 0 tests every row. 1 is the candidate of H100 job
+# attn-ws-3 of session 9 (0 as a column).
+WARP_SPECIALIZED_WHOLE_TILE_COPIES = 1
 # The persistent grid (attention_persistent_scheduler_sm90.cuh; 16-bit warp-specialized kernel): at most this many
 # CTAs, each computing work items (a query block, or under causal masking a long and a short one) in a static
 # order; 0 (tuning PERSISTENT_CTAS=0) launches one CTA a query tile. Taken by default for plain causal

@@ -130,8 +130,9 @@ FP8_VT_STORE_CONFLICT_FREE = 0
 
 
 # 16-bit loader (attention_load_sm90.cuh): 1 copies the K/V tiles that lie wholly inside the keys without per-row
-# bounds tests (3 instructions a 16-byte copy instead of 6-7), 0 tests every row. 1 is the candidate of H100 job
-# attn-ws-3 of session 9 (0 as a column).
+# bounds tests (3 instructions a 16-byte copy instead of 6-7), 0 tests every row. H100 job attn-ws-3 of session 9
+# (1 vs 0 in one run, TFLOP/s at 4k/8k/16k): bf16 hd128 +3/+1/+3% non-causal, +5/+9/+4% causal; hd256 +4/+3/+7%,
+# 0/+1/+5%; fp16 hd128 +6/0/+2%, +3/+3/+4%; hd64 +2-3%; Llama-3 prefill 1x4096 -6% time, 4x2048 -4%.
 WARP_SPECIALIZED_WHOLE_TILE_COPIES = 1
 # The persistent grid (attention_persistent_scheduler_sm90.cuh; 16-bit warp-specialized kernel): at most this many
 # CTAs, each computing work items (a query block, or under causal masking a long and a short one) in a static

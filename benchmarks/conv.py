@@ -161,6 +161,20 @@ FP8_VARIANTS += [(f"x8 ws {label}", dict(mma="wgmma_ws", tile=label.split()[0], 
     # 64-row tiles on one MMA warpgroup (b8's short grids: twice the CTAs of a 128-row tile per reduction split)
     ("64x64w4 c2", dict(cluster=2)), ("64x64w4 c4", dict(cluster=4)), ("64x128w4 c2", dict(cluster=2)),
     ("64x128w4 c4", dict(cluster=4)), ("64x256w4 c4", dict(cluster=4))]]
+# Session 10, the FP8 targets (e4m3 X): BLOCK_K 128 on the 128-channel layers (half the tiles, twice the MMAs a
+# hand-over: b8 on WS 128x64, on 64x64 one-warpgroup tiles and on the unspecialized 128x64; b32 on WS 192x128); the b8
+# 256/512-channel 64x64 c2 default on a 4-stage ring; b32's 64-channel layer on one warpgroup with 3 stages, and with A
+# through L1 (taps inner).
+FP8_VARIANTS += [(f"x8 {label}", dict(x_e4m3=True, **kw)) for label, kw in [
+    ("ws 128x64w8 bk128", dict(mma="wgmma_ws", tile="128x64w8", block_k=128)),
+    ("ws 64x64w4 bk128", dict(mma="wgmma_ws", tile="64x64w4", block_k=128, cluster=1)),
+    ("128x64w8 bk128", dict(mma="wgmma", tile="128x64w8", block_k=128)),
+    ("ws 192x128w12 bk128", dict(mma="wgmma_ws", tile="192x128w12", block_k=128)),
+    ("ws 64x64w4 c2 4st", dict(mma="wgmma_ws", tile="64x64w4", cluster=2, stages=4)),
+    ("128x64w4 3st", dict(mma="wgmma", tile="128x64w4", stages=3)),
+    ("128x64w8 ti", dict(mma="wgmma", tile="128x64w8", taps_inner=True))]]
+# With --prev-kernels DIR: the plan default on DIR's kernel sources (an earlier tree), a column beside this tree's.
+FP8_PREVIOUS_KERNELS_LABEL = "x8 default prev"
 
 
 @dataclass(frozen=True)
@@ -359,26 +373,35 @@ def fp8_table(layers: list, batches: list, arch: str, only: str | None = None) -
     + epilogue and our FP16 FusedConv on ``layers``; err = |fp8 - base| / |base| normwise (mostly the e4m3
     quantization of X and W)."""
     fp8_variants = [(label, kw) for label, kw in FP8_VARIANTS if only is None or re.search(only, label)]
+    if PREVIOUS_KERNELS is not None:
+        fp8_variants.append((FP8_PREVIOUS_KERNELS_LABEL, dict(x_e4m3=True)))
     if arch_number(arch) < 89:
         return [f"\nFP8 FusedConv needs sm_89+ (e4m3 tensor cores); this GPU is {arch}: no FP8 table."]
     scale_x = FP8_SCALE_X
     variants = {(lay, label, n): plan for lay in layers for n in batches for label, kw in fp8_variants
                 for plan in [_plan_or_none(lay, arch, scale_x, n=n, **kw)] if plan is not None}
+    for (lay, label, n), plan in variants.items():
+        if label == FP8_PREVIOUS_KERNELS_LABEL:
+            variants[lay, label, n] = dataclasses.replace(plan, source=PREVIOUS_KERNELS / plan.source.name)
     precompile(variants.values(), arch, workers=16)  # nvcc and the driver's JIT, in parallel, before timing
     labels = [label for label, _ in fp8_variants]
     lines = ["\n## FP8 (E4M3) FusedConv on the ResNet-50 3x3 layers\n",
              f"X quantized in the kernel from float16 (input_scale {scale_x:.4g}), or \"x8\": X already e4m3 in "
              "memory as an FP8 producer writes it; BN-folded W in e4m3 with per-channel scales, fp32 accumulation, "
-             "fp16 output. base = cuDNN FP16 conv + BN + ReLU; fp16 = our FP16 FusedConv; best = fastest FP8 "
-             "variant (µs per call).\n",
-             "| layer | batch | base µs | fp16 µs | " + " | ".join(f"fp8 {l} µs" for l in labels)
-             + " | best fp8 | vs base | vs fp16 | best TFLOP/s | err |",
-             "|---|---:|---:|---:|" + "---:|" * len(labels) + "---|---:|---:|---:|---:|"]
+             "fp16 output. base = cuDNN FP16 conv + BN + ReLU; graph = the cuDNN fused FP16 graph (the issue's "
+             "anchor); fp16 = our FP16 FusedConv; best = fastest FP8 variant (µs per call)"
+             + (f"; \"{FP8_PREVIOUS_KERNELS_LABEL}\" = the default plan on {PREVIOUS_KERNELS}'s kernel sources"
+                if PREVIOUS_KERNELS else "") + ".\n",
+             "| layer | batch | base µs | graph µs | fp16 µs | " + " | ".join(f"fp8 {l} µs" for l in labels)
+             + " | best fp8 | vs base | vs graph | vs fp16 | best TFLOP/s | err |",
+             "|---|---:|---:|---:|---:|" + "---:|" * len(labels) + "---|---:|---:|---:|---:|---:|"]
+    stream = torch.cuda.Stream()
     for lay in layers:
         for n in batches:
             case = Case(lay, n)
             want = case.baseline().float()
-            base, fp16 = time_us(case.baseline), time_us(case.fused)
+            row = time_layer(case, stream)
+            base, graph, fp16 = row["base_us"], row["graph_us"], row["ours_us"]
             x8, ptrs = fp8_operands(case, scale_x)
             times, errs = {}, {}
             for label, kw in fp8_variants:
@@ -394,10 +417,12 @@ def fp8_table(layers: list, batches: list, arch: str, only: str | None = None) -
                 errs[label] = float((case.out.float() - want).norm() / want.norm())
                 times[label] = time_us(fn) if errs[label] < 0.1 else float("inf")  # a wrong kernel is not timed
             best = min(times, key=times.get)
-            lines.append(f"| {lay.name} | {n} | {base:.1f} | {fp16:.1f} | "
+            vs_graph = "n/a" if graph is None else f"{graph / times[best]:.2f}x"
+            lines.append(f"| {lay.name} | {n} | {base:.1f} | {'n/a' if graph is None else f'{graph:.1f}'} | "
+                         f"{fp16:.1f} | "
                          + " | ".join(f"{times[l]:.1f}" if times[l] < float("inf") else
                                       "-" if errs[l] != errs[l] else f"wrong ({errs[l]:.1e})" for l in labels)
-                         + f" | {best} | {base / times[best]:.2f}x | {fp16 / times[best]:.2f}x | "
+                         + f" | {best} | {base / times[best]:.2f}x | {vs_graph} | {fp16 / times[best]:.2f}x | "
                          f"{lay.flops(n) / times[best] / 1e6:.0f} | {errs[best]:.1e} |")
             print(lines[-1], flush=True)
             del case

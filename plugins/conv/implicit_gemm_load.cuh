@@ -60,6 +60,42 @@ struct RowOrigin {
 };
 
 #if IN_VEC == 8
+// Which filter taps of one A row read inside the image. Filters of <= 32 taps: a bit per tap r * KW + s, set once from
+// the row's window, so that a tile's test per row is one AND with the tile's tap bit (probe) instead of two adds and
+// two compares of the window's origin (the loader's per-tile path sets the pace of short grids: NOTES, session 9).
+// Larger filters keep the origin and compare per tile. Rows past M read no tap (RowOrigin's h0).
+template <bool kBits = (KH * KW <= 32)>
+struct RowTaps {
+  unsigned bits = 0;
+  RowTaps() = default;
+  __device__ __forceinline__ RowTaps(const RowOrigin& o, int H, int W) {
+#pragma unroll
+    for (int r = 0; r < KH; ++r)
+#pragma unroll
+      for (int s = 0; s < KW; ++s)
+        bits |= unsigned(unsigned(o.h0 + r * DIL_H) < unsigned(H) && unsigned(o.w0 + s * DIL_W) < unsigned(W))
+                << (r * KW + s);
+  }
+  // A tile's probe: its tap's bit, none where the tile's reduction index is past the end.
+  static __device__ __forceinline__ unsigned probe(int rs, int /*dh*/, int /*dw*/, bool k_ok, int /*H*/, int /*W*/) {
+    return k_ok ? 1u << rs : 0u;
+  }
+  __device__ __forceinline__ bool inside(unsigned tap) const { return bits & tap; }
+};
+template <>
+struct RowTaps<false> {
+  int h0, w0;
+  struct Probe { int dh, dw, H, W; bool k_ok; };
+  RowTaps() = default;
+  __device__ __forceinline__ RowTaps(const RowOrigin& o, int /*H*/, int /*W*/) : h0(o.h0), w0(o.w0) {}
+  static __device__ __forceinline__ Probe probe(int /*rs*/, int dh, int dw, bool k_ok, int H, int W) {
+    return {dh, dw, H, W, k_ok};
+  }
+  __device__ __forceinline__ bool inside(const Probe& t) const {
+    return t.k_ok && unsigned(h0 + t.dh) < unsigned(t.H) && unsigned(w0 + t.dw) < unsigned(t.W);
+  }
+};
+
 // cp.async loader run by kLoaderThreads threads (a reduction group, or the warp-specialized kernel's load
 // warpgroup). A: thread owns one 16-byte chunk column (8 elem_t) and kRows rows; B: one 16-byte chunk column
 // (8 elem_t or 16 e4m3, so FP8 needs a reduction length that is a multiple of 16) and kBRows rows.
@@ -76,7 +112,8 @@ struct AsyncTileLoader {
   static constexpr int kBRows = kWPartRows * kBCols / kLoaderThreads;
   static constexpr int kWPartBytes = kWPartRows * kRowBytes;
   static_assert(kRows >= 1 && kBRows >= 1 && kLoaderThreads % kBCols == 0, "tile too small for the thread count");
-  int a_offset[kRows], a_h0[kRows], a_w0[kRows];
+  int a_offset[kRows];
+  RowTaps<> a_taps[kRows];
   int b_offset[kBRows];
   unsigned b_valid;
   int chunk, row0, b_col, b_row0;
@@ -90,7 +127,8 @@ struct AsyncTileLoader {
     for (int i = 0; i < kRows; ++i) {
       const RowOrigin o(m0 + row0 + i * (kLoaderThreads / kAChunks), M, pq_div, q_div, H, W, x_stride, pad_h, pad_w,
                         g * Cg);
-      a_offset[i] = o.offset; a_h0[i] = o.h0; a_w0[i] = o.w0;
+      a_offset[i] = o.offset;
+      a_taps[i] = RowTaps<>(o, H, W);
     }
     b_col = tid % kBCols;
     b_row0 = w_part * kWPartRows + tid / kBCols;
@@ -115,12 +153,12 @@ struct AsyncTileLoader {
     const int r = rs / KW, s = rs - (rs / KW) * KW;
     const int dh = r * DIL_H, dw = s * DIL_W;
     const int delta = (dh * W + dw) * x_stride + c;
-    const bool k_ok = kg < Kgemm;
+    const auto tap = RowTaps<>::probe(rs, dh, dw, kg < Kgemm, H, W);
     const unsigned a_base = smem_addr(stage), b_base = smem_addr(stage + kAStageBytes);
 #pragma unroll
     for (int i = 0; i < kRows; ++i) {
       const int row = row0 + i * (kLoaderThreads / kAChunks);
-      const bool ok = k_ok && unsigned(a_h0[i] + dh) < unsigned(H) && unsigned(a_w0[i] + dw) < unsigned(W);
+      const bool ok = a_taps[i].inside(tap);
       cp_async_16<TAPS_INNER>(a_base + smem_offset<kAChunks>(row, chunk * 16),
                               x + unsigned(ok ? a_offset[i] + delta : 0), ok ? 16 : 0);
     }

@@ -36,14 +36,15 @@ __device__ __forceinline__ void load_tiles(const TileRing& ring, unsigned char* 
                   ring.peer_full(tile));
   };
 #endif
+  RingSlot slot;
 #pragma unroll 1
-  for (int i = 0; i < k_tiles; ++i) {
-    ring.acquire(i);
+  for (int i = 0; i < k_tiles; ++i, slot.next()) {
+    ring.acquire(slot);
 #if SHARE_W
-    if (threadIdx.x == 0) ring.expect_peer_w(i, RingLoader::kWPartBytes);
+    if (threadIdx.x == 0) ring.expect_peer_w(slot, RingLoader::kWPartBytes);
 #endif
-    loader.fetch(stages + TileRing::stage(i) * kStageBytes, k0_of(i), x, w, H, W, x_stride, Cg, Kgemm, cg_div);
-    ring.publish_when_landed(i);
+    loader.fetch(stages + slot.stage * kStageBytes, k0_of(i), x, w, H, W, x_stride, Cg, Kgemm, cg_div);
+    ring.publish_when_landed(slot);
 #if SHARE_W
     cp_async_commit();
     if (i >= kPushLag) {

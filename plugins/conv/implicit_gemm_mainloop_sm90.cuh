@@ -68,14 +68,17 @@ __device__ __forceinline__ void mma_drain(float (&acc)[kMI][kNI][4]) { wgmma_til
 // that tile's stage back to the loader. Returns with the accumulators final.
 __device__ __forceinline__ void mma_ring_tiles(float (&acc)[kMI][kNI][4], const TileRing& ring,
                                                const unsigned char* stages, int k_tiles, int warpgroup, int lane) {
+  RingSlot slot, previous;
 #pragma unroll 1
   for (int i = 0; i < k_tiles; ++i) {
-    ring.wait(i);
+    ring.wait(slot);
     fence_async_proxy();  // the loader's cp.async writes (generic proxy), now visible here, ordered before wgmma's reads
-    const unsigned char* stage = stages + TileRing::stage(i) * kStageBytes;
+    const unsigned char* stage = stages + slot.stage * kStageBytes;
     wgmma_tile_issue(acc, stage, stage + kAStageBytes, warpgroup);
     wgmma_tile_wait<1>(acc);
-    if (i > 0 && lane == 0) ring.release(i - 1);
+    if (i > 0 && lane == 0) ring.release(previous);
+    previous = slot;
+    slot.next();
   }
   wgmma_tile_wait<0>(acc);
 }

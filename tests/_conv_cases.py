@@ -87,6 +87,8 @@ _BASE = [
     ConvCase("3x3_c256_k128_split", 3, 256, 7, 7, 128, 3, 3, pad=1, residual=True, post_activation="relu"),
     ConvCase("1x1_c2048_k64_split", 2, 2048, 7, 5, 64, 1, 1, scale=True),
     ConvCase("7x7_c45_k24_split_gather", 2, 45, 9, 9, 24, 7, 7, pad=3, residual=True),
+    # 49 taps on the 16-byte loader: each A row tests the window per tile (RowTaps<false>; <= 32 taps use a bit each)
+    ConvCase("7x7_c16_k24_many_taps", 2, 16, 11, 10, 24, 7, 7, pad=3),
     ConvCase("1x1_c64_k1024_wide", 2, 64, 6, 7, 1024, 1, 1, residual=True, post_activation="relu"),
     ConvCase("3x3_groups4_c64_k64", 2, 64, 10, 10, 64, 3, 3, pad=1, groups=4),
     ConvCase("3x3_groups8_cg4_kg6", 2, 32, 9, 9, 48, 3, 3, pad=1, groups=8, residual=True),

@@ -69,12 +69,11 @@ struct RowTaps {
   unsigned bits = 0;
   RowTaps() = default;
   __device__ __forceinline__ RowTaps(const RowOrigin& o, int H, int W) {
+    unsigned columns = 0;  // the filter columns s inside the image, as bits s
 #pragma unroll
-    for (int r = 0; r < KH; ++r)
+    for (int s = 0; s < KW; ++s) columns |= unsigned(unsigned(o.w0 + s * DIL_W) < unsigned(W)) << s;
 #pragma unroll
-      for (int s = 0; s < KW; ++s)
-        bits |= unsigned(unsigned(o.h0 + r * DIL_H) < unsigned(H) && unsigned(o.w0 + s * DIL_W) < unsigned(W))
-                << (r * KW + s);
+    for (int r = 0; r < KH; ++r) bits |= (unsigned(o.h0 + r * DIL_H) < unsigned(H) ? columns : 0u) << (r * KW);
   }
   // A tile's probe: its tap's bit, none where the tile's reduction index is past the end.
   static __device__ __forceinline__ unsigned probe(int rs, int /*dh*/, int /*dw*/, bool k_ok, int /*H*/, int /*W*/) {

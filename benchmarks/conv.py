@@ -172,7 +172,10 @@ FP8_VARIANTS += [(f"x8 {label}", dict(x_e4m3=True, **kw)) for label, kw in [
     ("ws 192x128w12 bk128", dict(mma="wgmma_ws", tile="192x128w12", block_k=128)),
     ("ws 64x64w4 c2 4st", dict(mma="wgmma_ws", tile="64x64w4", cluster=2, stages=4)),
     ("128x64w4 3st", dict(mma="wgmma", tile="128x64w4", stages=3)),
-    ("128x64w8 ti", dict(mma="wgmma", tile="128x64w8", taps_inner=True))]]
+    ("128x64w8 ti", dict(mma="wgmma", tile="128x64w8", taps_inner=True)),
+    # v10b: the unspecialized loop's cluster sums past its ring (b32 512-channel 2-CTA split); this column keeps them
+    # in the ring's bytes as before
+    ("default sums in ring", dict(constants=dict(PUSHED_PAST_RING_UNSPECIALIZED=False)))]]
 # With --prev-kernels DIR: the plan default on DIR's kernel sources (an earlier tree), a column beside this tree's.
 FP8_PREVIOUS_KERNELS_LABEL = "x8 default prev"
 

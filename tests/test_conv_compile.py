@@ -141,6 +141,10 @@ def test_wgmma_variant_ptx(tuned):
         assert (instruction in ptx) == (cluster > 1), instruction
     if cluster > 1:
         assert f".reqnctapercluster 1, 1, {cluster}" in ptx
+    # cluster sums past the ring: arrived on at kernel start, one release barrier after the pushes (else two)
+    assert ("barrier.cluster.arrive.relaxed" in ptx) == ("PUSHED_OFFSET" in d)
+    if cluster > 1:
+        assert ptx.count("barrier.cluster.arrive.release") == (1 if "PUSHED_OFFSET" in d else 2)
     assert ("cp.async.ca.shared.global" in ptx) == bool(d.get("TAPS_INNER"))
     assert "cp.async.cg.shared.global" in ptx  # W (and A without TAPS_INNER) through L2 only
 

@@ -12,8 +12,8 @@ from trt_fusedattn.plugins.conv.contract import FUSED_CONV
 from trt_fusedattn.plugins.conv import plan as conv_plan
 from trt_fusedattn.launcher.arch import SHARED_LIMIT
 from trt_fusedattn.plugins.conv.plan import (DEPTHWISE, GEMM_TILES, IMPLICIT_GEMM, IMPLICIT_GEMM_SM90,
-                                             float_literal, gemm_shared_bytes, output_shape_conv, plan_conv,
-                                             wgmma_fits)
+                                             blocks_per_sm, float_literal, gemm_shared_bytes, output_shape_conv,
+                                             plan_conv, wgmma_fits)
 
 
 class Sym:
@@ -358,16 +358,44 @@ def test_cluster_splits_the_reduction_along_grid_z(cluster, tile, groups, mma):
     assert case.plan("sm_90a", tile=tile, mma=mma, cluster=1).defines == no_cluster.defines
 
 
-def test_cluster_partial_tile_can_set_the_shared_memory():
+def test_unspecialized_cluster_sums_past_the_ring_where_the_sm_keeps_its_blocks(monkeypatch):
+    """The unspecialized wgmma loop's cluster ranks push their sums past the ring (PUSHED_OFFSET from the shared memory's
+    start, after the stages and the staged tile) where that leaves the ring's depth and the blocks an SM holds by shared
+    memory as they were; else in the ring's bytes. The tested wgmma cluster cases take both."""
+    kinds = set()
+    clustered = [t for t in WGMMA_CASES if "cluster" in t.overrides]
+    past = [t.plan("sm_90a").defines for t in clustered]
+    monkeypatch.setattr(conv_plan, "PUSHED_PAST_RING_UNSPECIALIZED", False)
+    for d, in_ring in zip(past, [t.plan("sm_90a").defines for t in clustered]):
+        kinds.add("PUSHED_OFFSET" in d)
+        assert "PUSHED_OFFSET" not in in_ring and {k: v for k, v in d.items() if k != "PUSHED_OFFSET"} == in_ring
+        if "PUSHED_OFFSET" in d:
+            assert d["PUSHED_OFFSET"] == gemm_shared_bytes({**d, "CLUSTER_K": 1})
+            assert blocks_per_sm(d, "sm_90a") == blocks_per_sm(in_ring, "sm_90a")
+        else:
+            assert blocks_per_sm({**d, "PUSHED_OFFSET": gemm_shared_bytes({**d, "CLUSTER_K": 1})}, "sm_90a") \
+                < blocks_per_sm(d, "sm_90a")
+    assert kinds == {True, False}
+
+
+def test_cluster_partial_tile_can_set_the_shared_memory(monkeypatch):
     """A shallow pipeline (1x1 over 32 channels: one BLOCK_K 32 tile) on a wide tile: the staged output tile (padded
     rows of 2-byte elements) followed by the fp32 partial sums the other rank pushes for this CTA's half of the rows
-    is the largest use of shared memory."""
+    is the largest use of shared memory; past the ring (the default where the SM keeps its blocks) the sums follow
+    the larger of the ring and the staged tile."""
     case = ConvCase("t", 2, 32, 9, 9, 256, 1, 1)
-    for mma in ("wgmma", "mma.sync"):
+    staged, pushed = 128 * (256 + 8) * 2, 64 * 256 * 4
+    plan = case.plan("sm_90a", tile="128x256w8", mma="wgmma", cluster=2)
+    d = plan.defines
+    ring = d["STAGES"] * (128 + 256) * 32 * 2
+    assert d["BLOCK_K"] == 32 and d["CLUSTER_K"] == 2
+    assert d["PUSHED_OFFSET"] == max(ring, staged) and plan.shared_mem == max(ring, staged) + pushed
+    assert case.plan("sm_90a", tile="128x256w8", mma="wgmma").shared_mem < plan.shared_mem
+    monkeypatch.setattr(conv_plan, "PUSHED_PAST_RING_UNSPECIALIZED", False)
+    for mma in ("wgmma", "mma.sync"):  # mma.sync keeps the sums in the ring's bytes by default too
         plan = case.plan("sm_90a", tile="128x256w8", mma=mma, cluster=2)
-        d = plan.defines
-        assert d["BLOCK_K"] == 32 and d["CLUSTER_K"] == 2
-        assert plan.shared_mem == 128 * (256 + 8) * 2 + 64 * 256 * 4 > d["STAGES"] * (128 + 256) * 32 * 2
+        assert "PUSHED_OFFSET" not in plan.defines and plan.defines["CLUSTER_K"] == 2
+        assert plan.shared_mem == staged + pushed > plan.defines["STAGES"] * (128 + 256) * 32 * 2
         assert case.plan("sm_90a", tile="128x256w8", mma=mma).shared_mem < plan.shared_mem
 
 

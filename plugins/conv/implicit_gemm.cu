@@ -36,7 +36,6 @@
 #include "implicit_gemm_load.cuh"
 #include "implicit_gemm_reduction.cuh"
 #include "implicit_gemm_store.cuh"
-static_assert(!kPushedPastRing, "PUSHED_OFFSET is the warp-specialized kernel's (implicit_gemm_sm90.cu)");
 #if WGMMA
 #include "implicit_gemm_mainloop_sm90.cuh"
 #else
@@ -70,6 +69,7 @@ fused_conv_implicit_gemm(const x_t* __restrict__ x, const op_t* __restrict__ w S
   const int M = N * P * Q, Kgemm = KH * KW * Cg;
   const int m0 = blockIdx.x * BLOCK_M, n0 = blockIdx.y * BLOCK_N;
   const int g = blockIdx.z / CLUSTER_K, rank = blockIdx.z % CLUSTER_K;  // conv group; CTA rank in the cluster
+  arrive_cluster_started();  // PUSHED_OFFSET: the other ranks push here once they have seen this CTA start
   const FastDivmod pq_div(P * Q), q_div(Q), cg_div(Cg);
   unsigned char* stages = smem_raw + group * kGroupBytes;
 #if QUANTIZE_A

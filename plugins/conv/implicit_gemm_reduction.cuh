@@ -69,8 +69,9 @@ constexpr int kOwnedRowsMax = CLUSTER_K > 1 ? 16 * kOwnedBlocksMax : BLOCK_M;  /
 constexpr int kBlockFloats = 16 * BLOCK_N;  // one row block's partial sums
 // The pushed partials lie after the staged output tile (implicit_gemm_store.cuh), so that the owner stages its rows
 // while others in its CTA still read pushed sums: (CLUSTER_K - 1) senders x kOwnedBlocksMax blocks (the plan's
-// gemm_shared_bytes counts them). Where shared memory allows without a shallower ring, the plan puts them past the
-// warp-specialized kernel's ring as well (PUSHED_OFFSET, bytes from the ring's start): no other CTA then writes a byte
+// gemm_shared_bytes counts them). Where shared memory allows without a shallower ring (and, unspecialized, without
+// fewer blocks per SM), the plan puts them past the ring as well (PUSHED_OFFSET, bytes from the ring's start; the
+// unspecialized kernel's ring starts at its shared memory's start): no other CTA then writes a byte
 // this CTA's loads or MMAs use, so a rank pushes as soon as its own MMAs are done, without the cluster barrier that
 // waited for every rank's ring to drain (racecheck reported a 3-CTA cluster's pushes against the ring's cp.async
 // writes, ordered by that barrier in the code; session 6 conv-3).

@@ -147,6 +147,10 @@ WS_MIN_RANK_TILES = 2
 # with them vs 6 without: b8 3x3 256 @14 10.1 vs 10.7, b1 3x3 128 @28 8.0 vs 8.7.
 PUSHED_PAST_RING = True
 PUSHED_MIN_STAGES = 5
+# The same on the unspecialized wgmma loop (implicit_gemm.cu; the GPU-tested cluster cases run wgmma) where the ring
+# keeps its depth and the SM as many blocks by shared memory: the FP8 b32 512-channel 3x3 layers' 128x128 2-CTA split
+# (4 stages, 160 KB with the sums).
+PUSHED_PAST_RING_UNSPECIALIZED = True
 # Float16/bfloat16 reductions of at least this many tiles split a short grid's tile (128 columns at most: a 128x256
 # tile's fp32 partial sums are twice the size, not measured) over a cluster before narrowing it, where the split grid
 # fills half the SMs (WS_MIN_CTAS) at once with >= WS_SPLIT_FIRST_RANK_TILES tiles a rank: a narrower tile re-reads more
@@ -494,14 +498,22 @@ def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, b
     if gemm_shared_bytes(config) > limit:
         raise ValueError(f"implicit-GEMM tile {name} needs {gemm_shared_bytes(config)} bytes of "
                          f"shared memory; {arch} allows {limit}: pick a smaller tile")
-    if PUSHED_PAST_RING and warp_specialized and cluster > 1:
-        for depth in range(config["STAGES"], min(config["STAGES"], max(PUSHED_MIN_STAGES, min_stages)) - 1, -1):
+    if PUSHED_PAST_RING and cluster > 1 and (warp_specialized or (wgmma and PUSHED_PAST_RING_UNSPECIALIZED)):
+        depths = range(config["STAGES"], min(config["STAGES"], max(PUSHED_MIN_STAGES, min_stages)) - 1, -1)
+        for depth in depths if warp_specialized else (config["STAGES"],):
             past_ring = {**config, "STAGES": depth}
-            past_ring["PUSHED_OFFSET"] = gemm_shared_bytes({**past_ring, "CLUSTER_K": 1}) - WS_RING_OFFSET
-            if gemm_shared_bytes(past_ring) <= limit:
+            past_ring["PUSHED_OFFSET"] = gemm_shared_bytes({**past_ring, "CLUSTER_K": 1}) \
+                - (WS_RING_OFFSET if warp_specialized else 0)
+            if gemm_shared_bytes(past_ring) <= limit and (warp_specialized or blocks_per_sm(past_ring, arch)
+                                                          == blocks_per_sm(config, arch)):
                 config = past_ring
                 break
     return config
+
+
+def blocks_per_sm(tile: dict, arch: str) -> int:
+    """Thread blocks of an implicit-GEMM tile that the SM's shared memory holds at once (1 KB reserved for each)."""
+    return (shared_limit(arch) + 1024) // (gemm_shared_bytes(tile) + 1024)
 
 
 def gemm_shared_bytes(tile: dict) -> int:

@@ -168,7 +168,6 @@ FP8_VARIANTS += [(f"x8 ws {label}", dict(mma="wgmma_ws", tile=label.split()[0], 
 FP8_VARIANTS += [(f"x8 {label}", dict(x_e4m3=True, **kw)) for label, kw in [
     ("ws 128x64w8 bk128", dict(mma="wgmma_ws", tile="128x64w8", block_k=128)),
     ("ws 64x64w4 bk128", dict(mma="wgmma_ws", tile="64x64w4", block_k=128, cluster=1)),
-    ("128x64w8 bk128", dict(mma="wgmma", tile="128x64w8", block_k=128)),
     ("ws 192x128w12 bk128", dict(mma="wgmma_ws", tile="192x128w12", block_k=128)),
     ("ws 64x64w4 c2 4st", dict(mma="wgmma_ws", tile="64x64w4", cluster=2, stages=4)),
     ("128x64w4 3st", dict(mma="wgmma", tile="128x64w4", stages=3)),
@@ -176,7 +175,8 @@ FP8_VARIANTS += [(f"x8 {label}", dict(x_e4m3=True, **kw)) for label, kw in [
     # v10b: the unspecialized loop's cluster sums past its ring (b32 512-channel 2-CTA split); this column keeps them
     # in the ring's bytes as before
     ("default sums in ring", dict(constants=dict(PUSHED_PAST_RING_UNSPECIALIZED=False)))]]
-# With --prev-kernels DIR: the plan default on DIR's kernel sources (an earlier tree), a column beside this tree's.
+# With --prev-kernels DIR: the previous rule's plan (PREVIOUS_RULE) on DIR's kernel sources (an earlier tree), a column
+# beside this tree's default.
 FP8_PREVIOUS_KERNELS_LABEL = "x8 default prev"
 
 
@@ -377,7 +377,7 @@ def fp8_table(layers: list, batches: list, arch: str, only: str | None = None) -
     quantization of X and W)."""
     fp8_variants = [(label, kw) for label, kw in FP8_VARIANTS if only is None or re.search(only, label)]
     if PREVIOUS_KERNELS is not None:
-        fp8_variants.append((FP8_PREVIOUS_KERNELS_LABEL, dict(x_e4m3=True)))
+        fp8_variants.append((FP8_PREVIOUS_KERNELS_LABEL, dict(x_e4m3=True, constants=PREVIOUS_RULE)))
     if arch_number(arch) < 89:
         return [f"\nFP8 FusedConv needs sm_89+ (e4m3 tensor cores); this GPU is {arch}: no FP8 table."]
     scale_x = FP8_SCALE_X
@@ -393,7 +393,8 @@ def fp8_table(layers: list, batches: list, arch: str, only: str | None = None) -
              "memory as an FP8 producer writes it; BN-folded W in e4m3 with per-channel scales, fp32 accumulation, "
              "fp16 output. base = cuDNN FP16 conv + BN + ReLU; graph = the cuDNN fused FP16 graph (the issue's "
              "anchor); fp16 = our FP16 FusedConv; best = fastest FP8 variant (µs per call)"
-             + (f"; \"{FP8_PREVIOUS_KERNELS_LABEL}\" = the default plan on {PREVIOUS_KERNELS}'s kernel sources"
+             + (f"; \"{FP8_PREVIOUS_KERNELS_LABEL}\" = the previous rule's plan ({PREVIOUS_RULE_TEXT}) on "
+                f"{PREVIOUS_KERNELS}'s kernel sources"
                 if PREVIOUS_KERNELS else "") + ".\n",
              "| layer | batch | base µs | graph µs | fp16 µs | " + " | ".join(f"fp8 {l} µs" for l in labels)
              + " | best fp8 | vs base | vs graph | vs fp16 | best TFLOP/s | err |",
@@ -603,11 +604,11 @@ def table_rows(nets: dict, batches_of: dict, arch: str, budget_s: float | None, 
     return rows, reasons, sums
 
 
-# The previous session's rule, as the plan constants that changed since: the "prev" column (FP16 and depthwise plans:
-# the FP8 column is timed on the default alone). Session 9 changed no plan constant (session 8's were 64-row tiles for
-# short 1x1 grids and b8's FP8 3x3 layers, whole-pixel blocks for dw/2 144).
-PREVIOUS_RULE: dict = {}
-PREVIOUS_RULE_TEXT = "no plan constant changed since session 8"
+# The previous session's rule, as the plan constants that changed since: the "prev" column (FP16 and depthwise plans;
+# the FP8 table's "x8 default prev" with --prev-kernels). Session 10: BLOCK_K 128 over 128 channels for FP8 e4m3 X on
+# the warp-specialized kernel, the unspecialized wgmma loop's cluster sums past its ring.
+PREVIOUS_RULE: dict = {"FP8_WS_BLOCK_K128_MIN_CG": 256, "PUSHED_PAST_RING_UNSPECIALIZED": False}
+PREVIOUS_RULE_TEXT = "FP8 BLOCK_K 128 from 256 channels on the WS kernel too, cluster sums in the unspecialized ring"
 # --prev-kernels DIR: the "prev" plans compile from DIR's copies of the kernel sources (an earlier tree's
 # plugins/conv), so that a kernel change is timed against the kernels before it with the same plans, in the same run.
 PREVIOUS_KERNELS: Path | None = None

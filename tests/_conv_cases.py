@@ -202,6 +202,9 @@ WGMMA_CASES = [
                     post_activation="relu", input_scale=FP8_INPUT_SCALE, **_WGMMA_BF16), "64x128w4", cluster=2),
     _tuned(ConvCase("wg_fp8_3x3_c128_k72", 2, 128, 9, 9, 72, 3, 3, pad=1, scale=True, activation="gelu",
                     input_scale=FP8_INPUT_SCALE), "128x64w8", taps_inner=True),
+    # e4m3 X, BLOCK_K 128, a 2-CTA split with the sums past the ring (the FP8 b32 512-channel default), K/G 192
+    _tuned(ConvCase("wg_x8_3x3_c512_k192", 2, 512, 7, 7, 192, 3, 3, pad=1, scale=True, residual=True,
+                    post_activation="relu", input_scale=FP8_INPUT_SCALE, x_e4m3=True), "128x128w8", cluster=2),
 ]
 
 # FP8 with e4m3 X in memory (what an FP8 producer writes): A moves as bytes, no quantize pass; C/G % 16 == 0. The
@@ -279,6 +282,9 @@ WS_CASES = [
                  x_e4m3=True), "128x64w8", share_w=True),
     _ws(ConvCase("x8_3x3_c128_k128_b1", 1, 128, 7, 7, 128, 3, 3, pad=1, scale=True, input_scale=FP8_INPUT_SCALE,
                  x_e4m3=True, activation="silu"), "128x64w8", cluster=3),
+    # BLOCK_K 128 over 128 channels on the warp-specialized kernel (the b8 default's 128x64, strided, 209 rows)
+    _ws(ConvCase("x8_3x3_s2_c128_k128", 2, 128, 19, 21, 128, 3, 3, stride=2, pad=1, residual=True,
+                 post_activation="relu", input_scale=FP8_INPUT_SCALE, x_e4m3=True), "128x64w8"),
     # 192-row tiles on three MMA warpgroups: a part-filled last M tile (429 rows) and N tile (160 channels), a 2-CTA
     # reduction cluster (9 tiles as 4 + 5), FP8 with e4m3 X (BLOCK_K 128)
     _ws(ConvCase("3x3_c128_k160_m192", 3, 128, 11, 13, 160, 3, 3, pad=1, residual=True, post_activation="relu"),
@@ -287,6 +293,8 @@ WS_CASES = [
         cluster=2),
     _ws(ConvCase("x8_3x3_c256_k128_m192", 2, 256, 7, 9, 128, 3, 3, pad=1, scale=True, input_scale=FP8_INPUT_SCALE,
                  x_e4m3=True), "192x128w12"),
+    _ws(ConvCase("x8_3x3_c128_k160_m192", 2, 128, 11, 13, 160, 3, 3, pad=1, input_scale=FP8_INPUT_SCALE,
+                 x_e4m3=True), "192x128w12"),                                    # BLOCK_K 128 over 128 channels
     # 64-row tiles on one MMA warpgroup (256 threads, no register hand-over): odd M (198 rows: a part-filled last M
     # tile) with K/G 160 past a 128-column tile, a 9-tile 3x3 reduction around a 6-stage ring, BLOCK_K 32, 64x256 on a
     # 5-stage ring, two blocks per SM, reduction clusters of 3 (8 tiles as 2, 3, 3; 16-row blocks owned 1, 1, 2) and

@@ -42,8 +42,9 @@ fused_conv_depthwise(const elem_t* __restrict__ x, const elem_t* __restrict__ w 
   const int chunk = tid % CHUNKS;
   const int k = k_block + chunk * DW_VEC;
   const int M = N * P * Q, m_first = blockIdx.x * kPixels + tid / CHUNKS;
+  const WarpDivmods<2> divisors({P * Q, Q});  // by the whole warp, before any lane leaves
+  const FastDivmod &pq_div = divisors.at[0], &q_div = divisors.at[1];
   if (tid >= kPassPixels * CHUNKS || m_first >= M || k >= K) return;
-  const FastDivmod pq_div(P * Q), q_div(Q);
   const int channel = CH_MULT == 1 ? k : k / CH_MULT;
   // Pixel j: m_first + j * kPassPixels; one past M computes pixel M - 1 again and stores nothing.
   int x_image[DW_PIX], h0[DW_PIX], w0[DW_PIX];

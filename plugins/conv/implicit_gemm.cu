@@ -70,7 +70,8 @@ fused_conv_implicit_gemm(const x_t* __restrict__ x, const op_t* __restrict__ w S
   const int m0 = blockIdx.x * BLOCK_M, n0 = blockIdx.y * BLOCK_N;
   const int g = blockIdx.z / CLUSTER_K, rank = blockIdx.z % CLUSTER_K;  // conv group; CTA rank in the cluster
   arrive_cluster_started();  // PUSHED_OFFSET: the other ranks push here once they have seen this CTA start
-  const FastDivmod pq_div(P * Q), q_div(Q), cg_div(Cg);
+  const WarpDivmods<3> divisors({P * Q, Q, Cg});
+  const FastDivmod &pq_div = divisors.at[0], &q_div = divisors.at[1], &cg_div = divisors.at[2];
   unsigned char* stages = smem_raw + group * kGroupBytes;
 #if QUANTIZE_A
   unsigned char* a8 = stages + STAGES * kStageBytes;  // the ring of quantized A tiles

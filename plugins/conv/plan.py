@@ -200,6 +200,11 @@ ROWS64_STAGES = 4
 # 3x3 256 @14 7.8 µs vs 9.1 on 128x64 c2, 3x3/2 256 @28 7.7 vs 9.0, 3x3 512 @7 8.3 vs 10.0 (c4 8.0), 3x3/2 512 @14 8.3
 # vs 10.0 (c4 8.2); 64x128 c2 8.7-12.4; the ring as the 128-row tiles': 6 stages).
 FP8_ROWS64_BY_DEFAULT = True
+# FP8 with e4m3 X on the warp-specialized kernel: BLOCK_K 128 (128-byte rows: half the tiles, each twice the MMAs a
+# hand-over) from this many channels where C/G % 128 == 0; the unspecialized loop keeps it from 256 (its b32 128x128
+# tiles were slower at 128 on 128 channels, 16.2 vs 15.7 µs, session 3). Session 10 conv-1 (H100, e4m3 X): b8 3x3/2
+# 128 @56 and 3x3 128 @28 on ws 128x64 6.2 / 6.3 µs vs 7.3 / 7.3 at 64; b32 on ws 192x128 11.5 / 11.6 vs 12.2 / 12.4.
+FP8_WS_BLOCK_K128_MIN_CG = 128
 # The wgmma main loop is the default on sm_90a since its GPU tests passed and it timed faster (NOTES.md); for FP8 it is
 # the only way to Hopper's FP8 rate (ptxas lowers mma.sync e4m3 to fp16 HMMA there).
 FP8_WGMMA_BY_DEFAULT = True
@@ -390,12 +395,14 @@ def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, b
     if warp_specialized and ((fp8 and not x_e4m3) or arch not in WGMMA_ARCHES or cg % 8):
         raise ValueError(f"mma='wgmma_ws' runs float16/bfloat16 with C/G % 8 == 0, or FP8 with e4m3 X, on sm_90a; got "
                          f"{'FP8 with float16/bfloat16 X' if fp8 and not x_e4m3 else 'C/G = ' + str(cg)} on {arch}")
-    # FP8 with e4m3 X: 128-byte rows (BLOCK_K 128) over >= 256 channels (wgmma sweep, NOTES.md), else 64
-    fp8_block_k = 128 if x_e4m3 and cg % 128 == 0 and cg >= 256 else 64
+    # FP8 with e4m3 X: 128-byte rows (BLOCK_K 128) over >= 256 channels (wgmma sweep, NOTES.md), on the
+    # warp-specialized kernel over >= FP8_WS_BLOCK_K128_MIN_CG, else 64
+    fp8_block_k = lambda ws: 128 if x_e4m3 and cg % 128 == 0 and cg >= (  # noqa: E731
+        FP8_WS_BLOCK_K128_MIN_CG if ws else 256) else 64
     by_default_ws = (FP8_WARP_SPECIALIZED_BY_DEFAULT and x_e4m3) if fp8 else FP16_WARP_SPECIALIZED_BY_DEFAULT
     ws_choice = None
     if tile is None and (warp_specialized or (mma is None and by_default_ws and arch in WGMMA_ARCHES and cg % 8 == 0)):
-        ws_choice = (default_ws_tile(cg, kg, taps, pixels, fp8_block_k if fp8 else 64,
+        ws_choice = (default_ws_tile(cg, kg, taps, pixels, fp8_block_k(True) if fp8 else 64,
                                      small_grids_only=fp8 and not warp_specialized)
                      or (("128x128w8", 1) if warp_specialized else None))
         if FP8_ROWS64_BY_DEFAULT and fp8 and taps > 1 and ws_choice and ws_choice[1] > 1 \
@@ -447,7 +454,7 @@ def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, b
         raise ValueError("share_w pairs the warp-specialized kernel's M tiles in a 2-CTA cluster: give mma='wgmma_ws' "
                          "(or its default) without cluster or ws_ctas")
     if fp8:
-        block_k = block_k or fp8_block_k
+        block_k = block_k or fp8_block_k(warp_specialized)
     else:
         block_k = block_k or (None if tile else default_block_k) or (64 if in_vec == 8 and cg % 64 == 0 else 32)
     cluster = cluster or 1

@@ -174,7 +174,11 @@ FP8_VARIANTS += [(f"x8 {label}", dict(x_e4m3=True, **kw)) for label, kw in [
     ("128x64w8 ti", dict(mma="wgmma", tile="128x64w8", taps_inner=True)),
     # v10b: the unspecialized loop's cluster sums past its ring (b32 512-channel 2-CTA split); this column keeps them
     # in the ring's bytes as before
-    ("default sums in ring", dict(constants=dict(PUSHED_PAST_RING_UNSPECIALIZED=False)))]]
+    ("default sums in ring", dict(constants=dict(PUSHED_PAST_RING_UNSPECIALIZED=False))),
+    # b32 256/512-channel defaults (unspecialized 128x128, one CTA an SM) on a 6-stage ring: 4 tiles of loads ahead of
+    # the MMAs instead of 2, in shared memory the SM has anyway
+    ("128x128w8 6st", dict(mma="wgmma", tile="128x128w8", stages=6)),
+    ("128x128w8 6st c2", dict(mma="wgmma", tile="128x128w8", stages=6, cluster=2))]]
 # With --prev-kernels DIR: the previous rule's plan (PREVIOUS_RULE) on DIR's kernel sources (an earlier tree), a column
 # beside this tree's default.
 FP8_PREVIOUS_KERNELS_LABEL = "x8 default prev"

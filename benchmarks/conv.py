@@ -174,11 +174,7 @@ FP8_VARIANTS += [(f"x8 {label}", dict(x_e4m3=True, **kw)) for label, kw in [
     ("128x64w8 ti", dict(mma="wgmma", tile="128x64w8", taps_inner=True)),
     # v10b: the unspecialized loop's cluster sums past its ring (b32 512-channel 2-CTA split); this column keeps them
     # in the ring's bytes as before
-    ("default sums in ring", dict(constants=dict(PUSHED_PAST_RING_UNSPECIALIZED=False))),
-    # b32 256/512-channel defaults (unspecialized 128x128, one CTA an SM) on a 6-stage ring: 4 tiles of loads ahead of
-    # the MMAs instead of 2, in shared memory the SM has anyway
-    ("128x128w8 6st", dict(mma="wgmma", tile="128x128w8", stages=6)),
-    ("128x128w8 6st c2", dict(mma="wgmma", tile="128x128w8", stages=6, cluster=2))]]
+    ("default sums in ring", dict(constants=dict(PUSHED_PAST_RING_UNSPECIALIZED=False)))]]
 # With --prev-kernels DIR: the previous rule's plan (PREVIOUS_RULE) on DIR's kernel sources (an earlier tree), a column
 # beside this tree's default.
 FP8_PREVIOUS_KERNELS_LABEL = "x8 default prev"
@@ -611,8 +607,11 @@ def table_rows(nets: dict, batches_of: dict, arch: str, budget_s: float | None, 
 # The previous session's rule, as the plan constants that changed since: the "prev" column (FP16 and depthwise plans;
 # the FP8 table's "x8 default prev" with --prev-kernels). Session 10: BLOCK_K 128 over 128 channels for FP8 e4m3 X on
 # the warp-specialized kernel, the unspecialized wgmma loop's cluster sums past its ring.
-PREVIOUS_RULE: dict = {"FP8_WS_BLOCK_K128_MIN_CG": 256, "PUSHED_PAST_RING_UNSPECIALIZED": False}
-PREVIOUS_RULE_TEXT = "FP8 BLOCK_K 128 from 256 channels on the WS kernel too, cluster sums in the unspecialized ring"
+PREVIOUS_RULE: dict = {"FP8_WS_BLOCK_K128_MIN_CG": 256, "PUSHED_PAST_RING_UNSPECIALIZED": False,
+                       "FP8_WS_LARGE_GRID_TILES": ("192x128w12",), "FP8_ROWS64_UNSPLIT_MIN_CTAS": 1 << 30,
+                       "FP8_TAPS_INNER_MIN_CTAS": 1 << 30}
+PREVIOUS_RULE_TEXT = ("FP8 e4m3 X: BLOCK_K 128 from 256 channels on the WS kernel too, the unspecialized loop on b32's "
+                      "256-channel 3x3, 64x64 c2 on b8's, no taps inner; cluster sums in the unspecialized ring")
 # --prev-kernels DIR: the "prev" plans compile from DIR's copies of the kernel sources (an earlier tree's
 # plugins/conv), so that a kernel change is timed against the kernels before it with the same plans, in the same run.
 PREVIOUS_KERNELS: Path | None = None

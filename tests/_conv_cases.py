@@ -219,7 +219,7 @@ X_E4M3_CASES = [
     ConvCase("x8_1x1_c48_k40_odd", 1, 48, 9, 11, 40, 1, 1, input_scale=FP8_INPUT_SCALE, x_e4m3=True),
     ConvCase("x8_3x3_groups2_c64_k96", 2, 64, 8, 8, 96, 3, 3, pad=1, groups=2, input_scale=FP8_INPUT_SCALE,
              x_e4m3=True, residual=True),
-    # 1568 output rows: the plan's 64x64 tiles on 2-CTA clusters (200 CTAs; FP8_ROWS64_BY_DEFAULT)
+    # 1568 output rows: the plan's 64x64 tiles, unsplit (100 CTAs; FP8_ROWS64_BY_DEFAULT, FP8_ROWS64_UNSPLIT_MIN_CTAS)
     ConvCase("x8_3x3_c256_b8_rows64", 8, 256, 14, 14, 256, 3, 3, pad=1, input_scale=FP8_INPUT_SCALE, x_e4m3=True,
              residual=True, post_activation="relu"),
 ]
@@ -283,7 +283,7 @@ WS_CASES = [
     _ws(ConvCase("x8_3x3_c128_k128_b1", 1, 128, 7, 7, 128, 3, 3, pad=1, scale=True, input_scale=FP8_INPUT_SCALE,
                  x_e4m3=True, activation="silu"), "128x64w8", cluster=3),
     # BLOCK_K 128 over 128 channels on the warp-specialized kernel (the b8 default's 128x64, strided, 209 rows)
-    _ws(ConvCase("x8_3x3_s2_c128_k128", 2, 128, 19, 21, 128, 3, 3, stride=2, pad=1, residual=True,
+    _ws(ConvCase("x8_3x3_s2_c128_k128", 2, 128, 19, 21, 128, 3, 3, stride=2, pad=1, scale=True, residual=True,
                  post_activation="relu", input_scale=FP8_INPUT_SCALE, x_e4m3=True), "128x64w8"),
     # 192-row tiles on three MMA warpgroups: a part-filled last M tile (429 rows) and N tile (160 channels), a 2-CTA
     # reduction cluster (9 tiles as 4 + 5), FP8 with e4m3 X (BLOCK_K 128)
@@ -293,7 +293,7 @@ WS_CASES = [
         cluster=2),
     _ws(ConvCase("x8_3x3_c256_k128_m192", 2, 256, 7, 9, 128, 3, 3, pad=1, scale=True, input_scale=FP8_INPUT_SCALE,
                  x_e4m3=True), "192x128w12"),
-    _ws(ConvCase("x8_3x3_c128_k160_m192", 2, 128, 11, 13, 160, 3, 3, pad=1, input_scale=FP8_INPUT_SCALE,
+    _ws(ConvCase("x8_3x3_c128_k160_m192", 2, 128, 11, 13, 160, 3, 3, pad=1, scale=True, input_scale=FP8_INPUT_SCALE,
                  x_e4m3=True), "192x128w12"),                                    # BLOCK_K 128 over 128 channels
     # 64-row tiles on one MMA warpgroup (256 threads, no register hand-over): odd M (198 rows: a part-filled last M
     # tile) with K/G 160 past a 128-column tile, a 9-tile 3x3 reduction around a 6-stage ring, BLOCK_K 32, 64x256 on a

@@ -358,6 +358,14 @@ def test_cluster_splits_the_reduction_along_grid_z(cluster, tile, groups, mma):
     assert case.plan("sm_90a", tile=tile, mma=mma, cluster=1).defines == no_cluster.defines
 
 
+def test_fp8_tuned_cases_carry_the_weight_scale():
+    """A tuned FP8 case's plan is launched with the e4m3 W's per-channel scale (test_conv_gpu.check_plan passes it):
+    its plan must take one (a plan without would read the residual from the scale's slot)."""
+    for tuned in WGMMA_CASES + WS_CASES:
+        if tuned.case.fp8:
+            assert tuned.case.scale and tuned.plan("sm_90a").defines["HAS_SCALE"] == 1, tuned.name
+
+
 def test_unspecialized_cluster_sums_past_the_ring_where_the_sm_keeps_its_blocks(monkeypatch):
     """The unspecialized wgmma loop's cluster ranks push their sums past the ring (PUSHED_OFFSET from the shared memory's
     start, after the stages and the staged tile) where that leaves the ring's depth and the blocks an SM holds by shared
@@ -672,7 +680,7 @@ def test_short_1x1_grids_take_64_row_tiles_on_one_mma_warpgroup():
     ring = ConvCase("t", 8, 1024, 14, 14, 256, 1, 1).plan("sm_90a").defines["STAGES"]
     assert ring == 4                                              # 4 stages (6.6 vs 7.0 on 6; conv-2's deep_rings)
     x8 = next(c for c in X_E4M3_CASES if c.name == "x8_3x3_c256_b8_rows64").plan("sm_90a").defines  # the GPU case
-    assert (x8["BLOCK_M"], x8["BLOCK_N"], x8.get("CLUSTER_K"), x8["BLOCK_K"]) == (64, 64, 2, 128)
+    assert (x8["BLOCK_M"], x8["BLOCK_N"], x8.get("CLUSTER_K"), x8["BLOCK_K"]) == (64, 64, None, 128)  # 100 CTAs
     assert choice(256, 512, 1, 56, stride=2)[1:3] == (64, 64)     # strided 1x1: the same rule on the output grid
     assert choice(512, 128, 8, 28)[1] == 128                      # 98 CTAs of 128x64: kept (6.3 vs 6.4)
     assert choice(1024, 512, 8, 14)[1] == 128                     # 104 CTAs: kept (9.1 vs 9.3)
@@ -680,13 +688,14 @@ def test_short_1x1_grids_take_64_row_tiles_on_one_mma_warpgroup():
     assert choice(128, 128, 1, 28, kernel=3)[1] == 128            # 3x3: not swept, kept
     assert choice(64, 32, 1, 56)[0] is False                      # K/G <= 32: mma.sync 128x32
     assert choice(256, 128, 1, 14, input_scale=FP8_INPUT_SCALE)[1] == 128  # FP8 (float16 X): kept
-    # FP8 with e4m3 X, 3x3, where the WS rule splits a short grid: 64x64 on 2-CTA clusters (b8 3x3 256 @14 7.8 vs 9.1
-    # µs, 3x3 512 @7 8.3 vs 10.0), with the 6-stage ring; 1x1 and grids of < 66 such CTAs keep the 128-row rule
+    # FP8 with e4m3 X, 3x3, where the WS rule splits a short grid: 64x64, unsplit where that makes >= 66 CTAs (b8 3x3
+    # 256 @14, 100: 6.7-7.0 vs 7.0-7.2 on c2), else on 2-CTA clusters (3x3 512 @7: 8.3 vs 10.0 on 128x64 c2), with the
+    # 6-stage ring; 1x1 and grids of < 66 such CTAs keep the 128-row rule
     def fp8(n, c, hw, kernel=3):
         case = ConvCase("t", n, c, hw, hw, c, kernel, kernel, pad=kernel // 2, input_scale=FP8_INPUT_SCALE)
         d = plan_conv(case.shapes(), ["float8_e4m3fn", *case.dtypes()[1:]], case.attrs(), "sm_90a").defines
         return d["BLOCK_M"], d["BLOCK_N"], d.get("CLUSTER_K", 1), d["STAGES"]
-    assert fp8(8, 256, 14) == fp8(8, 512, 7) == (64, 64, 2, 6)
+    assert fp8(8, 256, 14) == (64, 64, 1, 6) and fp8(8, 512, 7) == (64, 64, 2, 6)
     assert fp8(1, 256, 14)[0] == 128 and fp8(32, 256, 14)[0] == 128 and fp8(8, 1024, 14, kernel=1)[0] == 128
     sym = ConvCase("t", 1, 64, 56, 56, 256, 1, 1)
     shapes = sym.shapes()
@@ -715,8 +724,9 @@ def test_share_w_is_an_override_off_by_default(monkeypatch):
 def test_fp8_e4m3_x_takes_the_warp_specialized_kernel_on_small_grids_and_192_row_tiles(monkeypatch):
     """FP8 with e4m3 X: the WS kernel where the output is too small for the channel tile and the tile is split over
     a cluster or the reduction is short (faster at batch 1 and 8 in conv-2/3), or where the waves rule picks 192-row
-    tiles (b32 3x3 128 @28: faster in session 5's conv-1); the unspecialized FP8 loop elsewhere. The 128-row rule
-    alone (FP8_ROWS64_BY_DEFAULT off; its 64-row tiles: test_short_1x1_grids_take_64_row_tiles_on_one_mma_warpgroup)."""
+    tiles (b32 3x3 128 @28: faster in session 5's conv-1) or 128x128 (b32 3x3 256 @14: faster in session 10's conv-2);
+    the unspecialized FP8 loop elsewhere (the b32 512-channel 2-CTA split). The 128-row rule alone
+    (FP8_ROWS64_BY_DEFAULT off; its 64-row tiles: test_short_1x1_grids_take_64_row_tiles_on_one_mma_warpgroup)."""
     from trt_fusedattn.plugins.conv import plan as conv_plan
     monkeypatch.setattr(conv_plan, "FP8_ROWS64_BY_DEFAULT", False)
     def plan(n, hw, c=256):
@@ -724,7 +734,8 @@ def test_fp8_e4m3_x_takes_the_warp_specialized_kernel_on_small_grids_and_192_row
         return plan_conv(case.shapes(), ["float8_e4m3fn", *case.dtypes()[1:]], case.attrs(), "sm_90a")
     small, big = plan(8, 14), plan(32, 14)
     assert small.defines.get("WARP_SPECIALIZED") == 1 and small.defines.get("CLUSTER_K") == 2
-    assert "WARP_SPECIALIZED" not in big.defines and big.defines["WGMMA"] == 1 and big.defines["BLOCK_K"] == 128
+    assert big.defines.get("WARP_SPECIALIZED") == 1 and "CLUSTER_K" not in big.defines and big.defines["BLOCK_K"] == 128
+    assert (big.defines["BLOCK_M"], big.defines["BLOCK_N"]) == (128, 128)
     assert plan(8, 28, c=128).defines.get("WARP_SPECIALIZED") == 1          # narrowed to 128x64, 1152-deep
     deep = plan(32, 7, c=512).defines                                       # narrowed, 4608-deep: the 2-CTA split
     assert "WARP_SPECIALIZED" not in deep and deep.get("CLUSTER_K") == 2 and deep["BLOCK_N"] == 128

@@ -42,18 +42,24 @@ struct FastDivmod {
 // FastDivmods of N run-time divisors for every lane of the calling warp (all 32 lanes call it, converged): lane i
 // builds the i-th, so the constructor's 64-bit division (a called routine of dependent multiplies, reciprocal and
 // conversions) runs once for all N instead of N times in a row, on the kernels' path to their first loads; the warp
-// shares them by shuffles.
-template <int N>
+// shares them by shuffles. kShared = false: every thread builds all N itself (a kernel capped at 80 registers, two
+// warp-specialized blocks per SM, spilled 12 bytes with the shuffled build).
+template <int N, bool kShared = true>
 struct WarpDivmods {
   FastDivmod at[N];
   __device__ __forceinline__ explicit WarpDivmods(const int (&divisors)[N]) {
     static_assert(N >= 1 && N <= 32, "one divisor a lane");
-    const int lane = threadIdx.x & 31;
-    int mine = divisors[0];
+    if constexpr (!kShared) {
 #pragma unroll
-    for (int i = 1; i < N; ++i) mine = lane == i ? divisors[i] : mine;
-    const FastDivmod built(mine);
+      for (int i = 0; i < N; ++i) at[i] = FastDivmod(divisors[i]);
+    } else {
+      const int lane = threadIdx.x & 31;
+      int mine = divisors[0];
 #pragma unroll
-    for (int i = 0; i < N; ++i) at[i] = built.from_lane(i, divisors[i]);
+      for (int i = 1; i < N; ++i) mine = lane == i ? divisors[i] : mine;
+      const FastDivmod built(mine);
+#pragma unroll
+      for (int i = 0; i < N; ++i) at[i] = built.from_lane(i, divisors[i]);
+    }
   }
 };

@@ -80,7 +80,7 @@ fused_conv_implicit_gemm_sm90(const x_t* __restrict__ x, const op_t* __restrict_
   // Each role is one branch (setmaxnreg: the load warpgroup never runs code that holds the accumulators).
   if (threadIdx.x < kLoadThreads) {
     if constexpr (kMoveRegisters) warpgroup_registers_decrease<kLoadRegisters>();
-    const WarpDivmods<3> divisors({P * Q, Q, Cg});
+    const WarpDivmods<3, WS_CTAS == 1> divisors({P * Q, Q, Cg});
     const FastDivmod &pq_div = divisors.at[0], &q_div = divisors.at[1], &cg_div = divisors.at[2];
     RingLoader loader(threadIdx.x, m0, n0, g, M, Kg, Kgemm, H, W, x_stride, Cg, pad_h, pad_w, pq_div, q_div, w_part);
     load_tiles(ring, stages, loader, k_tiles, [&](int i) { return tile_k0(t_begin + i, Cg); }, x, w, H, W, x_stride,

@@ -196,10 +196,21 @@ ROWS64_RANK_TILES = 4
 # a power of two costs the MMA warpgroup a division per tile (stage, parity) on a path 64-row tiles do not hide.
 ROWS64_STAGES = 4
 # FP8 with e4m3 X, filters larger than 1x1, where the warp-specialized rule splits a short grid's 128-row tile over a
-# cluster: 64x64 tiles on 2-CTA clusters where those make >= WS_MIN_CTAS CTAs (session 8 conv-2's FP8 table, H100, b8:
-# 3x3 256 @14 7.8 µs vs 9.1 on 128x64 c2, 3x3/2 256 @28 7.7 vs 9.0, 3x3 512 @7 8.3 vs 10.0 (c4 8.0), 3x3/2 512 @14 8.3
-# vs 10.0 (c4 8.2); 64x128 c2 8.7-12.4; the ring as the 128-row tiles': 6 stages).
+# cluster: 64x64 tiles, unsplit where those make >= WS_MIN_CTAS CTAs, else on 2-CTA clusters where those do (session 8
+# conv-2's FP8 table, H100, b8: 3x3 256 @14 7.8 µs vs 9.1 on 128x64 c2, 3x3/2 256 @28 7.7 vs 9.0, 3x3 512 @7 8.3 vs 10.0
+# (c4 8.0), 3x3/2 512 @14 8.3 vs 10.0 (c4 8.2); 64x128 c2 8.7-12.4; the ring as the 128-row tiles': 6 stages). Unsplit
+# (100 CTAs of 18 tiles) since session 10 (H100, b8, conv-1 / conv-2): 3x3 256 @14 7.0 / 6.7 µs vs 7.2 / 7.0 on c2,
+# 3x3/2 256 @28 6.9 / 7.0 vs 7.2 / 7.7; the 512-channel pair (56 CTAs unsplit) keeps c2.
 FP8_ROWS64_BY_DEFAULT = True
+FP8_ROWS64_UNSPLIT_MIN_CTAS = WS_MIN_CTAS
+# FP8 with e4m3 X: the large-grid warp-specialized tiles that beat the unspecialized loop. 192x128 (session 5 conv-1:
+# b32 3x3 128 @28 14.3 µs vs 15.9); 128x128 since the loader and prologue trims of sessions 9-10 (session 10 conv-2,
+# H100, b32 3x3 256 @14 11.3 µs vs 12.9, 3x3/2 256 @28 11.2 vs 13.5; it had lost 16.5 vs 12.9 in session 4).
+FP8_WS_LARGE_GRID_TILES = ("192x128w12", "128x128w8")
+# FP8 with e4m3 X on the unspecialized loop, one BLOCK_K of channels (C/G 64), a filter larger than 1x1, a static grid
+# of more than two tiles an SM: taps inner, A through L1 (consecutive tiles read overlapping windows). Session 10
+# (H100, 3x3 64 @56): b32 (784 CTAs) 19.6 / 19.2 µs vs 20.6 / 21.2 (conv-1 / conv-2); b8 (196) 8.1 vs 8.0: not there.
+FP8_TAPS_INNER_MIN_CTAS = 2 * SM_COUNT + 1
 # FP8 with e4m3 X on the warp-specialized kernel: BLOCK_K 128 (128-byte rows: half the tiles, each twice the MMAs a
 # hand-over) from this many channels where C/G % 128 == 0; the unspecialized loop keeps it from 256 (its b32 128x128
 # tiles were slower at 128 on 128 channels, 16.2 vs 15.7 µs, session 3). Session 10 conv-1 (H100, e4m3 X): b8 3x3/2
@@ -303,8 +314,8 @@ def default_ws_tile(cg: int, kg: int, taps: int, pixels: int | None, block_k: in
             return "192x128w12", 2  # one part-filled wave of 128x128: 192-row tiles on 2-CTA clusters fill the SMs
         waves = lambda name: -(-ctas(name) // SM_COUNT) * WS_TILE_COST[name]  # noqa: E731
         best = min([tile] + [t for t in WS_TILE_COST if t != tile and GEMM_TILES[t][1] <= kg], key=waves)
-        if small_grids_only and best not in WS_ONLY_TILES:
-            return None  # FP8 e4m3 X: of the large-grid WS tiles only 192x128 beat the unspecialized loop (conv-1)
+        if small_grids_only and best not in FP8_WS_LARGE_GRID_TILES:
+            return None  # FP8 e4m3 X: the unspecialized loop where it was faster
         return best, 1
     split_first = lambda name: deep and GEMM_TILES[name][1] <= 128 and any(  # noqa: E731
         WS_MIN_CTAS <= ctas(name) * c <= cap and k_tiles >= WS_SPLIT_FIRST_RANK_TILES * c
@@ -407,7 +418,7 @@ def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, b
                      or (("128x128w8", 1) if warp_specialized else None))
         if FP8_ROWS64_BY_DEFAULT and fp8 and taps > 1 and ws_choice and ws_choice[1] > 1 \
                 and 2 * output_tiles(pixels, kg, 64, 64) >= WS_MIN_CTAS:
-            ws_choice = ("64x64w4", 2)
+            ws_choice = ("64x64w4", 1 if output_tiles(pixels, kg, 64, 64) >= FP8_ROWS64_UNSPLIT_MIN_CTAS else 2)
         warp_specialized = ws_choice is not None
         mma = "wgmma_ws" if warp_specialized else mma
     default_tile, default_block_k = default_gemm_tile(cg, kg, taps)
@@ -458,6 +469,10 @@ def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, b
     else:
         block_k = block_k or (None if tile else default_block_k) or (64 if in_vec == 8 and cg % 64 == 0 else 32)
     cluster = cluster or 1
+    if taps_inner is None and x_e4m3 and wgmma and not warp_specialized and tile is None and cg == block_k \
+            and taps > 1 and cluster == 1 and isinstance(pixels, int) \
+            and output_tiles(pixels, kg, block_m, block_n) >= FP8_TAPS_INNER_MIN_CTAS:
+        taps_inner = True  # FP8_TAPS_INNER_MIN_CTAS
     if cluster > 1 and arch_number(arch) < CLUSTER_ARCH:
         raise ValueError(f"cluster={cluster} needs thread-block clusters (sm_90+); {arch} has none")
     if taps_inner and not (cg % block_k == 0 and taps > 1):

@@ -42,8 +42,8 @@ struct FastDivmod {
 // FastDivmods of N run-time divisors for every lane of the calling warp (all 32 lanes call it, converged): lane i
 // builds the i-th, so the constructor's 64-bit division (a called routine of dependent multiplies, reciprocal and
 // conversions) runs once for all N instead of N times in a row, on the kernels' path to their first loads; the warp
-// shares them by shuffles. kShared = false: every thread builds all N itself (a kernel capped at 80 registers, two
-// warp-specialized blocks per SM, spilled 12 bytes with the shuffled build).
+// shares them by shuffles. kShared = false: every thread builds all N itself (kernels whose roles share one register
+// cap spilled with the shuffled build: implicit_gemm_sm90.cu's kLoaderOwnsRegisters).
 template <int N, bool kShared = true>
 struct WarpDivmods {
   FastDivmod at[N];

@@ -41,6 +41,10 @@ static_assert(WARP_SPECIALIZED && WGMMA && IN_VEC == 8 && (!FP8 || X_E4M3), "the
 // cannot use a setmaxnreg.inc above it), so 32 accumulators at most. One MMA warpgroup (BLOCK_M 64): the 256 threads
 // start with 255 registers at one block per SM, 128 at two (64 accumulators at most), and keep them.
 constexpr bool kMoveRegisters = WS_CTAS == 1 && kMmaThreads == 256;
+// The loader's registers are its own (setmaxnreg, or one MMA warpgroup at up to 255 a thread): it builds its FastDivmods
+// once a warp (WarpDivmods). Where every role shares one cap (128: 192-row tiles; 80: two blocks per SM) the shuffled
+// build spilled (84 and 12 bytes) and every thread builds its own.
+constexpr bool kLoaderOwnsRegisters = kMoveRegisters || (WS_CTAS == 1 && kMmaThreads == 128);
 constexpr int kLoadRegisters = 128;
 constexpr int kMmaRegisters = 184;
 static_assert(WS_CTAS == 1 || (WS_CTAS == 2 && kMI * kNI * 4 <= (kMmaThreads == 128 ? 64 : 32)),
@@ -80,7 +84,7 @@ fused_conv_implicit_gemm_sm90(const x_t* __restrict__ x, const op_t* __restrict_
   // Each role is one branch (setmaxnreg: the load warpgroup never runs code that holds the accumulators).
   if (threadIdx.x < kLoadThreads) {
     if constexpr (kMoveRegisters) warpgroup_registers_decrease<kLoadRegisters>();
-    const WarpDivmods<3, WS_CTAS == 1> divisors({P * Q, Q, Cg});
+    const WarpDivmods<3, kLoaderOwnsRegisters> divisors({P * Q, Q, Cg});
     const FastDivmod &pq_div = divisors.at[0], &q_div = divisors.at[1], &cg_div = divisors.at[2];
     RingLoader loader(threadIdx.x, m0, n0, g, M, Kg, Kgemm, H, W, x_stride, Cg, pad_h, pad_w, pq_div, q_div, w_part);
     load_tiles(ring, stages, loader, k_tiles, [&](int i) { return tile_k0(t_begin + i, Cg); }, x, w, H, W, x_stride,

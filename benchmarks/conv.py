@@ -609,9 +609,10 @@ def table_rows(nets: dict, batches_of: dict, arch: str, budget_s: float | None, 
 # the warp-specialized kernel, the unspecialized wgmma loop's cluster sums past its ring.
 PREVIOUS_RULE: dict = {"FP8_WS_BLOCK_K128_MIN_CG": 256, "PUSHED_PAST_RING_UNSPECIALIZED": False,
                        "FP8_WS_LARGE_GRID_TILES": ("192x128w12",), "FP8_ROWS64_UNSPLIT_MIN_CTAS": 1 << 30,
-                       "FP8_TAPS_INNER_MIN_CTAS": 1 << 30}
+                       "FP8_TAPS_INNER_MIN_CTAS": 1 << 30, "FP8_WS_DEEP_SPLIT": False}
 PREVIOUS_RULE_TEXT = ("FP8 e4m3 X: BLOCK_K 128 from 256 channels on the WS kernel too, the unspecialized loop on b32's "
-                      "256-channel 3x3, 64x64 c2 on b8's, no taps inner; cluster sums in the unspecialized ring")
+                      "256-channel 3x3 and 512-channel 2-CTA split, 64x64 c2 on b8's, no taps inner; cluster sums in "
+                      "the unspecialized ring")
 # --prev-kernels DIR: the "prev" plans compile from DIR's copies of the kernel sources (an earlier tree's
 # plugins/conv), so that a kernel change is timed against the kernels before it with the same plans, in the same run.
 PREVIOUS_KERNELS: Path | None = None

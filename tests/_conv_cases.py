@@ -282,6 +282,9 @@ WS_CASES = [
                  x_e4m3=True), "128x64w8", share_w=True),
     _ws(ConvCase("x8_3x3_c128_k128_b1", 1, 128, 7, 7, 128, 3, 3, pad=1, scale=True, input_scale=FP8_INPUT_SCALE,
                  x_e4m3=True, activation="silu"), "128x64w8", cluster=3),
+    # 128x128 on a 2-CTA split, sums past a 6-stage ring (the b32 512-channel default), K/G 192
+    _ws(ConvCase("x8_3x3_c512_k192", 2, 512, 7, 7, 192, 3, 3, pad=1, scale=True, residual=True,
+                 post_activation="relu", input_scale=FP8_INPUT_SCALE, x_e4m3=True), "128x128w8", cluster=2),
     # BLOCK_K 128 over 128 channels on the warp-specialized kernel (the b8 default's 128x64, strided, 209 rows)
     _ws(ConvCase("x8_3x3_s2_c128_k128", 2, 128, 19, 21, 128, 3, 3, stride=2, pad=1, scale=True, residual=True,
                  post_activation="relu", input_scale=FP8_INPUT_SCALE, x_e4m3=True), "128x64w8"),

@@ -724,8 +724,9 @@ def test_share_w_is_an_override_off_by_default(monkeypatch):
 def test_fp8_e4m3_x_takes_the_warp_specialized_kernel_on_small_grids_and_192_row_tiles(monkeypatch):
     """FP8 with e4m3 X: the WS kernel where the output is too small for the channel tile and the tile is split over
     a cluster or the reduction is short (faster at batch 1 and 8 in conv-2/3), or where the waves rule picks 192-row
-    tiles (b32 3x3 128 @28: faster in session 5's conv-1) or 128x128 (b32 3x3 256 @14: faster in session 10's conv-2);
-    the unspecialized FP8 loop elsewhere (the b32 512-channel 2-CTA split). The 128-row rule alone
+    tiles (b32 3x3 128 @28: faster in session 5's conv-1) or 128x128 (b32 3x3 256 @14: faster in session 10's conv-2),
+    on 2-CTA clusters for deep reductions (b32 3x3 512 @7, conv-3); the unspecialized FP8 loop elsewhere. The 128-row rule
+    alone
     (FP8_ROWS64_BY_DEFAULT off; its 64-row tiles: test_short_1x1_grids_take_64_row_tiles_on_one_mma_warpgroup)."""
     from trt_fusedattn.plugins.conv import plan as conv_plan
     monkeypatch.setattr(conv_plan, "FP8_ROWS64_BY_DEFAULT", False)
@@ -737,7 +738,10 @@ def test_fp8_e4m3_x_takes_the_warp_specialized_kernel_on_small_grids_and_192_row
     assert big.defines.get("WARP_SPECIALIZED") == 1 and "CLUSTER_K" not in big.defines and big.defines["BLOCK_K"] == 128
     assert (big.defines["BLOCK_M"], big.defines["BLOCK_N"]) == (128, 128)
     assert plan(8, 28, c=128).defines.get("WARP_SPECIALIZED") == 1          # narrowed to 128x64, 1152-deep
-    deep = plan(32, 7, c=512).defines                                       # narrowed, 4608-deep: the 2-CTA split
+    deep = plan(32, 7, c=512).defines                   # 4608-deep: 128x128 on 2-CTA clusters (WS since session 10)
+    assert deep.get("WARP_SPECIALIZED") == 1 and deep.get("CLUSTER_K") == 2 and deep["BLOCK_N"] == 128
+    monkeypatch.setattr(conv_plan, "FP8_WS_DEEP_SPLIT", False)
+    deep = plan(32, 7, c=512).defines                                       # the unspecialized 2-CTA split before
     assert "WARP_SPECIALIZED" not in deep and deep.get("CLUSTER_K") == 2 and deep["BLOCK_N"] == 128
     assert plan(8, 7, c=512).defines.get("CLUSTER_K") == 3                  # WS on 3-CTA clusters
     rows192 = plan(32, 28, c=128).defines                                   # 25088 pixels: 131 tiles of 192x128

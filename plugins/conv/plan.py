@@ -207,6 +207,10 @@ FP8_ROWS64_UNSPLIT_MIN_CTAS = WS_MIN_CTAS
 # b32 3x3 128 @28 14.3 µs vs 15.9); 128x128 since the loader and prologue trims of sessions 9-10 (session 10 conv-2,
 # H100, b32 3x3 256 @14 11.3 µs vs 12.9, 3x3/2 256 @28 11.2 vs 13.5; it had lost 16.5 vs 12.9 in session 4).
 FP8_WS_LARGE_GRID_TILES = ("192x128w12", "128x128w8")
+# FP8 with e4m3 X, deep reductions (>= 4096) whose narrowed unsplit grid fills the SMs: the WS 128x128 on 2-CTA clusters
+# (b32 3x3 512 @7 and 3x3/2 512 @14: 12.9 / 13.0 µs vs 14.9 on the unspecialized 2-CTA split, session 10 conv-3, H100;
+# the narrowed WS 128x64 took 22, session 4), else the unspecialized split.
+FP8_WS_DEEP_SPLIT = True
 # FP8 with e4m3 X on the unspecialized loop, one BLOCK_K of channels (C/G 64), a filter larger than 1x1, a static grid
 # of more than two tiles an SM: taps inner, A through L1 (consecutive tiles read overlapping windows). Session 10
 # (H100, 3x3 64 @56): b32 (784 CTAs) 19.6 / 19.2 µs vs 20.6 / 21.2 (conv-1 / conv-2); b8 (196) 8.1 vs 8.0: not there.
@@ -324,8 +328,9 @@ def default_ws_tile(cg: int, kg: int, taps: int, pixels: int | None, block_k: in
         if ctas(tile) < WS_MIN_CTAS and not split_first(tile) and GEMM_TILES[narrower][1] < GEMM_TILES[tile][1]:
             tile = narrower
     cluster = short_grid_cluster(ctas(tile), k_tiles, WS_MIN_RANK_TILES)
-    if small_grids_only and cluster == 1 and reduction >= 64 * 64:
-        return None  # FP8 3x3 over 512 channels at batch 32: narrowed WS 22 µs, the unspecialized 2-CTA split 16.5
+    if small_grids_only and cluster == 1 and reduction >= 64 * 64:  # FP8 3x3 over 512 channels at batch 32
+        two = 2 * ctas("128x128w8")
+        return ("128x128w8", 2) if FP8_WS_DEEP_SPLIT and WS_MIN_CTAS <= two <= CLUSTER_CTA_CAP[2] else None
     return tile, cluster
 
 
@@ -417,7 +422,7 @@ def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, b
                                      small_grids_only=fp8 and not warp_specialized)
                      or (("128x128w8", 1) if warp_specialized else None))
         if FP8_ROWS64_BY_DEFAULT and fp8 and taps > 1 and ws_choice and ws_choice[1] > 1 \
-                and 2 * output_tiles(pixels, kg, 64, 64) >= WS_MIN_CTAS:
+                and ws_choice[0] == "128x64w8" and 2 * output_tiles(pixels, kg, 64, 64) >= WS_MIN_CTAS:
             ws_choice = ("64x64w4", 1 if output_tiles(pixels, kg, 64, 64) >= FP8_ROWS64_UNSPLIT_MIN_CTAS else 2)
         warp_specialized = ws_choice is not None
         mma = "wgmma_ws" if warp_specialized else mma

@@ -3,7 +3,7 @@
 // FP8 wgmma takes B only K-major (no transpose flag), so P V needs V^T: [HEAD_DIM rows][BLOCK_N keys] bytes, keys
 // contiguous, each row a BLOCK_N-byte swizzle row (128: 16-byte chunk c of row d at c ^ (d % 8); 64: c ^ ((d/2) % 4));
 // 192 keys: three column blocks of 64 keys, each [HEAD_DIM][64] bytes in the 64-byte swizzle (kVtRowBytes).
-// The loader copies V as it copies K (cp.async into the K layout, a staging buffer) and transposes it here.
+// The loader copies V into a staging tile (attention_v_staging_sm90.cuh) and transposes it here.
 //
 // Why the key order inside V^T is permuted. P reaches the second product from the fp32 accumulator of S = Q K^T:
 // per warp the m16n8 layout, lane l holding of n8 block j the columns 8 j + 2 (l % 4) + {0, 1} of rows l / 4 and
@@ -25,12 +25,11 @@
 // 2q (or 2q + 1): stmatrix writes the four (even/odd rows x two 16-column halves) with each row address pointing at
 // its V^T row's chunk g. Per warp and unit: one ldmatrix.x4.trans, four prmt, one stmatrix.x4 (512 bytes). The
 // ldmatrix rows (8 consecutive keys, one chunk column) hit 8 distinct chunk positions. Stored as above, a matrix's
-// rows (head-dim rows 0, 2, .., 14) repeat d % 8 twice, a 2-way bank conflict; with VT_STORE_CONFLICT_FREE the lanes
-// of quads q >= 4 swap their even and odd values (the prmt selectors), so matrix 0 holds rows 0, 2, 4, 6, 9, 11, 13,
-// 15 and matrix 1 the other eight: d % 8 distinct in each, and in the 64- and 32-byte swizzles the same rows fall on
-// distinct 16-byte bank groups. Every value still lands at its V^T address.
+// rows (head-dim rows 0, 2, .., 14) repeat d % 8 twice, a 2-way bank conflict. (Pairing the rows without it, the
+// lanes of quads q >= 4 swapping their even and odd values, halved the store wavefronts but lost 1-3% at hd256 in
+// back-to-back replays on the H100 and the H200: removed, NOTES.md "FP8 v11".)
 #pragma once
-#include "attention_mainloop_sm90.cuh"
+#include "attention_v_staging_sm90.cuh"
 #include "common/ldmatrix.cuh"
 
 static_assert(FP8, "V^T tiles are for the FP8 P V");
@@ -40,10 +39,6 @@ static_assert(FP8, "V^T tiles are for the FP8 P V");
 #define V_TRANSPOSE_BATCH 2
 #endif
 static_assert(V_TRANSPOSE_BATCH == 2 || V_TRANSPOSE_BATCH == 4, "V_TRANSPOSE_BATCH is 2 or 4");
-// Tuning VT_STORE_CONFLICT_FREE: 1 the stmatrix rows without bank conflicts (above), 0 (default) v10's order.
-#ifndef VT_STORE_CONFLICT_FREE
-#define VT_STORE_CONFLICT_FREE 0
-#endif
 static_assert(kBlockN % kVtRowBytes == 0, "V^T rows are whole 32-, 64- or 128-byte swizzle rows of keys");
 constexpr int kVtTileBytes = kHeadDim * kBlockN;
 
@@ -55,39 +50,41 @@ __device__ __forceinline__ uint32_t vt_chunk(uint32_t tile, int d, int g) {
   return tile + d * kVtRowBytes + (((g % kChunks) ^ swizzle) * 16) + (g / kChunks) * (kHeadDim * kVtRowBytes);
 }
 
-// V (a [kBlockN keys][kHeadDim] e4m3 tile in the K layout at `v`) -> V^T (at `vt`), by the kThreadsT threads of the
-// calling warps (this one is `tid`); the caller orders it after the copies into `v` landed and before wgmma reads `vt`.
-// A warp takes kUnitsPerWarp consecutive units in batches of kBatch: the batch's ldmatrix loads are all issued before
-// its first stmatrix (the "memory" clobbers keep program order, so without batching each prmt waited the full
-// shared-memory latency of its own ldmatrix: the loader's top stall at hd256, 9% of all samples, NOTES.md).
+// V (a [kBlockN keys][kHeadDim] e4m3 staging tile at `v`, attention_v_staging_sm90.cuh) -> V^T (at `vt`), by the
+// kThreadsT threads of the calling warps (this one is `tid`); the caller orders it after the copies into `v` landed and
+// before wgmma reads `vt`. A warp takes kUnitsPerWarp units (consecutive ones: a head-dim column strip of every key;
+// with V_BULK_COPY every column of its own kStagingKeysPerWarp keys) in batches of kBatch: the batch's ldmatrix loads
+// are all issued before its first stmatrix (the "memory" clobbers keep program order, so without batching each prmt
+// waited the full shared-memory latency of its own ldmatrix: the loader's top stall at hd256, 9% of all samples).
 template <int kThreadsT>
 __device__ __forceinline__ void transpose_v_tile(const qkv_t* v, qkv_t* vt, int tid) {
   constexpr int kKeyGroups = kBlockN / 16, kUnits = kKeyGroups * (kHeadDim / 32), kWarpsT = kThreadsT / 32;
   static_assert(kUnits % kWarpsT == 0, "whole units per warp");
   constexpr int kUnitsPerWarp = kUnits / kWarpsT;
   constexpr int kBatch = kUnitsPerWarp % V_TRANSPOSE_BATCH == 0 ? V_TRANSPOSE_BATCH : kUnitsPerWarp % 2 == 0 ? 2 : 1;
+  constexpr int kOwnGroups = kStagingKeysPerWarp / 16;  // (V_BULK_COPY) key groups a warp owns
+  static_assert(!kVBulkCopy || kWarpsT == kStagingWarps, "V_BULK_COPY: each loader warp transposes its own keys");
   const int warp = tid / 32, lane = tid % 32, m = lane / 8, j = lane % 8;
   const uint32_t v_tile = smem_addr(v), vt_tile = smem_addr(vt);
-  // this lane's value of V^T row 2q into stmatrix register 0 (2) and of row 2q + 1 into 1 (3), q = lane / 4, or the
-  // other way round where q >= 4 (a select on a predicate: a selector register spilled the 32-register loader); matrix
-  // m's row j then is V^T row 2 j + (m % 2 ^ swap(j)) of its 16-row half
-  const bool swap_rows = VT_STORE_CONFLICT_FREE && lane >= 16;
-  const int row_odd = VT_STORE_CONFLICT_FREE ? (m % 2) ^ (j / 4) : m % 2;
+  const int row_odd = m % 2;  // stmatrix matrix m's row j: V^T row 2 j + row_odd of its 16-row half
 #pragma unroll 1  // batches: more in flight would spill the loader's registers
   for (int i0 = 0; i0 < kUnitsPerWarp; i0 += kBatch) {
     uint32_t r[kBatch][4];
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
-      const int unit = warp * kUnitsPerWarp + i0 + b, g = unit % kKeyGroups, col32 = unit / kKeyGroups;
-      ldmatrix_x4_trans(r[b], swizzled_chunk<kBlockN>(v_tile, 16 * g + 8 * (m % 2) + j, 2 * col32 + m / 2));
+      const int unit = warp * kUnitsPerWarp + i0 + b;  // (V_BULK_COPY: unit i0 + b of this warp's keys)
+      const int g = kVBulkCopy ? warp * kOwnGroups + (i0 + b) % kOwnGroups : unit % kKeyGroups;
+      const int col32 = kVBulkCopy ? (i0 + b) / kOwnGroups : unit / kKeyGroups;
+      ldmatrix_x4_trans(r[b], staging_chunk(v_tile, 16 * g + 8 * (m % 2) + j, 2 * col32 + m / 2));
     }
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
-      const int unit = warp * kUnitsPerWarp + i0 + b, g = unit % kKeyGroups, col32 = unit / kKeyGroups;
+      const int unit = warp * kUnitsPerWarp + i0 + b;
+      const int g = kVBulkCopy ? warp * kOwnGroups + (i0 + b) % kOwnGroups : unit % kKeyGroups;
+      const int col32 = kVBulkCopy ? (i0 + b) / kOwnGroups : unit / kKeyGroups;
       const uint32_t even_lo = __byte_perm(r[b][0], r[b][1], 0x6420), odd_lo = __byte_perm(r[b][0], r[b][1], 0x7531);
       const uint32_t even_hi = __byte_perm(r[b][2], r[b][3], 0x6420), odd_hi = __byte_perm(r[b][2], r[b][3], 0x7531);
-      const uint32_t x[4] = {swap_rows ? odd_lo : even_lo, swap_rows ? even_lo : odd_lo, swap_rows ? odd_hi : even_hi,
-                             swap_rows ? even_hi : odd_hi};
+      const uint32_t x[4] = {even_lo, odd_lo, even_hi, odd_hi};
       stmatrix_x4(x, vt_chunk(vt_tile, 32 * col32 + 16 * (m / 2) + 2 * j + row_odd, g));
     }
   }

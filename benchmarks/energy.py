@@ -1,0 +1,75 @@
+"""Energy per call of a GPU kernel under sustained back-to-back load: NVML's total-energy counter (mJ) around many
+CUDA-graph replays, with the SM clock and power sampled between them. The replay grids run at the H100's power cap,
+where time follows energy a call more than cycles a call, so a kernel change is judged by both."""
+from __future__ import annotations
+
+import ctypes
+import statistics
+import time
+
+import torch
+
+NVML_CLOCK_SM = 1
+
+
+class Nvml:
+    """The few NVML calls this needs, through the driver's libnvidia-ml (no Python binding required)."""
+
+    def __init__(self, device: int = 0):
+        self.lib = ctypes.CDLL("libnvidia-ml.so.1")
+        self._check(self.lib.nvmlInit_v2(), "nvmlInit_v2")
+        self.handle = ctypes.c_void_p()
+        self._check(self.lib.nvmlDeviceGetHandleByIndex_v2(device, ctypes.byref(self.handle)), "GetHandleByIndex")
+
+    @staticmethod
+    def _check(status: int, what: str) -> None:
+        if status:
+            raise RuntimeError(f"NVML {what} failed with status {status}: energy per call cannot be measured here")
+
+    def energy_mj(self) -> int:
+        """Energy the GPU used since the driver loaded, in millijoules."""
+        value = ctypes.c_ulonglong()
+        self._check(self.lib.nvmlDeviceGetTotalEnergyConsumption(self.handle, ctypes.byref(value)), "energy")
+        return value.value
+
+    def sm_clock_mhz(self) -> int:
+        value = ctypes.c_uint()
+        self._check(self.lib.nvmlDeviceGetClockInfo(self.handle, NVML_CLOCK_SM, ctypes.byref(value)), "clock")
+        return value.value
+
+    def power_w(self) -> float:
+        value = ctypes.c_uint()
+        self._check(self.lib.nvmlDeviceGetPowerUsage(self.handle, ctypes.byref(value)), "power")
+        return value.value / 1000.0
+
+
+def sustained(fn, nvml: Nvml, seconds: float = 1.5, calls_in_graph: int = 20) -> dict:
+    """Replay a CUDA graph of ``calls_in_graph`` ``fn()`` calls back to back for about ``seconds``: milliseconds and
+    millijoules a call, mean power (energy / time) and the median sampled SM clock."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        for _ in range(calls_in_graph):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    clocks, replays, queued = [], 0, []
+    e0, t0 = nvml.energy_mj(), time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        graph.replay()
+        replays += 1
+        queued.append(torch.cuda.Event())
+        queued[-1].record()
+        if len(queued) > 2:  # two replays stay queued: the GPU never idles, the host never runs far ahead
+            queued.pop(0).synchronize()
+            clocks.append(nvml.sm_clock_mhz())
+    torch.cuda.synchronize()
+    elapsed, energy = time.perf_counter() - t0, nvml.energy_mj() - e0
+    calls = replays * calls_in_graph
+    return {"ms": elapsed * 1e3 / calls, "mj": energy / calls, "w": energy / 1e3 / elapsed,
+            "mhz": statistics.median(clocks)}

@@ -206,25 +206,22 @@ def _cases():
         FP8Case("fp8-lag2-hd256-3stages-additive-heavy", dim=256, data="heavy", mask="additive", len_q=200, len_kv=500,
                 tuning=lag2 + (("KV_STAGES", 3),)),  # (masked: 64-key tiles, FP8_TILES_MASKED)
     ]
-    # V_BULK_COPY=1: V staged by one cp.async.bulk a key into 16-byte-shifted row classes, each loader warp owning a
-    # quarter of the keys (partial tiles where some warps have no keys, BHSD's contiguous rows, 64-key tiles)
-    bulk = (("V_BULK_COPY", 1),)
+    # VT_ADDRESS_STEP=1: the V transpose's addresses stepped from one base a column strip (hd64: a warp's key groups
+    # start at 4; hd256: two strips a warp; 192- and 96-key tiles: 64- and 32-byte V^T rows in column blocks)
+    step = (("VT_ADDRESS_STEP", 1),)
     cases += [
-        FP8Case("fp8-bulk-hd64-500x700", len_q=500, len_kv=700, tuning=bulk, small=True),
-        FP8Case("fp8-bulk-hd128-e4m3-out", dim=128, len_q=300, len_kv=700, **e4m3_out, tuning=bulk, small=True),
-        FP8Case("fp8-bulk-hd256-keylen-causal-br", dim=256, key_lengths=True, len_q=500, len_kv=1000, causal=1,
-                alignment="bottom_right", tuning=bulk, small=True),
-        FP8Case("fp8-bulk-len7x7-hd128", len_q=7, len_kv=7, dim=128, tuning=bulk, small=True),  # warps 1-3: no keys
-        FP8Case("fp8-bulk-hd64-gqa-causal-300x100", heads_q=8, heads_kv=2, len_q=300, len_kv=100, causal=1,
-                tuning=bulk),
-        FP8Case("fp8-bulk-bhsd-hd128-heavy", dim=128, data="heavy", layout="BHSD", len_q=500, len_kv=1500,
-                tuning=bulk),
-        FP8Case("fp8-bulk-hd256-additive-heavy", dim=256, data="heavy", mask="additive", len_q=200, len_kv=500,
-                tuning=bulk, small=True),  # (masked: 64-key tiles, 16 keys a warp)
-        FP8Case("fp8-bulk-lag1-hd128-long-kv-7x16534", batch=1, heads_q=2, heads_kv=2, len_q=7, len_kv=16534, dim=128,
-                tuning=bulk + (("KV_LOAD_LAG", 1),)),
-        FP8Case("fp8-bulk-causal-4100-hd256", batch=1, heads_q=2, heads_kv=2, len_q=4100, len_kv=4100, dim=256,
-                causal=1, tuning=bulk),
+        FP8Case("fp8-vtstep-hd64-gqa-500x700", heads_q=8, heads_kv=2, len_q=500, len_kv=700, tuning=step, small=True),
+        FP8Case("fp8-vtstep-hd128-e4m3-out", dim=128, len_q=300, len_kv=700, **e4m3_out, tuning=step, small=True),
+        FP8Case("fp8-vtstep-hd256-keylen-causal-br", dim=256, key_lengths=True, len_q=500, len_kv=1000, causal=1,
+                alignment="bottom_right", tuning=step, small=True),
+        FP8Case("fp8-vtstep-hd256-additive-heavy", dim=256, data="heavy", mask="additive", len_q=200, len_kv=500,
+                tuning=step),  # (masked: 64-key tiles, two strips of four key groups a warp)
+        FP8Case("fp8-vtstep-n192-hd128-causal-top-left-100x300", dim=128, len_q=100, len_kv=300, causal=1,
+                tuning=n192 + step),
+        FP8Case("fp8-vtstep-3wg-n96-hd128-heavy-gqa", dim=128, data="heavy", heads_q=8, heads_kv=2, len_q=500,
+                len_kv=1500, tuning=wg3_n96 + step),
+        FP8Case("fp8-vtstep-3wg-n64-hd128-keylen-causal", dim=128, key_lengths=True, len_q=1000, len_kv=1000,
+                causal=1, tuning=wg3 + (("BLOCK_N", 64),) + step),
     ]
     two_stages = (("KV_STAGES", 2), ("KV_LOAD_LAG", 1))  # the benchmark's alternatives (lag < stages)
     cases += [replace(c, name=c.name + "-2stages", tuning=two_stages, small=False)

@@ -237,24 +237,17 @@ def test_fp8_transpose_batch_of_four_needs_two_serial_mma_warpgroups():
             fp8(dim, bad)
 
 
-def test_fp8_v_bulk_copy_is_a_tuning_of_whole_key_groups_a_loader_warp():
-    """V_BULK_COPY: 0 (default) V staged by cp.async, 1 by one bulk copy a key into 16-byte-shifted row classes (128 B
-    and four mbarriers more a staging tile: hd256's two staging tiles still fit); each loader warp copies whole 16-key
-    groups, so BLOCK_N is a multiple of 64."""
+def test_fp8_transpose_address_step_is_a_tuning():
+    """VT_ADDRESS_STEP (the V transpose's addresses stepped a column strip): 0 by default, 0 or 1."""
     attrs = FUSED_ATTENTION.resolve({"q_scale": 0.5, "k_scale": 0.25, "v_scale": 0.125})
+    q = (2, 1000, 8, 128)
 
-    def fp8(dim, tuning):
-        q = (2, 1000, 8, dim)
+    def fp8(tuning):
         return plan_attention([q, q, q, None, None], ["float8_e4m3fn"] * 3 + [None, None], attrs, "sm_90a",
-                              tuning=tuning)
-    for dim in (64, 128, 256):
-        base, bulk = fp8(dim, None), fp8(dim, {"V_BULK_COPY": 1})
-        assert base.defines["V_BULK_COPY"] == 0 and bulk.defines["V_BULK_COPY"] == 1
-        assert bulk.shared_mem - base.shared_mem == (base.defines["KV_LOAD_LAG"] + 1) * (128 + 32)
-    with pytest.raises(ValueError, match="V_BULK_COPY is 0 or 1, and 1 .* BLOCK_N a multiple of 64"):
-        fp8(128, {"V_BULK_COPY": 1, "BLOCK_N": 96, "PV_OVERLAP": 1})
-    with pytest.raises(ValueError, match="V_BULK_COPY is 0 or 1"):
-        fp8(128, {"V_BULK_COPY": 2})
+                              tuning=tuning).defines
+    assert fp8(None)["VT_ADDRESS_STEP"] == 0 and fp8({"VT_ADDRESS_STEP": 1})["VT_ADDRESS_STEP"] == 1
+    with pytest.raises(ValueError, match="VT_ADDRESS_STEP is 0 or 1"):
+        fp8({"VT_ADDRESS_STEP": 2})
 
 
 def test_head_dim_128_without_causal_masking_takes_three_mma_warpgroups_serially():

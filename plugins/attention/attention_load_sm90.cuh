@@ -7,9 +7,8 @@
 // thread has seen it land and run fence.proxy.async, so each loader thread waits for its own copy groups with one
 // group of lag (K(i) is signalled once V(i) is in flight, V(i) once K(i + 1) is) and then arrives.
 //
-// FP8: V is copied into one of kVStagingTiles staging tiles (laid out after the V stages; by cp.async as K, or with
-// V_BULK_COPY one bulk copy a key: attention_v_staging_sm90.cuh) and the load warpgroup writes its V^T tile into the
-// stage (attention_v_transpose_sm90.cuh), then signals it.
+// FP8: V is copied the same way into one of two staging tiles (kVStagingTiles, laid out after the V stages) and the
+// load warpgroup writes its V^T tile into the stage (attention_v_transpose_sm90.cuh), then signals it.
 #pragma once
 #include "attention_pipeline_sm90.cuh"
 #include "attention_mainloop_sm90.cuh"
@@ -35,11 +34,6 @@ static_assert(FP8 ? kLoadLag >= 1 && kLoadLag <= 3 && kLoadLag < kStages
                   : kLoadLag >= 0 && kLoadLag <= 3 && kLoadLag <= kStages && (kLoadLag == 0 || kStages > 1),
               "KV_LOAD_LAG: FP8 1-3, below KV_STAGES; 16-bit 0-3, at most KV_STAGES, 0 with one stage");
 constexpr int kVStagingTiles = FP8 ? kLoadLag + 1 : 0;  // V tiles as copied, before the FP8 transpose
-#if FP8
-constexpr int kVStagingBytes = kVStagingTiles * kVStagingTileBytes;  // (after the V^T stages)
-#else
-constexpr int kVStagingBytes = 0;
-#endif
 
 // cp.async.wait_group takes its count as an immediate: publish(Newest<n>{}, g) gets it as a type.
 template <int kNewest>
@@ -65,37 +59,17 @@ __device__ __forceinline__ void publish_pending(int last, Publish&& publish) {
 // the load warpgroup's own named barrier (1..kMmaWarpgroups are the MMA warpgroups' turns)
 constexpr int kLoaderBarrier = 1 + kMmaWarpgroups;
 
-// V_BULK_COPY's "staging full" mbarriers, after the pipeline's: one per loader warp and staging tile, one arrival a
-// phase (the copying lane's, with its transaction bytes).
-struct VStagingBarriers {
-  uint32_t base;
-  static constexpr int kCount = kVBulkCopy ? kStagingWarps * kVStagingTiles : 0;
-
-  explicit __device__ __forceinline__ VStagingBarriers(const KVPipeline& pipe) : base(pipe.base + kPipelineBytes) {}
-  __device__ __forceinline__ uint32_t full(int step, int warp) const {
-    return base + 8 * ((step % kVStagingTiles) * kStagingWarps + warp);
-  }
-  static __device__ __forceinline__ uint32_t parity(int step) { return (step / kVStagingTiles) & 1; }
-  // one thread, before the block syncs
-  __device__ __forceinline__ void init() const {
-    for (int i = 0; i < kCount; ++i) mbarrier_init(base + 8 * i, 1);
-    if (kCount) fence_mbarrier_init_cluster();  // the inits visible to the TMA unit's complete_tx
-  }
-};
-
 // Tile `step`'s copies (and all before) have landed in this thread's part (all but the newest kNewest groups): K is
-// handed over; once V(step) is in the staging tile (every loader thread's copies; with V_BULK_COPY this warp's keys),
-// V^T is written into the stage and handed over.
+// handed over; once every loader thread's V copies are in, V^T is written into the stage and handed over.
 template <int kNewest>
 __device__ __forceinline__ void publish_k_and_transpose_v(const KVPipeline& pipe, const qkv_t* staging, qkv_t* sV,
                                                           int step, int tid) {
   cp_async_wait<kNewest>();
   fence_async_proxy();
   mbarrier_arrive(pipe.full_k(KVPipeline::stage(step)));
-  if constexpr (kVBulkCopy) mbarrier_wait(VStagingBarriers(pipe).full(step, tid / 32), VStagingBarriers::parity(step));
-  else named_barrier_sync<kLoadThreads>(kLoaderBarrier);
+  named_barrier_sync<kLoadThreads>(kLoaderBarrier);  // V(step) is in the staging tile, all of it
   pipe.acquire_v(step);
-  transpose_v_tile<kLoadThreads>(staging + (step % kVStagingTiles) * kVStagingTileBytes,
+  transpose_v_tile<kLoadThreads>(staging + (step % kVStagingTiles) * kVTileElems,
                                  sV + KVPipeline::stage(step) * kVTileElems, tid);
   fence_async_proxy();  // stmatrix writes are generic-proxy; wgmma reads V^T through the async proxy
   mbarrier_arrive(pipe.full_v(KVPipeline::stage(step)));
@@ -128,15 +102,9 @@ __device__ __forceinline__ void load_q_and_kv(const KVPipeline& pipe, qkv_t* sQ,
     pipe.acquire_k(step);
     load_tile_swizzled<kBlockN, kLoadThreads>(sK + KVPipeline::stage(step) * kKTileElems, k_base, k_stride, n0,
                                               len_kv, tid);
-    if constexpr (kVBulkCopy) {  // this warp transposed its keys out of this staging tile before (program order)
-      const int warp = __shfl_sync(0xffffffffu, tid / 32, 0);  // warp-uniform to the compiler: the copies' operands
-      stage_v_rows_bulk(staging + (step % kVStagingTiles) * kVStagingTileBytes, v_base, v_stride, n0, len_kv,
-                        VStagingBarriers(pipe).full(step, warp), warp);
-    } else {
-      named_barrier_sync<kLoadThreads>(kLoaderBarrier);  // every loader thread is done transposing out of this staging tile
-      load_tile_swizzled<kBlockN, kLoadThreads>(staging + (step % kVStagingTiles) * kVStagingTileBytes, v_base,
-                                                v_stride, n0, len_kv, tid);
-    }
+    named_barrier_sync<kLoadThreads>(kLoaderBarrier);  // every loader thread is done transposing out of this staging tile
+    load_tile_swizzled<kBlockN, kLoadThreads>(staging + (step % kVStagingTiles) * kVTileElems, v_base, v_stride, n0,
+                                              len_kv, tid);
     cp_async_commit();  // group 1 + step
     if (step + 1 >= kLoadLag) publish_group<kLoadLag>(pipe, staging, sV, step + 1 - kLoadLag, tid);
   }

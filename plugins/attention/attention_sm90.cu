@@ -62,7 +62,7 @@ extern "C" __global__ void __launch_bounds__(kBlockThreads, 1) fused_attention(A
   qkv_t* sQ = reinterpret_cast<qkv_t*>(smem + ((kSmemAlign - smem_addr(smem) % kSmemAlign) % kSmemAlign));
   qkv_t* sK = sQ + kQStages * kQTileElems;
   qkv_t* sV = sK + kStages * kKTileElems;  // V tiles (FP8: V^T tiles, then the loader's V staging tiles)
-  const KVPipeline pipe{smem_addr(sV + kStages * kVTileElems + kVStagingBytes)};  // (FP8: then VStagingBarriers)
+  const KVPipeline pipe{smem_addr(sV + (kStages + kVStagingTiles) * kVTileElems)};
 
 #if PERSISTENT_CTAS > 0  // (the FP8 loader has no tile chain: preprocessed out there)
   {
@@ -128,12 +128,7 @@ extern "C" __global__ void __launch_bounds__(kBlockThreads, 1) fused_attention(A
   const AttentionTile& tile = w.tile;
   const int causal_offset = causal_key_offset(len_q, len_kv);
 
-  if (threadIdx.x == 0) {
-    pipe.init();
-#if FP8
-    VStagingBarriers(pipe).init();
-#endif
-  }
+  if (threadIdx.x == 0) pipe.init();
   __syncthreads();
 
   if (threadIdx.x < kLoadThreads) {

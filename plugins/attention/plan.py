@@ -122,11 +122,9 @@ FP8_EXP2_FMA_EVERY = 0
 # Units of the FP8 V transpose a loader warp keeps in flight (attention_v_transpose_sm90.cuh): 2, or 4 with the
 # loader taking 56 registers from two MMA warpgroups with PV_OVERLAP=0 (a tuning until timed).
 FP8_V_TRANSPOSE_BATCH = 2
-# How the FP8 loader stages V before its transpose (attention_v_staging_sm90.cuh): 0 cp.async into K's swizzled layout,
-# 1 one cp.async.bulk a key row into 8 row classes (16-byte shifted: conflict-free ldmatrix), each loader warp owning a
-# quarter of the keys (no named barriers among the loader warps). A tuning until timed.
-FP8_V_BULK_COPY = 0
-FP8_STAGING_WARPS = 4
+# The FP8 V transpose's shared addresses stepped from one base a column strip (VT_ADDRESS_STEP,
+# attention_v_transpose_sm90.cuh) instead of computed per unit: a tuning until timed.
+FP8_VT_ADDRESS_STEP = 0
 
 
 # 16-bit loader (attention_load_sm90.cuh): 1 copies the K/V tiles that lie wholly inside the keys without per-row
@@ -180,14 +178,12 @@ RESCALE_THRESHOLD = "8.0f"
 
 def shared_mem_bytes(head_dim: int, block_m: int, block_n: int, stages: int, wgmma: bool = False,
                      overlap: bool = False, head_dim_v: int | None = None, fp8: bool = False,
-                     key_groups: int = 1, load_lag: int = 1, v_bulk_copy: bool = False) -> int:
+                     key_groups: int = 1, load_lag: int = 1) -> int:
     """Q tile + ``stages`` K and V tiles (what attention.cu lays out): for mma.sync rows of the head dim padded to
     16, plus 16 bytes (and at least the output staging, kBlockM rows of V's pitch, which reuses them); unpadded
     (swizzled) for wgmma, plus the slack that aligns them to 1024 bytes, and a third V tile with WGMMA_OVERLAP."""
-    if fp8:  # one-byte tiles: Q, K and V^T stages, load_lag + 1 V staging tiles (bulk: 128 B of row-class shifts
-        # and a "staging full" mbarrier per loader warp each)
-        staging = block_n * head_dim + (128 + 8 * FP8_STAGING_WARPS if v_bulk_copy else 0)
-        return (block_m + 2 * stages * block_n) * head_dim + (load_lag + 1) * staging + WGMMA_SMEM_ALIGN - 16
+    if fp8:  # one-byte tiles: Q, K and V^T stages, load_lag + 1 V staging tiles
+        return (block_m + (2 * stages + load_lag + 1) * block_n) * head_dim + WGMMA_SMEM_ALIGN - 16
     if wgmma:  # (decode: WARP_SPLIT key groups each have their own K/V stages)
         return ((block_m + key_groups * (2 * stages + int(overlap)) * block_n) * head_dim * 2
                 + WGMMA_SMEM_ALIGN - 16)
@@ -353,7 +349,7 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
     if fp8:
         tune["EXP2_FMA_EVERY"] = FP8_EXP2_FMA_EVERY
         tune["V_TRANSPOSE_BATCH"] = FP8_V_TRANSPOSE_BATCH
-        tune["V_BULK_COPY"] = FP8_V_BULK_COPY
+        tune["VT_ADDRESS_STEP"] = FP8_VT_ADDRESS_STEP
     unknown = set(tuning or ()) - set(tune)
     if unknown:
         raise ValueError(f"FusedAttention: unknown tuning defines {sorted(unknown)}; known: {sorted(tune)}")
@@ -386,10 +382,8 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
         raise ValueError(f"FusedAttention FP8: V_TRANSPOSE_BATCH is 2 or 4, and 4 (the loader taking 56 registers) "
                          f"needs two MMA warpgroups (NUM_WARPS=8) with PV_OVERLAP=0; got {tune['V_TRANSPOSE_BATCH']} "
                          f"with NUM_WARPS={warps}, PV_OVERLAP={tune['PV_OVERLAP']}")
-    if fp8 and (tune["V_BULK_COPY"] not in (0, 1) or tune["V_BULK_COPY"] and block_n % (16 * FP8_STAGING_WARPS)):
-        raise ValueError(f"FusedAttention FP8: V_BULK_COPY is 0 or 1, and 1 (each loader warp copies whole 16-key "
-                         f"groups) needs BLOCK_N a multiple of {16 * FP8_STAGING_WARPS}; got {tune['V_BULK_COPY']} "
-                         f"with BLOCK_N={block_n}")
+    if fp8 and tune["VT_ADDRESS_STEP"] not in (0, 1):
+        raise ValueError(f"FusedAttention FP8: VT_ADDRESS_STEP is 0 or 1, got {tune['VT_ADDRESS_STEP']}")
     if fp8 and not 1 <= tune["KV_LOAD_LAG"] < min(stages, 4):
         raise ValueError(f"FusedAttention FP8: KV_LOAD_LAG (tiles in flight past the one handed over) must be 1-3 and "
                          f"below KV_STAGES={stages}, got {tune['KV_LOAD_LAG']}")
@@ -398,7 +392,7 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
         raise ValueError(f"FusedAttention: KV_LOAD_LAG (copy groups in flight past the one handed over) must be 0-3, "
                          f"at most KV_STAGES={stages}, and 0 with one stage; got {tune['KV_LOAD_LAG']}")
     smem = (shared_mem_bytes(dim, block_m, block_n, stages, bool(wgmma), bool(tune["WGMMA_OVERLAP"]), vdim, fp8,
-                             key_groups, tune.get("KV_LOAD_LAG", 1), bool(tune.get("V_BULK_COPY")))
+                             key_groups, tune.get("KV_LOAD_LAG", 1))
             + combine_bytes(block_m, block_n, stages, dim, vdim, key_groups, tune["KV_SPLIT"], bool(wgmma)))
     while not wgmma and smem > shared_limit(arch) and not {"BLOCK_N", "KV_STAGES"} & set(tuning or {}):
         # GPUs with 99 KB per block (sm_86, sm_89, sm_120): halve the K/V tile until the stages fit (hd128: 128x32,

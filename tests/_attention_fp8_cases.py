@@ -223,6 +223,22 @@ def _cases():
         FP8Case("fp8-vtstep-3wg-n64-hd128-keylen-causal", dim=128, key_lengths=True, len_q=1000, len_kv=1000,
                 causal=1, tuning=wg3 + (("BLOCK_N", 64),) + step),
     ]
+    # KV_WHOLE_TILE_COPIES=1: whole K/V tiles copied without bounds tests (a partial last tile beside them), alone and
+    # with VT_ADDRESS_STEP
+    whole = (("KV_WHOLE_TILE_COPIES", 1),)
+    cases += [
+        FP8Case("fp8-whole-hd128-keylen-causal-br", dim=128, key_lengths=True, len_q=500, len_kv=1000, causal=1,
+                alignment="bottom_right", tuning=whole, small=True),
+        FP8Case("fp8-whole-hd64-bhsd-1000x1100", len_q=1000, len_kv=1100, layout="BHSD", tuning=whole, small=True),
+        FP8Case("fp8-whole-hd256-long-kv-7x16534", batch=1, heads_q=2, heads_kv=2, len_q=7, len_kv=16534, dim=256,
+                tuning=whole),
+        FP8Case("fp8-whole-vtstep-hd256-heavy-causal-1100", dim=256, data="heavy", len_q=1100, len_kv=1100, causal=1,
+                tuning=whole + step, small=True),
+        FP8Case("fp8-whole-vtstep-hd128-causal-4100", batch=1, heads_q=2, heads_kv=2, len_q=4100, len_kv=4100,
+                dim=128, causal=1, tuning=whole + step),
+        FP8Case("fp8-whole-vtstep-hd64-causal-16534", batch=1, heads_q=1, heads_kv=1, len_q=16534, len_kv=16534,
+                causal=1, tuning=whole + step),
+    ]
     two_stages = (("KV_STAGES", 2), ("KV_LOAD_LAG", 1))  # the benchmark's alternatives (lag < stages)
     cases += [replace(c, name=c.name + "-2stages", tuning=two_stages, small=False)
               for c in cases if c.name in ("fp8-hd64", "fp8-hd128", "fp8-causal-bottom_right-100x300-hd128")]

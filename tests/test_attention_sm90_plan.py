@@ -334,12 +334,14 @@ def test_persistent_grid_by_default_for_causal_self_attention_2k_to_8k():
     assert ctas(1, 2048, SM_COUNT // items - 1, SM_COUNT // items - 1) == 0
 
 
-def test_whole_tile_copies_are_an_option_of_the_16_bit_loader():
-    """KV_WHOLE_TILE_COPIES (attention_load_sm90.cuh): the 16-bit warp-specialized loader's choice of copying whole
-    K/V tiles without per-row bounds tests; the FP8 loader has its own copies and refuses it."""
+def test_whole_tile_copies_are_an_option_of_both_loaders():
+    """KV_WHOLE_TILE_COPIES (attention_load_sm90.cuh): the warp-specialized loaders' choice of copying whole K/V
+    tiles without per-row bounds tests, 16-bit (WARP_SPECIALIZED_WHOLE_TILE_COPIES) and FP8 (FP8_KV_WHOLE_TILE_COPIES)."""
     assert plan(128).defines["KV_WHOLE_TILE_COPIES"] == plan_module.WARP_SPECIALIZED_WHOLE_TILE_COPIES
     assert plan(256, tuning={"KV_WHOLE_TILE_COPIES": 1}).defines["KV_WHOLE_TILE_COPIES"] == 1
     attrs = FUSED_ATTENTION.resolve({"q_scale": 1.0, "k_scale": 1.0, "v_scale": 1.0})
-    with pytest.raises(ValueError, match="unknown tuning defines.*KV_WHOLE_TILE_COPIES"):
-        plan_attention([(2, 4096, 16, 128)] * 3 + [None, None], ["float8_e4m3fn"] * 3 + [None, None], attrs, "sm_90a",
-                       tuning={"KV_WHOLE_TILE_COPIES": 1})
+
+    def fp8(tuning=None):
+        return plan_attention([(2, 4096, 16, 128)] * 3 + [None, None], ["float8_e4m3fn"] * 3 + [None, None], attrs,
+                              "sm_90a", tuning=tuning).defines["KV_WHOLE_TILE_COPIES"]
+    assert fp8() == plan_module.FP8_KV_WHOLE_TILE_COPIES and fp8({"KV_WHOLE_TILE_COPIES": 1}) == 1

@@ -55,6 +55,24 @@ __device__ __forceinline__ void publish_pending(int last, Publish&& publish) {
   }
 }
 
+// Tuning KV_WHOLE_TILE_COPIES (both loaders): 1 copies a K/V tile that lies wholly inside the keys (all but the
+// last) without the per-row bounds test and zero-fill select; 0 tests every row. The loader's copy issue sits on the
+// K/V hand-over's critical path (v13c: its per-row address chain alone cost the persistent grid 8-15% a step); FP8's
+// loader issue shares the SMSPs with the softmax (attn-fp8-1: ~110 more loader instructions a tile cost 4-13%).
+// (FP8: the V tile goes into its staging tile.)
+#ifndef KV_WHOLE_TILE_COPIES
+#define KV_WHOLE_TILE_COPIES 0
+#endif
+
+// The K or V tile of keys [n0, n0 + kBlockN) into its stage.
+__device__ __forceinline__ void load_kv_tile(qkv_t* stage, const qkv_t* base, int64_t stride, int n0, int len_kv,
+                                             int tid) {
+  if (KV_WHOLE_TILE_COPIES && n0 + kBlockN <= len_kv)
+    load_tile_swizzled<kBlockN, kLoadThreads, false>(stage, base, stride, n0, len_kv, tid);
+  else
+    load_tile_swizzled<kBlockN, kLoadThreads>(stage, base, stride, n0, len_kv, tid);
+}
+
 #if FP8
 // the load warpgroup's own named barrier (1..kMmaWarpgroups are the MMA warpgroups' turns)
 constexpr int kLoaderBarrier = 1 + kMmaWarpgroups;
@@ -100,11 +118,9 @@ __device__ __forceinline__ void load_q_and_kv(const KVPipeline& pipe, qkv_t* sQ,
   for (int step = 0; step < n_tiles; ++step) {
     const int n0 = (n_tiles - 1 - step) * kBlockN;
     pipe.acquire_k(step);
-    load_tile_swizzled<kBlockN, kLoadThreads>(sK + KVPipeline::stage(step) * kKTileElems, k_base, k_stride, n0,
-                                              len_kv, tid);
+    load_kv_tile(sK + KVPipeline::stage(step) * kKTileElems, k_base, k_stride, n0, len_kv, tid);
     named_barrier_sync<kLoadThreads>(kLoaderBarrier);  // every loader thread is done transposing out of this staging tile
-    load_tile_swizzled<kBlockN, kLoadThreads>(staging + (step % kVStagingTiles) * kVTileElems, v_base, v_stride, n0,
-                                              len_kv, tid);
+    load_kv_tile(staging + (step % kVStagingTiles) * kVTileElems, v_base, v_stride, n0, len_kv, tid);
     cp_async_commit();  // group 1 + step
     if (step + 1 >= kLoadLag) publish_group<kLoadLag>(pipe, staging, sV, step + 1 - kLoadLag, tid);
   }
@@ -113,22 +129,6 @@ __device__ __forceinline__ void load_q_and_kv(const KVPipeline& pipe, qkv_t* sQ,
   });
 }
 #else
-
-// Tuning KV_WHOLE_TILE_COPIES (16-bit loader): 1 copies a K/V tile that lies wholly inside the keys (all but the
-// last) without the per-row bounds test and zero-fill select; 0 tests every row. The loader's copy issue sits on the
-// K/V hand-over's critical path (v13c: its per-row address chain alone cost the persistent grid 8-15% a step).
-#ifndef KV_WHOLE_TILE_COPIES
-#define KV_WHOLE_TILE_COPIES 0
-#endif
-
-// The K or V tile of keys [n0, n0 + kBlockN) into its stage.
-__device__ __forceinline__ void load_kv_tile(qkv_t* stage, const qkv_t* base, int64_t stride, int n0, int len_kv,
-                                             int tid) {
-  if (KV_WHOLE_TILE_COPIES && n0 + kBlockN <= len_kv)
-    load_tile_swizzled<kBlockN, kLoadThreads, false>(stage, base, stride, n0, len_kv, tid);
-  else
-    load_tile_swizzled<kBlockN, kLoadThreads>(stage, base, stride, n0, len_kv, tid);
-}
 
 // The full barrier of copy group h of a query tile: Q (h = 0), then K(i) (h = 1 + 2i) and V(i) (h = 2 + 2i). A
 // persistent CTA's tile starts at K/V step step0 and puts Q into the buffer of its `round`.

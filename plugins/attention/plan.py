@@ -125,6 +125,9 @@ FP8_V_TRANSPOSE_BATCH = 2
 # The FP8 V transpose's shared addresses stepped from one base a column strip (VT_ADDRESS_STEP,
 # attention_v_transpose_sm90.cuh) instead of computed per unit: a tuning until timed.
 FP8_VT_ADDRESS_STEP = 0
+# The FP8 loader's K/V tiles wholly inside the keys copied without per-copy bounds tests (KV_WHOLE_TILE_COPIES, as
+# WARP_SPECIALIZED_WHOLE_TILE_COPIES for the 16-bit loader): a tuning until timed.
+FP8_KV_WHOLE_TILE_COPIES = 0
 
 
 # 16-bit loader (attention_load_sm90.cuh): 1 copies the K/V tiles that lie wholly inside the keys without per-row
@@ -350,6 +353,7 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
         tune["EXP2_FMA_EVERY"] = FP8_EXP2_FMA_EVERY
         tune["V_TRANSPOSE_BATCH"] = FP8_V_TRANSPOSE_BATCH
         tune["VT_ADDRESS_STEP"] = FP8_VT_ADDRESS_STEP
+        tune["KV_WHOLE_TILE_COPIES"] = FP8_KV_WHOLE_TILE_COPIES
     unknown = set(tuning or ()) - set(tune)
     if unknown:
         raise ValueError(f"FusedAttention: unknown tuning defines {sorted(unknown)}; known: {sorted(tune)}")

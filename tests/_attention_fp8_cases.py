@@ -181,7 +181,8 @@ def _cases():
         FP8Case("fp8-vtb4-hd256-long-kv-7x16534", batch=1, heads_q=2, heads_kv=2, len_q=7, len_kv=16534, dim=256,
                 tuning=vtb4),
         FP8Case("fp8-vtb4-hd256-additive-heavy", dim=256, data="heavy", mask="additive", len_q=200, len_kv=500,
-                tuning=vtb4),  # (masked: 64-key tiles)
+                tuning=vtb4 + (("VT_ADDRESS_STEP", 0), ("KV_WHOLE_TILE_COPIES", 0))),  # (masked: 64-key tiles; with
+        # the hd256 default's stepped transpose and whole-tile copies four units in flight spill 4 B there)
     ]
     # SERIAL_PV_IN_TURN=2 (P V(t+1) and Q K^T(t) in the turn without a drain between them: P live beside S) on hd128's
     # three warpgroups x 96 keys (S 48 + P 12 + O 64 registers fit 152)

@@ -237,17 +237,20 @@ def test_fp8_transpose_batch_of_four_needs_two_serial_mma_warpgroups():
             fp8(dim, bad)
 
 
-def test_fp8_transpose_address_step_is_a_tuning():
-    """VT_ADDRESS_STEP (the V transpose's addresses stepped a column strip): 0 by default, 0 or 1."""
+def test_fp8_loader_instruction_cuts_are_the_head_dim_256_default():
+    """VT_ADDRESS_STEP (the V transpose's addresses stepped a column strip) and KV_WHOLE_TILE_COPIES: the FP8 default
+    at head dim 256 only (attn-fp8-2), 0 or 1 as tunings."""
     attrs = FUSED_ATTENTION.resolve({"q_scale": 0.5, "k_scale": 0.25, "v_scale": 0.125})
-    q = (2, 1000, 8, 128)
 
-    def fp8(tuning):
+    def fp8(dim, tuning=None):
+        q = (2, 1000, 8, dim)
         return plan_attention([q, q, q, None, None], ["float8_e4m3fn"] * 3 + [None, None], attrs, "sm_90a",
                               tuning=tuning).defines
-    assert fp8(None)["VT_ADDRESS_STEP"] == 0 and fp8({"VT_ADDRESS_STEP": 1})["VT_ADDRESS_STEP"] == 1
+    for dim, on in ((64, 0), (128, 0), (256, 1)):
+        assert fp8(dim)["VT_ADDRESS_STEP"] == on and fp8(dim)["KV_WHOLE_TILE_COPIES"] == on
+    assert fp8(128, {"VT_ADDRESS_STEP": 1})["VT_ADDRESS_STEP"] == 1
     with pytest.raises(ValueError, match="VT_ADDRESS_STEP is 0 or 1"):
-        fp8({"VT_ADDRESS_STEP": 2})
+        fp8(128, {"VT_ADDRESS_STEP": 2})
 
 
 def test_head_dim_128_without_causal_masking_takes_three_mma_warpgroups_serially():
@@ -344,4 +347,4 @@ def test_whole_tile_copies_are_an_option_of_both_loaders():
     def fp8(tuning=None):
         return plan_attention([(2, 4096, 16, 128)] * 3 + [None, None], ["float8_e4m3fn"] * 3 + [None, None], attrs,
                               "sm_90a", tuning=tuning).defines["KV_WHOLE_TILE_COPIES"]
-    assert fp8() == plan_module.FP8_KV_WHOLE_TILE_COPIES and fp8({"KV_WHOLE_TILE_COPIES": 1}) == 1
+    assert fp8() == plan_module.FP8_KV_WHOLE_TILE_COPIES[128] and fp8({"KV_WHOLE_TILE_COPIES": 1}) == 1

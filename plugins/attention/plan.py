@@ -122,12 +122,14 @@ FP8_EXP2_FMA_EVERY = 0
 # Units of the FP8 V transpose a loader warp keeps in flight (attention_v_transpose_sm90.cuh): 2, or 4 with the
 # loader taking 56 registers from two MMA warpgroups with PV_OVERLAP=0 (a tuning until timed).
 FP8_V_TRANSPOSE_BATCH = 2
-# The FP8 V transpose's shared addresses stepped from one base a column strip (VT_ADDRESS_STEP,
-# attention_v_transpose_sm90.cuh) instead of computed per unit: a tuning until timed.
-FP8_VT_ADDRESS_STEP = 0
-# The FP8 loader's K/V tiles wholly inside the keys copied without per-copy bounds tests (KV_WHOLE_TILE_COPIES, as
-# WARP_SPECIALIZED_WHOLE_TILE_COPIES for the 16-bit loader): a tuning until timed.
-FP8_KV_WHOLE_TILE_COPIES = 0
+# Fewer FP8 loader instructions, per head dim: the V transpose's shared addresses stepped from one base a column
+# strip (VT_ADDRESS_STEP, attention_v_transpose_sm90.cuh) and K/V tiles wholly inside the keys copied without
+# per-copy bounds tests (KV_WHOLE_TILE_COPIES, as WARP_SPECIALIZED_WHOLE_TILE_COPIES for the 16-bit loader). H100 job
+# attn-fp8-2 (2026-11-25, attention_fp8_h100_v12b_candidates.md), both at hd256: 8 of 8 points faster, geometric mean
+# +5.3% (the rule: >= 6 of 8 and >= 1% beyond the default timed again, -3.3%); hd128 +2.3% (6 of 8) and hd64 -5.2%
+# missed it (KV_WHOLE_TILE_COPIES alone: hd128 +1.8%, hd64 +0.9%; VT_ADDRESS_STEP alone: hd64 -2.6%).
+FP8_VT_ADDRESS_STEP = {64: 0, 128: 0, 256: 1}
+FP8_KV_WHOLE_TILE_COPIES = {64: 0, 128: 0, 256: 1}
 
 
 # 16-bit loader (attention_load_sm90.cuh): 1 copies the K/V tiles that lie wholly inside the keys without per-row
@@ -352,8 +354,8 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
     if fp8:
         tune["EXP2_FMA_EVERY"] = FP8_EXP2_FMA_EVERY
         tune["V_TRANSPOSE_BATCH"] = FP8_V_TRANSPOSE_BATCH
-        tune["VT_ADDRESS_STEP"] = FP8_VT_ADDRESS_STEP
-        tune["KV_WHOLE_TILE_COPIES"] = FP8_KV_WHOLE_TILE_COPIES
+        tune["VT_ADDRESS_STEP"] = FP8_VT_ADDRESS_STEP[dim]
+        tune["KV_WHOLE_TILE_COPIES"] = FP8_KV_WHOLE_TILE_COPIES[dim]
     unknown = set(tuning or ()) - set(tune)
     if unknown:
         raise ValueError(f"FusedAttention: unknown tuning defines {sorted(unknown)}; known: {sorted(tune)}")

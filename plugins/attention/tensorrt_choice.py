@@ -60,11 +60,14 @@ RULES = {
                       f"runs) ({_H100}, {_V12})"),
         dict(precision=("fp8",), max_head_dim=64, min_len=8192, min_rows=ROWS_FULL, choice="fused",
              evidence=f"FP8 head dim 64 from 8k: 1.07/1.09x cuDNN's FP8 SDPA non-causal, 1.05/1.03x causal ({_H100}, "
-                      "attention_fp8_h100_v9.md; the same kernel 1.09/1.02x, 1.07/1.04x in attention_fp8_h100_v11.md)"),
+                      "attention_fp8_h100_v9.md; the same kernel 1.09/1.02x, 1.07/1.04x in attention_fp8_h100_v11.md, "
+                      "1.07/1.04x, 1.06/1.04x and 1.07/1.03x, 1.04/1.05x in attention_fp8_h100_v12*_candidates.md of "
+                      "2026-11-25; H200 1.06/1.08x, 1.06/1.03x in attention_fp8_h200_v11_candidates.md)"),
         dict(precision=("fp8",), choice="tensorrt",
              evidence=f"FP8 Q/DQ: 0.91-1.01x cuDNN's FP8 SDPA at head dim 64 below 8k, 0.67-0.91x at 128, 0.70-0.99x "
                       f"at 256 ({_H100}, attention_fp8_h100_v9.md, attention_fp8_h100_v10.md, and session 8's v10 "
-                      f"kernel in attention_fp8_h100_v11*.md)"),
+                      f"kernel in attention_fp8_h100_v11*.md); 2026-11-25: hd64 below 8k 0.92-1.00x, hd128 0.76-0.95x, "
+                      f"hd256 0.78-1.04x with its new default (attention_fp8_h100_v12*.md)"),
         dict(precision=("fp8-calibrated",), causal=False, min_len=4096, min_rows=ROWS_FULL, choice="fused",
              evidence=f"FP8 (calibrated) non-causal from 4k: 1.13-1.32x the fastest 16-bit torch backend, which the "
                       f"site would run unfused ({_H100}, attention_fp8_h100_v7.md, attention_fp8_h100_v4.md)"),

@@ -30,20 +30,27 @@ TOKENS, HIDDEN = 16384, 2048
 SEQS = (512, 1024, 2048, 4096, 8192, 16384)
 
 
-def time_ms(fn, reps_in_graph: int = 10, replays: int = 15) -> float:
-    """Median milliseconds of one ``fn()`` call, from replays of a CUDA graph holding ``reps_in_graph`` calls."""
+def graph_of_calls(fn, calls: int) -> torch.cuda.CUDAGraph:
+    """A CUDA graph of ``calls`` back-to-back ``fn()`` calls, captured after a warm-up and replayed once, so what
+    the timing and energy benchmarks replay never includes compiling, loading or autotuning."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
         for _ in range(3):
-            fn()  # warm-up: compile, load, autotune outside the graph
+            fn()
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, stream=stream):
-        for _ in range(reps_in_graph):
+        for _ in range(calls):
             fn()
     graph.replay()
     torch.cuda.synchronize()
+    return graph
+
+
+def time_ms(fn, reps_in_graph: int = 10, replays: int = 15) -> float:
+    """Median milliseconds of one ``fn()`` call, from replays of a CUDA graph holding ``reps_in_graph`` calls."""
+    graph = graph_of_calls(fn, reps_in_graph)
     times = []
     for _ in range(replays):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

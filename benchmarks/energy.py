@@ -9,6 +9,8 @@ import time
 
 import torch
 
+from attention import graph_of_calls
+
 NVML_CLOCK_SM = 1
 
 
@@ -46,18 +48,7 @@ class Nvml:
 def sustained(fn, nvml: Nvml, seconds: float = 1.5, calls_in_graph: int = 20) -> dict:
     """Replay a CUDA graph of ``calls_in_graph`` ``fn()`` calls back to back for about ``seconds``: milliseconds and
     millijoules a call, mean power (energy / time) and the median sampled SM clock."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        for _ in range(calls_in_graph):
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
+    graph = graph_of_calls(fn, calls_in_graph)
     clocks, replays, queued = [], 0, []
     e0, t0 = nvml.energy_mj(), time.perf_counter()
     while time.perf_counter() - t0 < seconds:

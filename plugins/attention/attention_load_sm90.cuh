@@ -82,8 +82,7 @@ constexpr int kLoaderBarrier = 1 + kMmaWarpgroups;
 template <int kNewest>
 __device__ __forceinline__ void publish_k_and_transpose_v(const KVPipeline& pipe, const qkv_t* staging, qkv_t* sV,
                                                           int step, int tid) {
-  cp_async_wait<kNewest>();
-  fence_async_proxy();
+  wait_tiles_landed<kNewest>();
   mbarrier_arrive(pipe.full_k(KVPipeline::stage(step)));
   named_barrier_sync<kLoadThreads>(kLoaderBarrier);  // V(step) is in the staging tile, all of it
   pipe.acquire_v(step);
@@ -97,8 +96,7 @@ __device__ __forceinline__ void publish_k_and_transpose_v(const KVPipeline& pipe
 template <int kNewest>
 __device__ __forceinline__ void publish_group(const KVPipeline& pipe, const qkv_t* staging, qkv_t* sV, int g, int tid) {
   if (g == 0) {
-    cp_async_wait<kNewest>();
-    fence_async_proxy();
+    wait_tiles_landed<kNewest>();
     mbarrier_arrive(pipe.full_q());
   } else {
     publish_k_and_transpose_v<kNewest>(pipe, staging, sV, g - 1, tid);
@@ -141,8 +139,7 @@ __device__ __forceinline__ uint32_t group_full_barrier(const KVPipeline& pipe, i
 // Copy group h has landed, all but the newest kNewest groups: hand it over.
 template <int kNewest>
 __device__ __forceinline__ void publish_group(const KVPipeline& pipe, int h, int step0, int round) {
-  cp_async_wait<kNewest>();
-  fence_async_proxy();
+  wait_tiles_landed<kNewest>();
   mbarrier_arrive(group_full_barrier(pipe, h, step0, round));
 }
 

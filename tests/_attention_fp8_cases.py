@@ -240,6 +240,33 @@ def _cases():
         FP8Case("fp8-whole-vtstep-hd64-causal-16534", batch=1, heads_q=1, heads_kv=1, len_q=16534, len_kv=16534,
                 causal=1, tuning=whole + step),
     ]
+    # head dim 128 on two MMA warpgroups x 256-key tiles (cuDNN's FP8 hd128 shape) with the serial step: S 128 + O 64
+    # registers, P packed over S; two stages (208 KB); alone, with the trimmed loader (stepped transpose addresses,
+    # whole-tile copies) and with four transpose units in flight (loader 56 registers)
+    n256 = (("BLOCK_M", 128), ("NUM_WARPS", 8), ("BLOCK_N", 256), ("KV_STAGES", 2), ("KV_LOAD_LAG", 1),
+            ("PV_OVERLAP", 0))
+    n256_trim = n256 + step + whole
+    cases += [
+        FP8Case("fp8-n256-hd128-e4m3-out", dim=128, len_q=300, len_kv=700, **e4m3_out, tuning=n256, small=True),
+        FP8Case("fp8-n256-hd128-keylen-causal-br", dim=128, key_lengths=True, len_q=500, len_kv=1000, causal=1,
+                alignment="bottom_right", tuning=n256, small=True),
+        FP8Case("fp8-n256-hd128-causal-top-left-100x300", dim=128, len_q=100, len_kv=300, causal=1, tuning=n256),
+        FP8Case("fp8-n256-hd128-heavy-gqa", dim=128, data="heavy", heads_q=8, heads_kv=2, len_q=500, len_kv=1500,
+                tuning=n256),
+        FP8Case("fp8-n256-hd128-long-kv-7x16534", batch=1, heads_q=2, heads_kv=2, len_q=7, len_kv=16534, dim=128,
+                tuning=n256),
+        FP8Case("fp8-n256-hd128-causal-4100", batch=1, heads_q=2, heads_kv=2, len_q=4100, len_kv=4100, dim=128,
+                causal=1, tuning=n256),
+        FP8Case("fp8-n256-hd128-1x1", len_q=1, len_kv=1, dim=128, tuning=n256),
+        FP8Case("fp8-n256-trim-hd128-heavy-causal-1100", dim=128, data="heavy", len_q=1100, len_kv=1100, causal=1,
+                tuning=n256_trim, small=True),
+        FP8Case("fp8-n256-trim-hd128-bhsd-1000x1100", dim=128, len_q=1000, len_kv=1100, layout="BHSD",
+                tuning=n256_trim),
+        FP8Case("fp8-n256-vtb4-hd128-keylen-causal-br", dim=128, key_lengths=True, len_q=500, len_kv=1000, causal=1,
+                alignment="bottom_right", tuning=n256_trim + (("V_TRANSPOSE_BATCH", 4),), small=True),
+        FP8Case("fp8-n256-vtb4-hd128-long-kv-7x16534", batch=1, heads_q=2, heads_kv=2, len_q=7, len_kv=16534,
+                dim=128, tuning=n256_trim + (("V_TRANSPOSE_BATCH", 4),)),
+    ]
     two_stages = (("KV_STAGES", 2), ("KV_LOAD_LAG", 1))  # the benchmark's alternatives (lag < stages)
     cases += [replace(c, name=c.name + "-2stages", tuning=two_stages, small=False)
               for c in cases if c.name in ("fp8-hd64", "fp8-hd128", "fp8-causal-bottom_right-100x300-hd128")]

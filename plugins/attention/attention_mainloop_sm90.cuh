@@ -32,13 +32,14 @@ static_assert((kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256) && kHeadDim
 // 80-key tiles: head dim 256 on the warp-specialized kernel, where two stages of 64 fit with 35 KB to spare
 // (FlashAttention-3's hd256 tile is 128 x 80).
 // 192-key tiles: FP8 head dim 128 (FlashAttention-3's FP8 hd128 tile is 128 x 224): 1.5x the keys per tile's fixed
-// costs, S 96 + P 24 + O 64 registers a thread.
+// costs, S 96 + P 24 + O 64 registers a thread. 256-key tiles: FP8 head dim 128 on two warpgroups (cuDNN's FP8 hd128
+// kernel, 64x256x128), with the serial step: S 128 + O 64 registers, P packed over S.
 // 96-key tiles: head dim 128 on three MMA warpgroups (192 x 96), S 48 + P 12 + O 64 registers in 152 (FP8; and the
 // 16-bit candidate, three K/V stages in 192 KB).
 static_assert(kBlockN == 64 || kBlockN == 128 || (kBlockN == 80 && !FP8 && WARP_SPECIALIZED) ||
-                  (kBlockN == 96 && WARP_SPECIALIZED && kHeadDim == 128) || (kBlockN == 192 && FP8 && kHeadDim == 128),
+                  (kBlockN == 96 && WARP_SPECIALIZED && kHeadDim == 128) || ((kBlockN == 192 || kBlockN == 256) && FP8 && kHeadDim == 128),
               "the wgmma mainloop takes BLOCK_N 64 or 128 (the warp-specialized kernel at 16 bits also 80, at head "
-              "dim 128 also 96; FP8 head dim 128 also 192)");
+              "dim 128 also 96; FP8 head dim 128 also 192 and 256)");
 static_assert(kWarpRows == 16 && kMAtoms == 1 && kWarps % 4 == 0, "the wgmma mainloop needs BLOCK_M = 16 * NUM_WARPS "
               "(one warpgroup per 64 query rows)");
 static_assert(Q_IN_REGISTERS == 0, "the wgmma mainloop reads Q from shared memory (Q_IN_REGISTERS=0)");

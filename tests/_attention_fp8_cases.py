@@ -42,6 +42,22 @@ class FP8Case(AttentionCase):
             tuning=dict(self.tuning) or None)
 
 
+def _key_tile_cases(tag: str, tuning: tuple) -> list:
+    """Head dim 128 on another key tile (``tuning``): an e4m3 output and bottom-right causal key lengths (small), top-left
+    causal over more keys than queries, heavy-tailed GQA, a long key row."""
+    e4m3_out = dict(output_dtype="float8e4m3fn", output_scale=2.0 / 448)
+    return [
+        FP8Case(f"fp8-{tag}-hd128-e4m3-out", dim=128, len_q=300, len_kv=700, **e4m3_out, tuning=tuning, small=True),
+        FP8Case(f"fp8-{tag}-hd128-keylen-causal-br", dim=128, key_lengths=True, len_q=500, len_kv=1000, causal=1,
+                alignment="bottom_right", tuning=tuning, small=True),
+        FP8Case(f"fp8-{tag}-hd128-causal-top-left-100x300", dim=128, len_q=100, len_kv=300, causal=1, tuning=tuning),
+        FP8Case(f"fp8-{tag}-hd128-heavy-gqa", dim=128, data="heavy", heads_q=8, heads_kv=2, len_q=500, len_kv=1500,
+                tuning=tuning),
+        FP8Case(f"fp8-{tag}-hd128-long-kv-7x16534", batch=1, heads_q=2, heads_kv=2, len_q=7, len_kv=16534, dim=128,
+                tuning=tuning),
+    ]
+
+
 def _cases():
     e4m3_out = dict(output_dtype="float8e4m3fn", output_scale=2.0 / 448)
     cases = [FP8Case(f"fp8-hd{d}", dim=d, small=True) for d in (64, 128, 256)]
@@ -113,17 +129,8 @@ def _cases():
     ]
     # head dim 128 on 192-key tiles (V^T in three 64-byte-swizzled column blocks); masks spill there (bool: 96 B)
     n192 = (("BLOCK_M", 128), ("NUM_WARPS", 8), ("BLOCK_N", 192), ("KV_LOAD_LAG", 1))
-    cases += [
-        FP8Case("fp8-n192-hd128-e4m3-out", dim=128, len_q=300, len_kv=700, **e4m3_out, tuning=n192, small=True),
-        FP8Case("fp8-n192-hd128-keylen-causal-br", dim=128, key_lengths=True, len_q=1000, len_kv=1000, causal=1,
-                alignment="bottom_right", tuning=n192, small=True),
-        FP8Case("fp8-n192-hd128-causal-top-left-100x300", dim=128, len_q=100, len_kv=300, causal=1, tuning=n192),
-        FP8Case("fp8-n192-hd128-heavy-gqa", dim=128, data="heavy", heads_q=8, heads_kv=2, len_q=500, len_kv=1500,
-                tuning=n192),
-        FP8Case("fp8-n192-hd128-long-kv-7x16534", batch=1, heads_q=2, heads_kv=2, len_q=7, len_kv=16534, dim=128,
-                tuning=n192),
-        FP8Case("fp8-n192-hd128-2stages", dim=128, len_q=700, len_kv=1100, tuning=n192 + (("KV_STAGES", 2),)),
-    ]
+    cases += _key_tile_cases("n192", n192)
+    cases.append(FP8Case("fp8-n192-hd128-2stages", dim=128, len_q=700, len_kv=1100, tuning=n192 + (("KV_STAGES", 2),)))
     # head dim 128 on three MMA warpgroups with 96-key tiles (V^T in three 32-byte-swizzled column blocks)
     wg3_n96 = (("BLOCK_M", 192), ("NUM_WARPS", 12), ("BLOCK_N", 96), ("PV_OVERLAP", 1))  # (v9's default)
     cases += [
@@ -246,15 +253,8 @@ def _cases():
     n256 = (("BLOCK_M", 128), ("NUM_WARPS", 8), ("BLOCK_N", 256), ("KV_STAGES", 2), ("KV_LOAD_LAG", 1),
             ("PV_OVERLAP", 0))
     n256_trim = n256 + step + whole
+    cases += _key_tile_cases("n256", n256)
     cases += [
-        FP8Case("fp8-n256-hd128-e4m3-out", dim=128, len_q=300, len_kv=700, **e4m3_out, tuning=n256, small=True),
-        FP8Case("fp8-n256-hd128-keylen-causal-br", dim=128, key_lengths=True, len_q=500, len_kv=1000, causal=1,
-                alignment="bottom_right", tuning=n256, small=True),
-        FP8Case("fp8-n256-hd128-causal-top-left-100x300", dim=128, len_q=100, len_kv=300, causal=1, tuning=n256),
-        FP8Case("fp8-n256-hd128-heavy-gqa", dim=128, data="heavy", heads_q=8, heads_kv=2, len_q=500, len_kv=1500,
-                tuning=n256),
-        FP8Case("fp8-n256-hd128-long-kv-7x16534", batch=1, heads_q=2, heads_kv=2, len_q=7, len_kv=16534, dim=128,
-                tuning=n256),
         FP8Case("fp8-n256-hd128-causal-4100", batch=1, heads_q=2, heads_kv=2, len_q=4100, len_kv=4100, dim=128,
                 causal=1, tuning=n256),
         FP8Case("fp8-n256-hd128-1x1", len_q=1, len_kv=1, dim=128, tuning=n256),

@@ -175,6 +175,18 @@ FP8_VARIANTS += [(f"x8 {label}", dict(x_e4m3=True, **kw)) for label, kw in [
     # v10b: the unspecialized loop's cluster sums past its ring (b32 512-channel 2-CTA split); this column keeps them
     # in the ring's bytes as before
     ("default sums in ring", dict(constants=dict(PUSHED_PAST_RING_UNSPECIALIZED=False)))]]
+# Session 11, the b32 FP8 layers short of 1.5x (e4m3 X): the 512-channel pair on wider WS tiles over the cluster split
+# (fewer operand bytes from L2 per MAC than 128x128 c2's 104 CTAs); 3x3 64 @56 on tiles that make whole waves of its
+# 784 128x64 tiles (3 an SM on a 6-stage ring: 2 waves; 256-row tiles: 392 CTAs; 64-row: 1568) and on the WS kernel.
+FP8_VARIANTS += [(f"x8 {label}", dict(x_e4m3=True, **kw)) for label, kw in [
+    ("ws 192x128w12 c3", dict(mma="wgmma_ws", tile="192x128w12", cluster=3)),
+    ("ws 256x128w8 c3", dict(mma="wgmma_ws", tile="256x128w8", cluster=3)),
+    ("ws 256x128w8 c4", dict(mma="wgmma_ws", tile="256x128w8", cluster=4)),
+    ("128x64w8 ti 6st", dict(mma="wgmma", tile="128x64w8", taps_inner=True, stages=6)),
+    ("256x64w8 ti", dict(mma="wgmma", tile="256x64w8", taps_inner=True)),
+    ("64x64w4 ti", dict(mma="wgmma", tile="64x64w4", taps_inner=True)),
+    ("ws 128x64w8 ctas2", dict(mma="wgmma_ws", tile="128x64w8", ws_ctas=2)),
+    ("ws 256x64w8", dict(mma="wgmma_ws", tile="256x64w8"))]]
 # With --prev-kernels DIR: the previous rule's plan (PREVIOUS_RULE) on DIR's kernel sources (an earlier tree), a column
 # beside this tree's default.
 FP8_PREVIOUS_KERNELS_LABEL = "x8 default prev"

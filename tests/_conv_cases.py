@@ -205,6 +205,15 @@ WGMMA_CASES = [
     # e4m3 X, BLOCK_K 128, a 2-CTA split with the sums past the ring (the FP8 b32 512-channel default), K/G 192
     _tuned(ConvCase("wg_x8_3x3_c512_k192", 2, 512, 7, 7, 192, 3, 3, pad=1, scale=True, residual=True,
                     post_activation="relu", input_scale=FP8_INPUT_SCALE, x_e4m3=True), "128x128w8", cluster=2),
+    # e4m3 X, taps inner over 64 channels (the b32 3x3 64 @56 candidates): 256-row tiles (two 64-row blocks a
+    # warpgroup; 663 rows: a part-filled last tile), 64-row tiles on one warpgroup (K/G 72 past a 64-column tile), the
+    # 128x64 default on a 6-stage ring
+    _tuned(ConvCase("wg_x8_3x3_c64_k64_m256", 3, 64, 17, 13, 64, 3, 3, pad=1, scale=True, residual=True,
+                    post_activation="relu", input_scale=FP8_INPUT_SCALE, x_e4m3=True), "256x64w8", taps_inner=True),
+    _tuned(ConvCase("wg_x8_3x3_c64_k72_m64", 2, 64, 13, 11, 72, 3, 3, pad=1, scale=True, input_scale=FP8_INPUT_SCALE,
+                    x_e4m3=True), "64x64w4", taps_inner=True),
+    _tuned(ConvCase("wg_x8_3x3_s2_c64_k64_6st", 3, 64, 23, 21, 64, 3, 3, stride=2, pad=1, scale=True,
+                    input_scale=FP8_INPUT_SCALE, x_e4m3=True), "128x64w8", taps_inner=True, stages=6),
 ]
 
 # FP8 with e4m3 X in memory (what an FP8 producer writes): A moves as bytes, no quantize pass; C/G % 16 == 0. The
@@ -313,4 +322,17 @@ WS_CASES = [
     _ws(ConvCase("3x3_c64_k80_b1_m64", 1, 64, 9, 9, 80, 3, 3, pad=1, scale=True), "64x64w4", cluster=4),
     _ws(ConvCase("x8_1x1_c256_k128_m64", 2, 256, 7, 9, 128, 1, 1, scale=True, input_scale=FP8_INPUT_SCALE,
                  x_e4m3=True, activation="silu"), "64x128w4"),
+    # FP8 with e4m3 X, the b32 candidates of session 11: wide tiles over 512 channels (BLOCK_K 128, 36 tiles) split
+    # over 3- and 4-CTA clusters (192x128 c3: 126 rows, K/G 160 past a 128-column tile; 128x256 c4: 99 rows;
+    # 256x128 c3 strided); 256x64 over 64 channels (663 rows); 128x64 at two blocks per SM (K/G 96)
+    _ws(ConvCase("x8_3x3_c512_k160_c3", 2, 512, 7, 9, 160, 3, 3, pad=1, scale=True, residual=True,
+                 post_activation="relu", input_scale=FP8_INPUT_SCALE, x_e4m3=True), "192x128w12", cluster=3),
+    _ws(ConvCase("x8_3x3_c512_k256_c4", 1, 512, 9, 11, 256, 3, 3, pad=1, scale=True, input_scale=FP8_INPUT_SCALE,
+                 x_e4m3=True), "128x256w8", cluster=4),
+    _ws(ConvCase("x8_3x3_s2_c512_k128_c3", 3, 512, 13, 13, 128, 3, 3, stride=2, pad=1, scale=True, residual=True,
+                 input_scale=FP8_INPUT_SCALE, x_e4m3=True), "256x128w8", cluster=3),
+    _ws(ConvCase("x8_3x3_c64_k64_m256", 3, 64, 17, 13, 64, 3, 3, pad=1, scale=True, residual=True,
+                 post_activation="relu", input_scale=FP8_INPUT_SCALE, x_e4m3=True), "256x64w8"),
+    _ws(ConvCase("x8_3x3_c64_k96_2ctas", 2, 64, 15, 11, 96, 3, 3, pad=1, scale=True, input_scale=FP8_INPUT_SCALE,
+                 x_e4m3=True), "128x64w8", ws_ctas=2),
 ]

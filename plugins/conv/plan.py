@@ -108,7 +108,7 @@ GEMM_TILES = {
     "128x32w4": (128, 32, 4, 1, 1), "128x64w4s2": (128, 64, 2, 2, 2), "128x32w4s2": (128, 32, 4, 1, 2),
     "64x64w4s2": (64, 64, 2, 2, 2), "64x64w4s4": (64, 64, 2, 2, 4), "64x256w4": (64, 256, 1, 4, 1),
     "128x64w8": (128, 64, 4, 2, 1), "128x128w8s2": (128, 128, 2, 4, 2), "64x128w4s2": (64, 128, 2, 2, 2),
-    "256x128w8": (256, 128, 2, 4, 1), "192x128w12": (192, 128, 3, 4, 1),
+    "256x128w8": (256, 128, 2, 4, 1), "192x128w12": (192, 128, 3, 4, 1), "256x64w8": (256, 64, 4, 2, 1),
 }
 # The warp-specialized Hopper kernel (implicit_gemm_sm90.cu): a load warpgroup feeding two MMA warpgroups through a
 # ring of up to WS_MAX_STAGES stages; its tiles are the 8-warp wgmma tiles without split groups, 192x128 on three

@@ -544,12 +544,12 @@ def test_warp_specialized_case_plans(tuned: TunedCase):
 
 
 def test_warp_specialized_cases_cover_what_they_claim():
-    """Every 8-warp tile, the 12-warp 192x128 and the 4-warp 64-row tiles, BLOCK_K 32 and 64, both dtypes, odd M, K/G
-    not a multiple of BLOCK_N, a cluster CTA with no reduction tile, the shallowest ring; the 64-row tiles with odd M,
-    two blocks per SM, clusters and e4m3 X."""
+    """Every 8-warp tile (256x64 among them), the 12-warp 192x128 and the 4-warp 64-row tiles, BLOCK_K 32 and 64, both
+    dtypes, odd M, K/G not a multiple of BLOCK_N, a cluster CTA with no reduction tile, the shallowest ring; the 64-row
+    tiles with odd M, two blocks per SM, clusters and e4m3 X."""
     plans = [(t, t.plan("sm_90a").defines) for t in WS_CASES]
     assert {t.overrides["tile"] for t in WS_CASES} == {"128x128w8", "128x256w8", "256x128w8", "128x64w8", "192x128w12",
-                                                       "64x64w4", "64x128w4", "64x256w4"}
+                                                       "256x64w8", "64x64w4", "64x128w4", "64x256w4"}
     one = [(t, d) for t, d in plans if d["BLOCK_M"] == 64]
     assert all(t.plan("sm_90a").block == (256, 1, 1) for t, _ in one) and any(t.case.x_e4m3 for t, _ in one)
     assert {d.get("CLUSTER_K", 1) for _, d in one} == {1, 3, 4} and any(d.get("WS_CTAS") == 2 for _, d in one)

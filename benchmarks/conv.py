@@ -617,14 +617,10 @@ def table_rows(nets: dict, batches_of: dict, arch: str, budget_s: float | None, 
 
 
 # The previous session's rule, as the plan constants that changed since: the "prev" column (FP16 and depthwise plans;
-# the FP8 table's "x8 default prev" with --prev-kernels). Session 10: BLOCK_K 128 over 128 channels for FP8 e4m3 X on
-# the warp-specialized kernel, the unspecialized wgmma loop's cluster sums past its ring.
-PREVIOUS_RULE: dict = {"FP8_WS_BLOCK_K128_MIN_CG": 256, "PUSHED_PAST_RING_UNSPECIALIZED": False,
-                       "FP8_WS_LARGE_GRID_TILES": ("192x128w12",), "FP8_ROWS64_UNSPLIT_MIN_CTAS": 1 << 30,
-                       "FP8_TAPS_INNER_MIN_CTAS": 1 << 30, "FP8_WS_DEEP_SPLIT": False}
-PREVIOUS_RULE_TEXT = ("FP8 e4m3 X: BLOCK_K 128 from 256 channels on the WS kernel too, the unspecialized loop on b32's "
-                      "256-channel 3x3 and 512-channel 2-CTA split, 64x64 c2 on b8's, no taps inner; cluster sums in "
-                      "the unspecialized ring")
+# the FP8 table's "x8 default prev" with --prev-kernels). Session 11: FP8 e4m3 X at batch 1, 64x64 unsplit at BLOCK_K
+# 128 on 3x3 layers of <= 9 reduction tiles.
+PREVIOUS_RULE: dict = {"FP8_ROWS64_SHORT_MAX_TILES": 0}
+PREVIOUS_RULE_TEXT = "FP8 e4m3 X: b1 3x3 layers on session 10's tiles (no 64x64 unsplit at BLOCK_K 128)"
 # --prev-kernels DIR: the "prev" plans compile from DIR's copies of the kernel sources (an earlier tree's
 # plugins/conv), so that a kernel change is timed against the kernels before it with the same plans, in the same run.
 PREVIOUS_KERNELS: Path | None = None

@@ -228,6 +228,10 @@ X_E4M3_CASES = [
     ConvCase("x8_1x1_c48_k40_odd", 1, 48, 9, 11, 40, 1, 1, input_scale=FP8_INPUT_SCALE, x_e4m3=True),
     ConvCase("x8_3x3_groups2_c64_k96", 2, 64, 8, 8, 96, 3, 3, pad=1, groups=2, input_scale=FP8_INPUT_SCALE,
              x_e4m3=True, residual=True),
+    # batch 1, 128 channels strided (49 rows), K/G 96 past a 64-column tile: the plan's 64x64 unsplit at BLOCK_K 128
+    # (FP8_ROWS64_SHORT_MAX_TILES; x8_3x3_c64_k64_17x13 takes it too: 128-byte tiles over two taps of 64 channels)
+    ConvCase("x8_3x3_s2_c128_k96_b1_short", 1, 128, 13, 14, 96, 3, 3, stride=2, pad=1, scale=True,
+             input_scale=FP8_INPUT_SCALE, x_e4m3=True, residual=True, post_activation="relu"),
     # 1568 output rows: the plan's 64x64 tiles, unsplit (100 CTAs; FP8_ROWS64_BY_DEFAULT, FP8_ROWS64_UNSPLIT_MIN_CTAS)
     ConvCase("x8_3x3_c256_b8_rows64", 8, 256, 14, 14, 256, 3, 3, pad=1, input_scale=FP8_INPUT_SCALE, x_e4m3=True,
              residual=True, post_activation="relu"),

@@ -748,6 +748,26 @@ def test_fp8_e4m3_x_takes_the_warp_specialized_kernel_on_small_grids_and_192_row
     assert (rows192.get("WARP_SPECIALIZED"), rows192["BLOCK_M"], rows192["BLOCK_N"]) == (1, 192, 128)
 
 
+def test_fp8_e4m3_x_short_3x3_grids_take_64_row_tiles_unsplit_at_block_k_128(monkeypatch):
+    """FP8 with e4m3 X at batch 1 (fewer than 66 128x64 tiles), reductions of <= 9 tiles of 128: 64x64 on the WS
+    kernel's one MMA warpgroup, unsplit, BLOCK_K 128 (session 10 conv-2: b1 3x3 64 @56 4.3 vs 5.9 µs, 128-channel
+    layers 4.8-4.9 vs 5.3-5.4); the 256-channel layers (18 tiles) keep their 4-CTA split, batch 8 its tiles, and an
+    override of the tile, BLOCK_K or cluster the override."""
+    from trt_fusedattn.plugins.conv import plan as conv_plan
+
+    def plan(n, hw, c, stride=1, **overrides):
+        case = ConvCase("t", n, c, hw, hw, c, 3, 3, stride=stride, pad=1, scale=True, input_scale=FP8_INPUT_SCALE)
+        d = plan_conv(case.shapes(), ["float8_e4m3fn", *case.dtypes()[1:]], case.attrs(), "sm_90a", **overrides).defines
+        return d["BLOCK_M"], d["BLOCK_N"], d["BLOCK_K"], d.get("WARP_SPECIALIZED", 0), d.get("CLUSTER_K", 1)
+    short = (64, 64, 128, 1, 1)
+    assert plan(1, 56, 64) == plan(1, 56, 128, stride=2) == plan(1, 28, 128) == short
+    assert plan(1, 14, 256) == (128, 64, 128, 1, 4)                          # 18 tiles: the 4-CTA split
+    assert plan(8, 56, 64)[:4] == (128, 64, 64, 0) and plan(8, 28, 128) == (128, 64, 128, 1, 1)
+    assert plan(1, 56, 64, block_k=64)[2] == 64 and plan(1, 28, 128, cluster=2)[4] == 2
+    monkeypatch.setattr(conv_plan, "FP8_ROWS64_SHORT_MAX_TILES", 0)
+    assert plan(1, 28, 128) == (128, 64, 128, 1, 4)
+
+
 def test_depthwise_chunks_cover_the_channels_without_an_idle_quarter():
     """144 channels are 18 chunks of 8: blocks of 2 chunks (9 block columns, none part-empty) instead of 8 (a quarter
     of the last column's threads idle); counts that 8 chunks divide, or that no power of two >= 2 divides, keep 8."""

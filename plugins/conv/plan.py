@@ -220,6 +220,12 @@ FP8_TAPS_INNER_MIN_CTAS = 2 * SM_COUNT + 1
 # tiles were slower at 128 on 128 channels, 16.2 vs 15.7 µs, session 3). Session 10 conv-1 (H100, e4m3 X): b8 3x3/2
 # 128 @56 and 3x3 128 @28 on ws 128x64 6.2 / 6.3 µs vs 7.3 / 7.3 at 64; b32 on ws 192x128 11.5 / 11.6 vs 12.2 / 12.4.
 FP8_WS_BLOCK_K128_MIN_CG = 128
+# FP8 with e4m3 X, filters larger than 1x1, static outputs too short for WS_MIN_CTAS 128x64 tiles (batch 1) over
+# reductions of at most this many 128-byte tiles: 64x64 tiles on the warp-specialized kernel's one MMA warpgroup,
+# unsplit, BLOCK_K 128 (over 64 channels a tile spans two taps). Session 10 conv-2 (H100, b1): 3x3 64 @56 4.3 µs vs 5.9
+# on the unspecialized 128x64 (25 CTAs), 3x3/2 128 @56 and 3x3 128 @28 4.8 / 4.9 vs 5.3 / 5.4 on ws 128x64 c4 (56
+# CTAs); the 256-channel layers (18 tiles) lost it: 6.6 / 6.5 vs 6.0 / 5.8 on c4.
+FP8_ROWS64_SHORT_MAX_TILES = 9
 # The wgmma main loop is the default on sm_90a since its GPU tests passed and it timed faster (NOTES.md); for FP8 it is
 # the only way to Hopper's FP8 rate (ptxas lowers mma.sync e4m3 to fp16 HMMA there).
 FP8_WGMMA_BY_DEFAULT = True
@@ -334,6 +340,14 @@ def default_ws_tile(cg: int, kg: int, taps: int, pixels: int | None, block_k: in
     return tile, cluster
 
 
+def short_grid_fp8_rows64(cg: int, kg: int, taps: int, pixels: int | None) -> bool:
+    """Whether an FP8 layer with e4m3 X takes 64x64 tiles unsplit at BLOCK_K 128 (FP8_ROWS64_SHORT_MAX_TILES): a filter
+    larger than 1x1, C/G % 64 == 0, a static output of fewer than WS_MIN_CTAS 128x64 tiles, a reduction of at most
+    FP8_ROWS64_SHORT_MAX_TILES tiles of 128."""
+    return (taps > 1 and cg % 64 == 0 and isinstance(pixels, int) and -(-taps * cg // 128) <= FP8_ROWS64_SHORT_MAX_TILES
+            and output_tiles(pixels, kg, 128, 64) < WS_MIN_CTAS)
+
+
 def default_rows64_tile(kg: int, taps: int, pixels: int | None, k_tiles: int,
                         choice: tuple[str, int] | None) -> tuple[str, int] | None:
     """(tile, cluster) of the 64-row warp-specialized tile for a 1x1 layer whose static output is too small for the
@@ -416,7 +430,7 @@ def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, b
     fp8_block_k = lambda ws: 128 if x_e4m3 and cg % 128 == 0 and cg >= (  # noqa: E731
         FP8_WS_BLOCK_K128_MIN_CG if ws else 256) else 64
     by_default_ws = (FP8_WARP_SPECIALIZED_BY_DEFAULT and x_e4m3) if fp8 else FP16_WARP_SPECIALIZED_BY_DEFAULT
-    ws_choice = None
+    ws_choice, short_rows64 = None, False
     if tile is None and (warp_specialized or (mma is None and by_default_ws and arch in WGMMA_ARCHES and cg % 8 == 0)):
         ws_choice = (default_ws_tile(cg, kg, taps, pixels, fp8_block_k(True) if fp8 else 64,
                                      small_grids_only=fp8 and not warp_specialized)
@@ -424,6 +438,9 @@ def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, b
         if FP8_ROWS64_BY_DEFAULT and fp8 and taps > 1 and ws_choice and ws_choice[1] > 1 \
                 and ws_choice[0] == "128x64w8" and 2 * output_tiles(pixels, kg, 64, 64) >= WS_MIN_CTAS:
             ws_choice = ("64x64w4", 1 if output_tiles(pixels, kg, 64, 64) >= FP8_ROWS64_UNSPLIT_MIN_CTAS else 2)
+        short_rows64 = fp8 and block_k is None and cluster is None and short_grid_fp8_rows64(cg, kg, taps, pixels)
+        if short_rows64:
+            ws_choice = ("64x64w4", 1)
         warp_specialized = ws_choice is not None
         mma = "wgmma_ws" if warp_specialized else mma
     default_tile, default_block_k = default_gemm_tile(cg, kg, taps)
@@ -470,7 +487,7 @@ def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, b
         raise ValueError("share_w pairs the warp-specialized kernel's M tiles in a 2-CTA cluster: give mma='wgmma_ws' "
                          "(or its default) without cluster or ws_ctas")
     if fp8:
-        block_k = block_k or fp8_block_k(warp_specialized)
+        block_k = block_k or (128 if short_rows64 else fp8_block_k(warp_specialized))
     else:
         block_k = block_k or (None if tile else default_block_k) or (64 if in_vec == 8 and cg % 64 == 0 else 32)
     cluster = cluster or 1

@@ -183,6 +183,9 @@ FP8_VARIANTS += [(f"x8 {label}", dict(x_e4m3=True, **kw)) for label, kw in [
     ("ws 256x128w8 c3", dict(mma="wgmma_ws", tile="256x128w8", cluster=3)),
     ("ws 256x128w8 c4", dict(mma="wgmma_ws", tile="256x128w8", cluster=4)),
     ("128x64w8 ti 6st", dict(mma="wgmma", tile="128x64w8", taps_inner=True, stages=6)),
+    # the shallowest ring (36 / 60 KB): less shared memory an SM, so more of its 256 KB is L1 for the taps' re-reads
+    ("128x64w8 ti 3st", dict(mma="wgmma", tile="128x64w8", taps_inner=True, stages=3)),
+    ("256x64w8 ti 3st", dict(mma="wgmma", tile="256x64w8", taps_inner=True, stages=3)),
     ("256x64w8 ti", dict(mma="wgmma", tile="256x64w8", taps_inner=True)),
     ("64x64w4 ti", dict(mma="wgmma", tile="64x64w4", taps_inner=True)),
     ("ws 128x64w8 ctas2", dict(mma="wgmma_ws", tile="128x64w8", ws_ctas=2)),

@@ -189,7 +189,14 @@ FP8_VARIANTS += [(f"x8 {label}", dict(x_e4m3=True, **kw)) for label, kw in [
     ("256x64w8 ti", dict(mma="wgmma", tile="256x64w8", taps_inner=True)),
     ("64x64w4 ti", dict(mma="wgmma", tile="64x64w4", taps_inner=True)),
     ("ws 128x64w8 ctas2", dict(mma="wgmma_ws", tile="128x64w8", ws_ctas=2)),
-    ("ws 256x64w8", dict(mma="wgmma_ws", tile="256x64w8"))]]
+    ("ws 256x64w8", dict(mma="wgmma_ws", tile="256x64w8")),
+    # after conv-1 (ncu: the 512-channel pair latency-bound at 12 warps an SM, 104 of 132 SMs busy; 3x3 64 @56 issue-
+    # bound): the pair on two WS blocks an SM (208 / 200 CTAs over all SMs); 256x64 on 5 stages and without taps inner
+    ("ws 128x64w8 c2 ctas2", dict(mma="wgmma_ws", tile="128x64w8", cluster=2, ws_ctas=2)),
+    ("ws 64x128w4 c2 ctas2", dict(mma="wgmma_ws", tile="64x128w4", cluster=2, ws_ctas=2)),
+    ("ws 64x64w4 ctas2", dict(mma="wgmma_ws", tile="64x64w4", cluster=1, ws_ctas=2)),
+    ("256x64w8 ti 5st", dict(mma="wgmma", tile="256x64w8", taps_inner=True, stages=5)),
+    ("256x64w8", dict(mma="wgmma", tile="256x64w8", taps_inner=False))]]
 # With --prev-kernels DIR: the previous rule's plan (PREVIOUS_RULE) on DIR's kernel sources (an earlier tree), a column
 # beside this tree's default.
 FP8_PREVIOUS_KERNELS_LABEL = "x8 default prev"

@@ -768,6 +768,21 @@ def test_fp8_e4m3_x_short_3x3_grids_take_64_row_tiles_unsplit_at_block_k_128(mon
     assert plan(1, 28, 128) == (128, 64, 128, 1, 4)
 
 
+def test_fp8_e4m3_x_taps_inner_64_channel_grids_take_256_row_tiles(monkeypatch):
+    """FP8 with e4m3 X, 64 channels, a grid of > 264 128x64 tiles (b32 3x3 64 @56: 784): 256x64 taps inner on the
+    unspecialized wgmma loop, 4 stages (two CTAs an SM; session 11 conv-1: 17.7 vs 19.5 µs); batch 8 keeps 128x64
+    without taps inner, FP8_ROWS256_TAPS_INNER off the 128x64 taps-inner plan."""
+    from trt_fusedattn.plugins.conv import plan as conv_plan
+
+    def plan(n):
+        case = ConvCase("t", n, 64, 56, 56, 64, 3, 3, pad=1, scale=True, input_scale=FP8_INPUT_SCALE)
+        p = plan_conv(case.shapes(), ["float8_e4m3fn", *case.dtypes()[1:]], case.attrs(), "sm_90a")
+        return p.defines["BLOCK_M"], p.defines.get("TAPS_INNER", 0), p.defines["STAGES"], p.grid[0]
+    assert plan(32) == (256, 1, 4, 392) and plan(8)[:2] == (128, 0)
+    monkeypatch.setattr(conv_plan, "FP8_ROWS256_TAPS_INNER", False)
+    assert plan(32)[:2] == (128, 1)
+
+
 def test_depthwise_chunks_cover_the_channels_without_an_idle_quarter():
     """144 channels are 18 chunks of 8: blocks of 2 chunks (9 block columns, none part-empty) instead of 8 (a quarter
     of the last column's threads idle); counts that 8 chunks divide, or that no power of two >= 2 divides, keep 8."""

@@ -215,6 +215,11 @@ FP8_WS_DEEP_SPLIT = True
 # of more than two tiles an SM: taps inner, A through L1 (consecutive tiles read overlapping windows). Session 10
 # (H100, 3x3 64 @56): b32 (784 CTAs) 19.6 / 19.2 µs vs 20.6 / 21.2 (conv-1 / conv-2); b8 (196) 8.1 vs 8.0: not there.
 FP8_TAPS_INNER_MIN_CTAS = 2 * SM_COUNT + 1
+# Those layers with K/G <= 64 on 256x64 tiles (two 64-row blocks a warpgroup, 128 registers: two CTAs an SM) instead of
+# 128x64 (four an SM): half the CTAs, each with half the W bytes and prologue per MAC. Session 11 conv-1 (H100, b32
+# 3x3 64 @56, 784 CTAs of 128x64): 17.7 µs vs 19.5 (ncu of the 128x64: issue slots 62% busy, L2 29%, L1 hits 49%);
+# 64x64 23.8, 128x64 on 3 / 6 stages 19.7 / 20.1, 256x64 on 3 stages 18.6, the WS kernel 21.0-27.5.
+FP8_ROWS256_TAPS_INNER = True
 # FP8 with e4m3 X on the warp-specialized kernel: BLOCK_K 128 (128-byte rows: half the tiles, each twice the MMAs a
 # hand-over) from this many channels where C/G % 128 == 0; the unspecialized loop keeps it from 256 (its b32 128x128
 # tiles were slower at 128 on 128 channels, 16.2 vs 15.7 µs, session 3). Session 10 conv-1 (H100, e4m3 X): b8 3x3/2
@@ -463,6 +468,9 @@ def gemm_tile(cg: int, kg: int, taps: int, arch: str, tile: str | None = None, b
                      and output_tiles(pixels, kg, 128, 64) >= ONE_WARPGROUP_MIN_CTAS)
     if one_warpgroup:
         choice = ("128x64w4", 1)
+    elif (FP8_ROWS256_TAPS_INNER and x_e4m3 and choice == ("128x64w8", 1) and not ws_choice and taps > 1 and cg == 64
+          and isinstance(pixels, int) and output_tiles(pixels, kg, 128, 64) >= FP8_TAPS_INNER_MIN_CTAS):
+        choice = ("256x64w8", 1)
     if choice:
         (default_tile, default_cluster), default_block_k = choice, None
         cluster = cluster or default_cluster

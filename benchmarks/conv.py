@@ -628,9 +628,10 @@ def table_rows(nets: dict, batches_of: dict, arch: str, budget_s: float | None, 
 
 # The previous session's rule, as the plan constants that changed since: the "prev" column (FP16 and depthwise plans;
 # the FP8 table's "x8 default prev" with --prev-kernels). Session 11: FP8 e4m3 X at batch 1, 64x64 unsplit at BLOCK_K
-# 128 on 3x3 layers of <= 9 reduction tiles.
-PREVIOUS_RULE: dict = {"FP8_ROWS64_SHORT_MAX_TILES": 0}
-PREVIOUS_RULE_TEXT = "FP8 e4m3 X: b1 3x3 layers on session 10's tiles (no 64x64 unsplit at BLOCK_K 128)"
+# 128 on 3x3 layers of <= 9 reduction tiles; 256x64 tiles for taps inner over 64 channels (b32 3x3 64 @56).
+PREVIOUS_RULE: dict = {"FP8_ROWS64_SHORT_MAX_TILES": 0, "FP8_ROWS256_TAPS_INNER": False}
+PREVIOUS_RULE_TEXT = ("FP8 e4m3 X: b1 3x3 layers on session 10's tiles (no 64x64 unsplit at BLOCK_K 128), b32 3x3 64 @56 "
+                      "on 128x64 taps inner")
 # --prev-kernels DIR: the "prev" plans compile from DIR's copies of the kernel sources (an earlier tree's
 # plugins/conv), so that a kernel change is timed against the kernels before it with the same plans, in the same run.
 PREVIOUS_KERNELS: Path | None = None

@@ -200,6 +200,8 @@ FP8_VARIANTS += [(f"x8 {label}", dict(x_e4m3=True, **kw)) for label, kw in [
 # With --prev-kernels DIR: the previous rule's plan (PREVIOUS_RULE) on DIR's kernel sources (an earlier tree), a column
 # beside this tree's default.
 FP8_PREVIOUS_KERNELS_LABEL = "x8 default prev"
+# ... and this tree's rule (the default plan) on DIR's kernels: the kernel change alone, beside the rule's.
+FP8_DEFAULT_ON_PREVIOUS_KERNELS_LABEL = "x8 default, prev kernels"
 
 
 @dataclass(frozen=True)
@@ -399,14 +401,15 @@ def fp8_table(layers: list, batches: list, arch: str, only: str | None = None) -
     quantization of X and W)."""
     fp8_variants = [(label, kw) for label, kw in FP8_VARIANTS if only is None or re.search(only, label)]
     if PREVIOUS_KERNELS is not None:
-        fp8_variants.append((FP8_PREVIOUS_KERNELS_LABEL, dict(x_e4m3=True, constants=PREVIOUS_RULE)))
+        fp8_variants += [(FP8_PREVIOUS_KERNELS_LABEL, dict(x_e4m3=True, constants=PREVIOUS_RULE)),
+                         (FP8_DEFAULT_ON_PREVIOUS_KERNELS_LABEL, dict(x_e4m3=True))]
     if arch_number(arch) < 89:
         return [f"\nFP8 FusedConv needs sm_89+ (e4m3 tensor cores); this GPU is {arch}: no FP8 table."]
     scale_x = FP8_SCALE_X
     variants = {(lay, label, n): plan for lay in layers for n in batches for label, kw in fp8_variants
                 for plan in [_plan_or_none(lay, arch, scale_x, n=n, **kw)] if plan is not None}
     for (lay, label, n), plan in variants.items():
-        if label == FP8_PREVIOUS_KERNELS_LABEL:
+        if label in (FP8_PREVIOUS_KERNELS_LABEL, FP8_DEFAULT_ON_PREVIOUS_KERNELS_LABEL):
             variants[lay, label, n] = dataclasses.replace(plan, source=PREVIOUS_KERNELS / plan.source.name)
     precompile(variants.values(), arch, workers=16)  # nvcc and the driver's JIT, in parallel, before timing
     labels = [label for label, _ in fp8_variants]
@@ -416,7 +419,7 @@ def fp8_table(layers: list, batches: list, arch: str, only: str | None = None) -
              "fp16 output. base = cuDNN FP16 conv + BN + ReLU; graph = the cuDNN fused FP16 graph (the issue's "
              "anchor); fp16 = our FP16 FusedConv; best = fastest FP8 variant (µs per call)"
              + (f"; \"{FP8_PREVIOUS_KERNELS_LABEL}\" = the previous rule's plan ({PREVIOUS_RULE_TEXT}) on "
-                f"{PREVIOUS_KERNELS}'s kernel sources"
+                f"{PREVIOUS_KERNELS}'s kernel sources, \"{FP8_DEFAULT_ON_PREVIOUS_KERNELS_LABEL}\" = this rule's plan on them"
                 if PREVIOUS_KERNELS else "") + ".\n",
              "| layer | batch | base µs | graph µs | fp16 µs | " + " | ".join(f"fp8 {l} µs" for l in labels)
              + " | best fp8 | vs base | vs graph | vs fp16 | best TFLOP/s | err |",

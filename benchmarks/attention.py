@@ -6,60 +6,33 @@ not, seq 512..16k, bf16 and fp16; "ours" is the plan's default path on this GPU,
 overrides (e.g. 128:WGMMA=1 the single-role wgmma mainloop, 128:WGMMA=0 the mma.sync one). ``--deployment``: issue
 10's model shapes (BERT with padding, ViT-L, Llama-3 prefill/chunked prefill/decode with GQA, Stable Diffusion,
 Whisper) against each torch backend (the decode grid is benchmarks/attention_decode.py). Each kernel is
-captured 10x in a CUDA graph (no launch gaps), warmed up, and the median of event-timed replays is reported. FLOPs: 4 * B * H * Lq * Lkv * D, halved when causal and square.
+captured 10x in a CUDA graph (no launch gaps); a point's columns are timed together (benchmarks/timing.py: all
+replayed for a warm-up, then rounds in rotating order, the median over the rounds' event-timed replays; ``--timing
+sequential`` is the method of the tables before session 10). FLOPs: 4 * B * H * Lq * Lkv * D, halved when causal
+and square.
 
     python benchmarks/attention.py --out benchmarks/results/attention_h100.md [--quick] [--seqs 2048,8192]
         [--dims 64,128,256] [--dtypes bfloat16,float16] [--variants 128:WGMMA=1,...] [--deployment]
+        [--timing interleaved|sequential] [--clocks]
 """
 from __future__ import annotations
 
 import argparse
 import datetime
 import platform
-import statistics
 import subprocess
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from nvml_lib import Nvml
+from timing import METHODS, Method, graph_of_calls, time_columns, time_ms
 from trt_fusedattn.launcher import device_arch, launch, precompile
 from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION
 from trt_fusedattn.plugins.attention.plan import plan_attention
 
 TOKENS, HIDDEN = 16384, 2048
 SEQS = (512, 1024, 2048, 4096, 8192, 16384)
-
-
-def graph_of_calls(fn, calls: int) -> torch.cuda.CUDAGraph:
-    """A CUDA graph of ``calls`` back-to-back ``fn()`` calls, captured after a warm-up and replayed once, so what
-    the timing and energy benchmarks replay never includes compiling, loading or autotuning."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        for _ in range(calls):
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    return graph
-
-
-def time_ms(fn, reps_in_graph: int = 10, replays: int = 15) -> float:
-    """Median milliseconds of one ``fn()`` call, from replays of a CUDA graph holding ``reps_in_graph`` calls."""
-    graph = graph_of_calls(fn, reps_in_graph)
-    times = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / reps_in_graph)
-    return statistics.median(times)
 
 
 def ours_plan(q_shape, kv_shape, dtype: str, causal: bool, arch: str, tuning=None, *, lengths_shape=None,
@@ -133,26 +106,51 @@ def rel_err(out, ref) -> float:
     return ((out.float() - ref.float()).norm() / ref.float().norm()).item()
 
 
-def torch_backends(q, k, v, causal: bool, mask=None) -> dict:
-    """Median ms of each torch SDPA backend that takes this problem (FA2 takes no mask), and its output."""
+def runnable(fn):
+    """``fn`` if it runs here, also inside a CUDA graph (a torch backend refuses a problem by RuntimeError), else
+    None."""
+    try:
+        graph_of_calls(fn, 1)
+        return fn
+    except RuntimeError:
+        return None
+
+
+def torch_backend_calls(q, k, v, causal: bool, mask=None) -> tuple[dict, torch.Tensor | None]:
+    """Closures of the torch SDPA backends (None for one that does not take this problem; FA2 takes no mask), and
+    the first runnable one's output in BSHD."""
     backends = {"flash (FA2)": SDPBackend.FLASH_ATTENTION, "cuDNN": SDPBackend.CUDNN_ATTENTION,
                 "mem-efficient": SDPBackend.EFFICIENT_ATTENTION}
-    times, ref = {}, None
-    for name, backend in backends.items():
-        try:
-            fn = sdpa(q, k, v, causal, backend, mask=mask)
-            result = fn()
-            times[name] = time_ms(fn)
-            ref = result.transpose(1, 2) if ref is None else ref
-        except RuntimeError:
-            times[name] = float("nan")
-    return times, ref
+    calls = {name: runnable(sdpa(q, k, v, causal, backend, mask=mask)) for name, backend in backends.items()}
+    ref = next((fn().transpose(1, 2) for fn in calls.values() if fn), None)
+    return calls, ref
 
 
-def grid(dtypes, dims, seqs, variants, arch) -> tuple[list, list]:
-    """The FlashAttention-2 grid: ours (the plan's default path) beside torch's backends, plus tuning variants."""
+def torch_backends(q, k, v, causal: bool, mask=None) -> tuple[dict, torch.Tensor | None]:
+    """Median ms of each torch SDPA backend that takes this problem (nan for the others), each timed alone, and the
+    first one's output."""
+    calls, ref = torch_backend_calls(q, k, v, causal, mask)
+    return {name: time_ms(fn) if fn else float("nan") for name, fn in calls.items()}, ref
+
+
+def timed_columns(fns: dict, method: Method, nvml) -> tuple[dict, str]:
+    """ms a call of each runnable column of ``fns`` (nan for None) timed together by ``method``, and their median SM
+    clocks as 'MHz/MHz/..' in column order."""
+    timings = time_columns({name: fn for name, fn in fns.items() if fn}, method, nvml)
+    times = {name: timings[name].ms if name in timings else float("nan") for name in fns}
+    return times, "/".join(f"{t.mhz:.0f}" for t in timings.values())
+
+
+def variant_name(dim: int, tuning: dict) -> str:
+    return f"hd{dim} " + " ".join(f"{k}={v}" for k, v in tuning.items())
+
+
+def grid(dtypes, dims, seqs, variants, arch, method: Method, nvml=None) -> tuple[list, list, list]:
+    """The FlashAttention-2 grid: ours (the plan's default path) beside torch's backends, plus tuning variants, each
+    point's columns timed together by ``method``; with ``nvml`` a column of their median SM clocks."""
     header = ["dtype", "hd", "causal", "seq", "ours", "flash (FA2)", "cuDNN", "ours/FA2", "ours/cuDNN", "err vs FA2"]
-    header += [f"hd{d} " + " ".join(f"{k}={v}" for k, v in t.items()) for d, ts in variants.items() for t in ts]
+    header += [variant_name(d, t) for d, ts in variants.items() for t in ts]
+    header += ["SM MHz (columns in order)"] if nvml else []
     rows = []
     # every point's specializations compiled in parallel first (one by one they took most of a GPU job's minutes)
     precompile([ours_plan(shape, shape, str(dtype).removeprefix("torch."), causal, arch, t)
@@ -168,20 +166,20 @@ def grid(dtypes, dims, seqs, variants, arch) -> tuple[list, list]:
                     out = torch.full_like(q, float("nan"))
                     flops = 4 * batch * heads * seq * seq * dim / (2 if causal else 1)
                     tflops = lambda ms: flops / ms / 1e9  # noqa: E731
-                    t_ours = time_ms(ours(q, k, v, out, causal))
+                    fns = {"ours": ours(q, k, v, out, causal)}
+                    fns["ours"]()
                     ref = sdpa(q, k, v, causal, SDPBackend.FLASH_ATTENTION)().transpose(1, 2)
                     err = rel_err(out, ref)
-                    t_fa2 = time_ms(sdpa(q, k, v, causal, SDPBackend.FLASH_ATTENTION))
-                    try:
-                        t_cudnn = time_ms(sdpa(q, k, v, causal, SDPBackend.CUDNN_ATTENTION))
-                    except RuntimeError:
-                        t_cudnn = float("nan")
-                    row = [str(dtype).removeprefix("torch."), dim, int(causal), seq, f"{tflops(t_ours):.0f}",
-                           f"{tflops(t_fa2):.0f}", f"{tflops(t_cudnn):.0f}", f"{t_fa2 / t_ours:.2f}",
-                           f"{t_cudnn / t_ours:.2f}", f"{err:.1e}"]
-                    for d, ts in variants.items():
-                        for t in ts:
-                            row.append(f"{tflops(time_ms(ours(q, k, v, out, causal, t))):.0f}" if d == dim else "")
+                    fns["flash (FA2)"] = sdpa(q, k, v, causal, SDPBackend.FLASH_ATTENTION)
+                    fns["cuDNN"] = runnable(sdpa(q, k, v, causal, SDPBackend.CUDNN_ATTENTION))
+                    fns.update({variant_name(dim, t): ours(q, k, v, out, causal, t) for t in variants.get(dim, [])})
+                    t, clocks = timed_columns(fns, method, nvml)
+                    row = [str(dtype).removeprefix("torch."), dim, int(causal), seq, f"{tflops(t['ours']):.0f}",
+                           f"{tflops(t['flash (FA2)']):.0f}", f"{tflops(t['cuDNN']):.0f}",
+                           f"{t['flash (FA2)'] / t['ours']:.2f}", f"{t['cuDNN'] / t['ours']:.2f}", f"{err:.1e}"]
+                    row += [f"{tflops(t[variant_name(d, x)]):.0f}" if d == dim else ""
+                            for d, xs in variants.items() for x in xs]
+                    row += [clocks] if nvml else []
                     rows.append(row)
                     print(" | ".join(map(str, row)), flush=True)
     summary = []
@@ -212,12 +210,14 @@ DEPLOYMENT = (
 )
 
 
-def deployment(dtype, variants) -> tuple[list, list]:
+def deployment(dtype, variants, method: Method, nvml=None) -> tuple[list, list, list]:
     """Issue 10's deployment table: ours vs each torch backend on the same inputs (key lengths become a boolean mask
-    for torch, which FA2 cannot take); TFLOP/s of the unmasked work, K/V bandwidth for decode."""
+    for torch, which FA2 cannot take), a shape's columns timed together by ``method``; TFLOP/s of the unmasked work,
+    K/V bandwidth for decode."""
     header = ["shape", "ours ms", "flash (FA2) ms", "cuDNN ms", "mem-efficient ms", "best torch", "ours/best",
               "ours/cuDNN", "err vs torch", "ours TFLOP/s", "ours K/V TB/s"]
-    header += [f"hd{d} " + " ".join(f"{k}={v}" for k, v in t.items()) + " ms" for d, ts in variants.items() for t in ts]
+    header += [variant_name(d, t) + " ms" for d, ts in variants.items() for t in ts]
+    header += ["SM MHz (columns in order)"] if nvml else []
     rows = []
     gen = torch.Generator(device="cuda").manual_seed(0)
     for name, b, lq, lkv, hq, hkv, d, causal, alignment, with_lengths in DEPLOYMENT:
@@ -230,21 +230,25 @@ def deployment(dtype, variants) -> tuple[list, list]:
         if causal and alignment == "bottom_right":  # torch's is_causal is top-left: give it the mask
             mask = torch.ones(lq, lkv, device="cuda", dtype=torch.bool).tril(lkv - lq)
         out = torch.full_like(q, float("nan"))
-        t_ours = time_ms(ours(q, k, v, out, causal, key_lengths=lengths, alignment=alignment))
-        times, ref = torch_backends(q, k, v, causal and mask is None, mask)
-        best_name = min((n for n in times if times[n] == times[n]), key=times.get)
+        fns = {"ours": ours(q, k, v, out, causal, key_lengths=lengths, alignment=alignment)}
+        fns["ours"]()
+        backends, ref = torch_backend_calls(q, k, v, causal and mask is None, mask)
+        err = rel_err(out, ref) if ref is not None else float("nan")
+        fns.update(backends)
+        fns.update({variant_name(d, t): ours(q, k, v, out, causal, t, key_lengths=lengths, alignment=alignment)
+                    for t in variants.get(d, [])})
+        times, clocks = timed_columns(fns, method, nvml)
+        t_ours = times["ours"]
+        best_name = min((n for n in backends if times[n] == times[n]), key=times.get)
         best = times[best_name]
         keys = lkv if lengths is None else float(lengths.float().mean())
         flops = 4 * b * hq * lq * keys * d / (2 if causal and lq == lkv else 1)
         kv_bytes = 2 * b * hkv * keys * d * q.element_size()
         row = [name, f"{t_ours:.4f}"] + [f"{times[n]:.4f}" for n in ("flash (FA2)", "cuDNN", "mem-efficient")]
-        row += [best_name, f"{best / t_ours:.2f}", f"{times['cuDNN'] / t_ours:.2f}",
-                f"{rel_err(out, ref) if ref is not None else float('nan'):.1e}", f"{flops / t_ours / 1e9:.0f}",
-                f"{kv_bytes / t_ours / 1e9:.2f}"]
-        for vd, ts in variants.items():
-            for t in ts:
-                row.append(f"{time_ms(ours(q, k, v, out, causal, t, key_lengths=lengths, alignment=alignment)):.4f}"
-                           if vd == d else "")
+        row += [best_name, f"{best / t_ours:.2f}", f"{times['cuDNN'] / t_ours:.2f}", f"{err:.1e}",
+                f"{flops / t_ours / 1e9:.0f}", f"{kv_bytes / t_ours / 1e9:.2f}"]
+        row += [f"{times[variant_name(vd, t)]:.4f}" if vd == d else "" for vd, ts in variants.items() for t in ts]
+        row += [clocks] if nvml else []
         rows.append(row)
         print(" | ".join(map(str, row)), flush=True)
     wins = [float(r[6]) for r in rows]
@@ -286,20 +290,25 @@ def main():
                          "tuning variants to time, e.g. 128:WGMMA=1,64:WGMMA=0")
     parser.add_argument("--deployment", action="store_true", help="issue 10's deployment shapes instead of the grid")
     parser.add_argument("--dtypes", default="", help="comma-separated grid dtypes (bfloat16,float16) instead of both")
+    parser.add_argument("--timing", choices=sorted(METHODS), default="interleaved",
+                        help="how a point's columns are timed (benchmarks/timing.py); sequential: the method of the "
+                             "tables before session 10")
+    parser.add_argument("--clocks", action="store_true", help="a column of each column's median SM clock (NVML)")
     args = parser.parse_args()
     dtypes = (tuple(getattr(torch, x) for x in args.dtypes.split(",")) if args.dtypes
               else (torch.bfloat16,) if args.quick else (torch.bfloat16, torch.float16))
     seqs = grid_seqs(args)
     arch = device_arch(0)
+    method, nvml = METHODS[args.timing], Nvml(0) if args.clocks else None
     if args.deployment:
-        header, rows, summary = deployment(torch.bfloat16, parse_variants(args.variants))
-        intro = "Deployment shapes (issue 10), bfloat16, BSHD; CUDA-graph replays, median; best torch = fastest SDPA backend that runs the shape."
+        header, rows, summary = deployment(torch.bfloat16, parse_variants(args.variants), method, nvml)
+        intro = "Deployment shapes (issue 10), bfloat16, BSHD; best torch = fastest SDPA backend that runs the shape."
     else:
         header, rows, summary = grid(dtypes, tuple(int(x) for x in args.dims.split(",")), seqs,
-                                     parse_variants(args.variants), arch)
-        intro = (f"batch x seq = {TOKENS} tokens, hidden {HIDDEN}, BSHD; CUDA-graph replays, median; FLOPs 4*B*H*S^2*D "
-                 f"(/2 causal); ours = the plan's default path on {arch}.")
-    head = f"# FusedAttention forward\n\n{versions()}\n\n{ceilings()}\n\n{intro}\n\n"
+                                     parse_variants(args.variants), arch, method, nvml)
+        intro = (f"batch x seq = {TOKENS} tokens, hidden {HIDDEN}, BSHD; FLOPs 4*B*H*S^2*D (/2 causal); ours = the "
+                 f"plan's default path on {arch}.")
+    head = f"# FusedAttention forward\n\n{versions()}\n\n{ceilings()}\n\n{intro}\n\n{method.describe()}.\n\n"
     print(write_report(head, header, rows, summary, args.out))
 
 

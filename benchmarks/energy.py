@@ -3,46 +3,13 @@ CUDA-graph replays, with the SM clock and power sampled between them. The replay
 where time follows energy a call more than cycles a call, so a kernel change is judged by both."""
 from __future__ import annotations
 
-import ctypes
 import statistics
 import time
 
 import torch
 
-from attention import graph_of_calls
-
-NVML_CLOCK_SM = 1
-
-
-class Nvml:
-    """The few NVML calls this needs, through the driver's libnvidia-ml (no Python binding required)."""
-
-    def __init__(self, device: int = 0):
-        self.lib = ctypes.CDLL("libnvidia-ml.so.1")
-        self._check(self.lib.nvmlInit_v2(), "nvmlInit_v2")
-        self.handle = ctypes.c_void_p()
-        self._check(self.lib.nvmlDeviceGetHandleByIndex_v2(device, ctypes.byref(self.handle)), "GetHandleByIndex")
-
-    @staticmethod
-    def _check(status: int, what: str) -> None:
-        if status:
-            raise RuntimeError(f"NVML {what} failed with status {status}: energy per call cannot be measured here")
-
-    def energy_mj(self) -> int:
-        """Energy the GPU used since the driver loaded, in millijoules."""
-        value = ctypes.c_ulonglong()
-        self._check(self.lib.nvmlDeviceGetTotalEnergyConsumption(self.handle, ctypes.byref(value)), "energy")
-        return value.value
-
-    def sm_clock_mhz(self) -> int:
-        value = ctypes.c_uint()
-        self._check(self.lib.nvmlDeviceGetClockInfo(self.handle, NVML_CLOCK_SM, ctypes.byref(value)), "clock")
-        return value.value
-
-    def power_w(self) -> float:
-        value = ctypes.c_uint()
-        self._check(self.lib.nvmlDeviceGetPowerUsage(self.handle, ctypes.byref(value)), "power")
-        return value.value / 1000.0
+from nvml_lib import Nvml
+from timing import graph_of_calls
 
 
 def sustained(fn, nvml: Nvml, seconds: float = 1.5, calls_in_graph: int = 20) -> dict:

@@ -6,14 +6,14 @@ not, seq 512..16k, bf16 and fp16; "ours" is the plan's default path on this GPU,
 overrides (e.g. 128:WGMMA=1 the single-role wgmma mainloop, 128:WGMMA=0 the mma.sync one). ``--deployment``: issue
 10's model shapes (BERT with padding, ViT-L, Llama-3 prefill/chunked prefill/decode with GQA, Stable Diffusion,
 Whisper) against each torch backend (the decode grid is benchmarks/attention_decode.py). Each kernel is
-captured 10x in a CUDA graph (no launch gaps); a point's columns are timed together (benchmarks/timing.py: all
-replayed for a warm-up, then rounds in rotating order, the median over the rounds' event-timed replays; ``--timing
-sequential`` is the method of the tables before session 10). FLOPs: 4 * B * H * Lq * Lkv * D, halved when causal
+captured 10x in a CUDA graph (no launch gaps); each column of a point is replayed alone for a warm-up right before
+its event-timed replays, in two passes (benchmarks/timing.py; ``--timing sequential`` is the method of the tables
+before session 10, ``interleaved`` the one attn-ws-1 tried). FLOPs: 4 * B * H * Lq * Lkv * D, halved when causal
 and square.
 
     python benchmarks/attention.py --out benchmarks/results/attention_h100.md [--quick] [--seqs 2048,8192]
         [--dims 64,128,256] [--dtypes bfloat16,float16] [--variants 128:WGMMA=1,...] [--deployment]
-        [--timing interleaved|sequential] [--clocks]
+        [--timing sustained|interleaved|sequential] [--clocks]
 """
 from __future__ import annotations
 
@@ -290,7 +290,7 @@ def main():
                          "tuning variants to time, e.g. 128:WGMMA=1,64:WGMMA=0")
     parser.add_argument("--deployment", action="store_true", help="issue 10's deployment shapes instead of the grid")
     parser.add_argument("--dtypes", default="", help="comma-separated grid dtypes (bfloat16,float16) instead of both")
-    parser.add_argument("--timing", choices=sorted(METHODS), default="interleaved",
+    parser.add_argument("--timing", choices=sorted(METHODS), default="sustained",
                         help="how a point's columns are timed (benchmarks/timing.py); sequential: the method of the "
                              "tables before session 10")
     parser.add_argument("--clocks", action="store_true", help="a column of each column's median SM clock (NVML)")

@@ -16,7 +16,7 @@ from torch.nn.attention import SDPBackend
 
 from attention import HIDDEN, TOKENS, ours, runnable, sdpa, versions, write_report
 from nvml_lib import Nvml, clock_limit_names
-from timing import REPS_IN_GRAPH, graph_of_calls
+from timing import REPS_IN_GRAPH, graph_of_calls, replays
 
 EDGES_S = (0.0, 0.025, 0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2)
 
@@ -28,24 +28,6 @@ def point(spec: str):
     q, k, v = (torch.randn(TOKENS // seq, seq, HIDDEN // dim, dim, device="cuda", dtype=getattr(torch, dtype))
                for _ in range(3))
     return q, k, v, torch.full_like(q, float("nan")), causal, 4 * TOKENS * seq * HIDDEN / (2 if causal else 1) / 1e12
-
-
-def replay_for(graph, seconds: float, nvml=None) -> list[tuple]:
-    """Replays ``graph`` back to back for ``seconds``; with ``nvml``, per replay (seconds since the start, ms a call,
-    SM MHz, W, degrees C, clock-limit mask), sampled while it runs."""
-    samples, t0 = [], time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        if nvml:
-            sample = (time.perf_counter() - t0, nvml.sm_clock_mhz(), nvml.power_w(), nvml.temperature_c(),
-                      nvml.clock_limits())
-        end.record()
-        end.synchronize()
-        if nvml:
-            samples.append((sample[0], start.elapsed_time(end) / REPS_IN_GRAPH, *sample[1:]))
-    return samples
 
 
 def binned(scenario: str, samples: list, tflop: float) -> list[list]:
@@ -90,11 +72,12 @@ def main():
         if traced not in graphs or first and first not in graphs:
             continue
         if first:
-            replay_for(graphs[first], 1.0)
+            replays(graphs[first], seconds=1.0)
         else:
             torch.cuda.synchronize()
             time.sleep(2.0)
-        rows += binned(name, replay_for(graphs[traced], args.seconds, nvml), tflop)
+        sample = lambda: (nvml.sm_clock_mhz(), nvml.power_w(), nvml.temperature_c(), nvml.clock_limits())  # noqa: E731
+        rows += binned(name, replays(graphs[traced], seconds=args.seconds, sample=sample), tflop)
         print("\n".join(" | ".join(map(str, r)) for r in rows[-len(EDGES_S) + 1:]), flush=True)
     header = ["scenario", "ms since the switch", "replays", "ms a call", "TFLOP/s", "SM MHz", "W", "max C",
               "clock limits seen"]

@@ -1,5 +1,7 @@
 """Times of GPU calls from CUDA-graph replays: one call alone (``time_ms``) or all the columns of one benchmark point
-under equal conditions (``time_columns``), since on a power-capped GPU a column's time depends on what ran before it."""
+(``time_columns``). The H100 runs these kernels at its power cap, and for ~100-400 ms after a switch a kernel runs at
+the clock the previous load left (job attn-ws-1 of session 10, attention_h100_s10_clock_trace.md), so how a point's
+columns are ordered and warmed decides what a 2k column measures."""
 from __future__ import annotations
 
 import statistics
@@ -13,25 +15,32 @@ REPS_IN_GRAPH = 10
 
 @dataclass(frozen=True)
 class Method:
-    """How the columns of one point are timed: ``rounds`` rounds of ``replays`` graph replays a column, after every
-    column's graph has been replayed for ``warmup_s`` seconds, the column order rotated by one each round; or, with
-    ``interleaved`` False, each column captured and replayed ``rounds * replays`` times right after the one before
-    (the method of every table before session 10, whose first-timed column ran low at 2k)."""
-    interleaved: bool
+    """How the columns of one point are timed (``replays`` event-timed replays of a REPS_IN_GRAPH-call graph a column
+    and round, the median over all rounds):
+    - sequential: each column captured and timed right after the one before (the tables before session 10; a
+      column then runs at the clock its predecessor left: 2k columns ran 5-15% apart);
+    - interleaved: all columns replayed for ``warmup_s``, then ``rounds`` rounds in an order rotated each round
+      (attn-ws-1: a column keeps its cyclic predecessor, and the same binary still timed up to 10% apart);
+    - sustained: each column replayed alone for ``warmup_s`` right before its replays, so it is timed at the clock
+      its own power draw settles at; ``rounds`` passes, every other one in reverse order."""
+    kind: str
     rounds: int
     replays: int
     warmup_s: float
 
     def describe(self) -> str:
-        if not self.interleaved:
-            return (f"timing: columns one after another, each {self.rounds * self.replays} replays of a "
-                    f"{REPS_IN_GRAPH}-call CUDA graph right after its capture, median")
-        return (f"timing: every column of a point replayed {self.warmup_s:g} s (interleaved) before timing, then "
-                f"{self.rounds} rounds of {self.replays} replays of a {REPS_IN_GRAPH}-call CUDA graph a column, the "
-                f"column order rotated each round; median over all replays")
+        graph = f"{self.replays} replays of a {REPS_IN_GRAPH}-call CUDA graph"
+        if self.kind == "sequential":
+            return f"timing: columns one after another, each {graph} right after its capture, median"
+        if self.kind == "interleaved":
+            return (f"timing: every column of a point replayed {self.warmup_s:g} s (interleaved), then {self.rounds} "
+                    f"rounds of {graph} a column, the column order rotated each round; median over all replays")
+        return (f"timing: each column replayed alone for {self.warmup_s:g} s right before {graph}, in {self.rounds} "
+                f"passes over the point's columns (every other pass in reverse order); median over all replays")
 
 
-METHODS = {"sequential": Method(False, 1, 15, 0.0), "interleaved": Method(True, 5, 3, 0.5)}
+METHODS = {"sequential": Method("sequential", 1, 15, 0.0), "interleaved": Method("interleaved", 5, 3, 0.5),
+           "sustained": Method("sustained", 2, 8, 0.25)}
 
 
 @dataclass(frozen=True)
@@ -58,41 +67,51 @@ def graph_of_calls(fn, calls: int) -> torch.cuda.CUDAGraph:
     return graph
 
 
-def timed_replays(graph, replays: int, nvml=None) -> list[tuple[float, float]]:
-    """(ms a call, SM MHz sampled while the replay runs) of each of ``replays`` event-timed replays of ``graph``."""
-    samples = []
-    for _ in range(replays):
+def replays(graph, count: int | None = None, seconds: float | None = None, sample=None) -> list[tuple]:
+    """Event-timed replays of ``graph`` one after another, ``count`` of them or for ``seconds``: per replay (seconds
+    since the first, ms a call, *``sample()``), ``sample`` being called while the replay runs (e.g. NVML readings)."""
+    out, t0 = [], time.perf_counter()
+    while (len(out) < count) if count is not None else (time.perf_counter() - t0 < seconds):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         graph.replay()
-        mhz = nvml.sm_clock_mhz() if nvml else float("nan")
+        t, extra = time.perf_counter() - t0, sample() if sample else ()
         end.record()
         end.synchronize()
-        samples.append((start.elapsed_time(end) / REPS_IN_GRAPH, mhz))
-    return samples
+        out.append((t, start.elapsed_time(end) / REPS_IN_GRAPH, *extra))
+    return out
 
 
-def time_ms(fn, replays: int = 15) -> float:
+def time_ms(fn, count: int = 15) -> float:
     """Median milliseconds of one ``fn()`` call, from replays of a CUDA graph holding REPS_IN_GRAPH calls."""
-    return statistics.median(ms for ms, _ in timed_replays(graph_of_calls(fn, REPS_IN_GRAPH), replays))
+    return statistics.median(r[1] for r in replays(graph_of_calls(fn, REPS_IN_GRAPH), count))
 
 
 def time_columns(fns: dict, method: Method, nvml=None) -> dict[str, Timing]:
-    """Timing of one call of each of ``fns`` (column name -> closure), all timed by ``method``."""
+    """Timing of one call of each of ``fns`` (column name -> closure), all timed by ``method``; with ``nvml`` the
+    median SM clock sampled during each column's replays."""
+    sample = (lambda: (nvml.sm_clock_mhz(),)) if nvml else (lambda: (float("nan"),))
     samples = {name: [] for name in fns}
-    if not method.interleaved:
+    if method.kind == "sequential":
         for name, fn in fns.items():
-            samples[name] = timed_replays(graph_of_calls(fn, REPS_IN_GRAPH), method.rounds * method.replays, nvml)
+            samples[name] = replays(graph_of_calls(fn, REPS_IN_GRAPH), method.rounds * method.replays, sample=sample)
     else:
         graphs = {name: graph_of_calls(fn, REPS_IN_GRAPH) for name, fn in fns.items()}
-        t0 = time.perf_counter()
-        while time.perf_counter() - t0 < method.warmup_s:
-            for graph in graphs.values():
-                graph.replay()
-            torch.cuda.synchronize()
         names = list(graphs)
+        if method.kind == "interleaved":
+            t0 = time.perf_counter()
+            while time.perf_counter() - t0 < method.warmup_s:
+                for graph in graphs.values():
+                    graph.replay()
+                torch.cuda.synchronize()
         for r in range(method.rounds):
-            for name in names[r % len(names):] + names[:r % len(names)]:
-                samples[name] += timed_replays(graphs[name], method.replays, nvml)
-    return {name: Timing(statistics.median(ms for ms, _ in s), statistics.median(mhz for _, mhz in s))
+            if method.kind == "interleaved":
+                order = names[r % len(names):] + names[:r % len(names)]
+            else:
+                order = names if r % 2 == 0 else names[::-1]
+            for name in order:
+                if method.kind == "sustained":
+                    replays(graphs[name], seconds=method.warmup_s)
+                samples[name] += replays(graphs[name], method.replays, sample=sample)
+    return {name: Timing(statistics.median(r[1] for r in s), statistics.median(r[2] for r in s))
             for name, s in samples.items()}

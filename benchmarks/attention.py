@@ -210,10 +210,10 @@ DEPLOYMENT = (
 )
 
 
-def deployment(dtype, variants, method: Method, nvml=None) -> tuple[list, list, list]:
-    """Issue 10's deployment table: ours vs each torch backend on the same inputs (key lengths become a boolean mask
-    for torch, which FA2 cannot take), a shape's columns timed together by ``method``; TFLOP/s of the unmasked work,
-    K/V bandwidth for decode."""
+def deployment(dtype, variants, method: Method, nvml=None, only: str = "") -> tuple[list, list, list]:
+    """Issue 10's deployment table (the shapes whose name contains ``only``): ours vs each torch backend on the same
+    inputs (key lengths become a boolean mask for torch, which FA2 cannot take), a shape's columns timed together by
+    ``method``; TFLOP/s of the unmasked work, K/V bandwidth for decode."""
     header = ["shape", "ours ms", "flash (FA2) ms", "cuDNN ms", "mem-efficient ms", "best torch", "ours/best",
               "ours/cuDNN", "err vs torch", "ours TFLOP/s", "ours K/V TB/s"]
     header += [variant_name(d, t) + " ms" for d, ts in variants.items() for t in ts]
@@ -221,6 +221,8 @@ def deployment(dtype, variants, method: Method, nvml=None) -> tuple[list, list, 
     rows = []
     gen = torch.Generator(device="cuda").manual_seed(0)
     for name, b, lq, lkv, hq, hkv, d, causal, alignment, with_lengths in DEPLOYMENT:
+        if only not in name:
+            continue
         q = torch.randn(b, lq, hq, d, device="cuda", dtype=dtype, generator=gen)
         k, v = (torch.randn(b, lkv, hkv, d, device="cuda", dtype=dtype, generator=gen) for _ in range(2))
         lengths = mask = None
@@ -294,6 +296,7 @@ def main():
                         help="how a point's columns are timed (benchmarks/timing.py); sequential: the method of the "
                              "tables before session 10")
     parser.add_argument("--clocks", action="store_true", help="a column of each column's median SM clock (NVML)")
+    parser.add_argument("--only", default="", help="--deployment: only the shapes whose name contains this")
     args = parser.parse_args()
     dtypes = (tuple(getattr(torch, x) for x in args.dtypes.split(",")) if args.dtypes
               else (torch.bfloat16,) if args.quick else (torch.bfloat16, torch.float16))
@@ -301,7 +304,7 @@ def main():
     arch = device_arch(0)
     method, nvml = METHODS[args.timing], Nvml(0) if args.clocks else None
     if args.deployment:
-        header, rows, summary = deployment(torch.bfloat16, parse_variants(args.variants), method, nvml)
+        header, rows, summary = deployment(torch.bfloat16, parse_variants(args.variants), method, nvml, args.only)
         intro = "Deployment shapes (issue 10), bfloat16, BSHD; best torch = fastest SDPA backend that runs the shape."
     else:
         header, rows, summary = grid(dtypes, tuple(int(x) for x in args.dims.split(",")), seqs,

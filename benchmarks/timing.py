@@ -40,7 +40,7 @@ class Method:
 
 
 METHODS = {"sequential": Method("sequential", 1, 15, 0.0), "interleaved": Method("interleaved", 5, 3, 0.5),
-           "sustained": Method("sustained", 2, 8, 0.25)}
+           "sustained": Method("sustained", 2, 8, 0.3)}
 
 
 @dataclass(frozen=True)

@@ -263,25 +263,6 @@ def _warp_specialized_cases():
               AttentionCase("ws-whole-persistent-hd256-causal-br-gqa", dim=256, heads_q=8, heads_kv=2, len_q=300,
                             len_kv=1000, causal=1, alignment="bottom_right", dtype="float16",
                             tuning=whole + (("PERSISTENT_CTAS", 5),))]
-    # the 16-bit loader's copies arriving on their full barriers when they land (KV_ARRIVE_ON_LANDING=1; the MMA
-    # threads fence them): partial tiles, key lengths, one key, long keys (the stages wrap ~130 times), three
-    # warpgroups, the persistent grid with two Q buffers and with causal bottom-right GQA items
-    arrive = ws + (("KV_ARRIVE_ON_LANDING", 1),)
-    small |= {"ws-arrive-hd128-keylen-1000", "ws-arrive-hd256-len1x1", "ws-arrive-3wg-hd64-500x700",
-              "ws-arrive-persistent-hd128-500", "ws-arrive-persistent-hd256-causal-br-gqa"}
-    cases += [AttentionCase("ws-arrive-hd128-keylen-1000", dim=128, len_q=300, len_kv=1000, key_lengths=True,
-                            tuning=arrive),
-              AttentionCase("ws-arrive-hd256-len1x1", dim=256, len_q=1, len_kv=1, dtype="float16", tuning=arrive),
-              AttentionCase("ws-arrive-hd128-causal-2048", batch=1, heads_q=2, heads_kv=2, len_q=2048, len_kv=2048,
-                            dim=128, causal=1, tuning=arrive),
-              AttentionCase("ws-arrive-hd128-long-kv-16534", batch=1, heads_q=2, heads_kv=2, len_q=200, len_kv=16534,
-                            dim=128, tuning=arrive),
-              AttentionCase("ws-arrive-3wg-hd64-500x700", len_q=500, len_kv=700, tuning=arrive + wg3[1:]),
-              AttentionCase("ws-arrive-persistent-hd128-500", dim=128, len_q=500, len_kv=500,
-                            tuning=arrive + (("PERSISTENT_CTAS", 3),)),
-              AttentionCase("ws-arrive-persistent-hd256-causal-br-gqa", dim=256, heads_q=8, heads_kv=2, len_q=300,
-                            len_kv=1000, causal=1, alignment="bottom_right", dtype="float16",
-                            tuning=arrive + (("PERSISTENT_CTAS", 5),))]
     # the 16-bit loader keeping 2 or 3 copy groups in flight before publishing (KV_LOAD_LAG; 3 needs three stages)
     lag2, lag3 = ws + (("KV_LOAD_LAG", 2),), ws + (("KV_LOAD_LAG", 3),)
     lag3_two_wg = lag3 + two_wg

@@ -348,15 +348,3 @@ def test_whole_tile_copies_are_an_option_of_both_loaders():
         return plan_attention([(2, 4096, 16, 128)] * 3 + [None, None], ["float8_e4m3fn"] * 3 + [None, None], attrs,
                               "sm_90a", tuning=tuning).defines["KV_WHOLE_TILE_COPIES"]
     assert fp8() == plan_module.FP8_KV_WHOLE_TILE_COPIES[128] and fp8({"KV_WHOLE_TILE_COPIES": 1}) == 1
-
-
-def test_arrive_on_landing_is_a_16_bit_loader_option():
-    """KV_ARRIVE_ON_LANDING (attention_pipeline_sm90.cuh): the 16-bit loader's hand-over by the hardware's arrival
-    (WARP_SPECIALIZED_ARRIVE_ON_LANDING by default); 0 or 1 only; the FP8 plan has no such define."""
-    assert plan(128).defines["KV_ARRIVE_ON_LANDING"] == plan_module.WARP_SPECIALIZED_ARRIVE_ON_LANDING
-    assert plan(256, tuning={"KV_ARRIVE_ON_LANDING": 1}).defines["KV_ARRIVE_ON_LANDING"] == 1
-    with pytest.raises(ValueError, match="KV_ARRIVE_ON_LANDING"):
-        plan(128, tuning={"KV_ARRIVE_ON_LANDING": 2})
-    attrs = FUSED_ATTENTION.resolve({"q_scale": 1.0, "k_scale": 1.0, "v_scale": 1.0})
-    fp8 = plan_attention([(2, 4096, 16, 128)] * 3 + [None, None], ["float8_e4m3fn"] * 3 + [None, None], attrs, "sm_90a")
-    assert "KV_ARRIVE_ON_LANDING" not in fp8.defines

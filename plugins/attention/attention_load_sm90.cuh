@@ -148,20 +148,9 @@ __device__ __forceinline__ void publish_lagging(const KVPipeline& pipe, int newe
   if (newest >= kLoadLag) publish_group<kLoadLag>(pipe, newest - kLoadLag, step0, round);
 }
 
-// This thread's copies of group h are issued: hand them over, by the hardware once they land (KV_ARRIVE_ON_LANDING),
-// or by committing them and publishing the group kLoadLag back.
-__device__ __forceinline__ void hand_over(const KVPipeline& pipe, int h, int step0, int round) {
-  if constexpr (kArriveOnLanding) {
-    cp_async_arrive_on(group_full_barrier(pipe, h, step0, round));
-  } else {
-    cp_async_commit();
-    publish_lagging(pipe, h, step0, round);
-  }
-}
-
 // The loader's whole job for one query tile: Q, then K and V of tiles n_tiles - 1 down to 0 (the order the MMA
 // warpgroups visit them). A persistent CTA's tile starts at K/V step step0 with Q in the buffer of its `round`
-// (sQ points at it); with a lag, every group is published before the next tile's loads start.
+// (sQ points at it); every group is published before the next tile's loads start.
 __device__ __forceinline__ void load_q_and_kv(const KVPipeline& pipe, qkv_t* sQ, qkv_t* sK, qkv_t* sV,
                                               const qkv_t* q_base, int64_t q_stride, int m0, int len_q,
                                               const qkv_t* k_base, int64_t k_stride, const qkv_t* v_base,
@@ -169,27 +158,22 @@ __device__ __forceinline__ void load_q_and_kv(const KVPipeline& pipe, qkv_t* sQ,
                                               int round = 0) {
   const int tid = threadIdx.x;
   load_tile_swizzled<kBlockM, kLoadThreads>(sQ, q_base, q_stride, m0, len_q, tid);
-  hand_over(pipe, 0, step0, round);  // (a lag of 0 publishes Q here)
+  cp_async_commit();
+  publish_lagging(pipe, 0, step0, round);  // (lag 0 only)
   for (int step = 0; step < n_tiles; ++step) {
     const int n0 = (n_tiles - 1 - step) * kBlockN;
     const int s = KVPipeline::stage(step0 + step);
     pipe.acquire_k(step0 + step);
     load_kv_tile(sK + s * kKTileElems, k_base, k_stride, n0, len_kv, tid);
-    hand_over(pipe, 1 + 2 * step, step0, round);
+    cp_async_commit();
+    publish_lagging(pipe, 1 + 2 * step, step0, round);
     pipe.acquire_v(step0 + step);
     load_kv_tile(sV + s * kVTileElems, v_base, v_stride, n0, len_kv, tid);
-    hand_over(pipe, 2 + 2 * step, step0, round);
+    cp_async_commit();
+    publish_lagging(pipe, 2 + 2 * step, step0, round);
   }
-  if constexpr (!kArriveOnLanding) {
-    publish_pending(2 * n_tiles, [&](auto newest, int h) {
-      publish_group<decltype(newest)::value>(pipe, h, step0, round);
-    });
-  }
+  publish_pending(2 * n_tiles, [&](auto newest, int h) {
+    publish_group<decltype(newest)::value>(pipe, h, step0, round);
+  });
 }
 #endif
-
-// The loader's end: with KV_ARRIVE_ON_LANDING its last copies may still be in flight; it waits for them before it
-// exits (the MMA threads wait on their barriers anyway).
-__device__ __forceinline__ void loader_drain() {
-  if constexpr (kArriveOnLanding) cp_async_wait_all();
-}

@@ -7,7 +7,6 @@
 // after their tile's last Q K^T, so the loader fetches the next tile's Q during that tile's tail).
 #pragma once
 #include "common/mbarrier.cuh"
-#include "common/wgmma.cuh"
 #include "attention_config.cuh"
 
 constexpr int kLoadThreads = 128;          // the load warpgroup (warps 0-3)
@@ -23,18 +22,6 @@ constexpr bool kPersistent = PERSISTENT_CTAS > 0;
 constexpr int kQStages = Q_STAGES;
 static_assert(kQStages == 1 || (kQStages == 2 && kPersistent), "Q_STAGES: 1, or 2 on the persistent grid");
 // full Q(0), full/empty K/V per stage, then (persistent only) empty Q(0), full Q(1), empty Q(1)
-// Tuning KV_ARRIVE_ON_LANDING (16-bit loader): 1 hands every copy group over by cp.async.mbarrier.arrive.noinc, the
-// hardware arriving on its full barrier once the thread's copies have landed, so the loader never waits for its own
-// copies and keeps as many tiles in flight as there are free stages; the MMA threads then order the landed copies
-// (generic proxy) before their wgmma reads (async proxy) themselves: fence.proxy.async after each full-barrier wait
-// (the conv kernel's hand-over since its run 2). 0: the loader waits for its groups with KV_LOAD_LAG groups of lag,
-// fences and arrives (attention_load_sm90.cuh). FP8 keeps 0: its loader transposes V after it lands.
-#ifndef KV_ARRIVE_ON_LANDING
-#define KV_ARRIVE_ON_LANDING 0
-#endif
-constexpr bool kArriveOnLanding = KV_ARRIVE_ON_LANDING;
-static_assert(!(kArriveOnLanding && FP8), "KV_ARRIVE_ON_LANDING is a tuning of the 16-bit loader");
-
 constexpr int kPipelineBarriers = 1 + 4 * kStages + (kPersistent ? 2 * kQStages - 1 : 0);
 constexpr int kPipelineBytes = kPipelineBarriers * 8;
 
@@ -77,19 +64,14 @@ struct KVPipeline {
   // Loader: wait until the Q buffer of query tile `round` is free (the first kQStages pass at once).
   __device__ __forceinline__ void acquire_q(int round) const { mbarrier_wait(empty_q(round), q_parity(round) ^ 1); }
   // MMA threads: wait until Q of query tile `round` has landed; release it after the tile's last Q K^T.
-  __device__ __forceinline__ void wait_q(int round) const { wait_landed(full_q(round), q_parity(round)); }
+  __device__ __forceinline__ void wait_q(int round) const { mbarrier_wait(full_q(round), q_parity(round)); }
   __device__ __forceinline__ void release_q(int round) const { mbarrier_arrive(empty_q(round)); }
   // Loader: wait until the stage tile `step` goes into is free (the first round passes at once).
   __device__ __forceinline__ void acquire_k(int step) const { mbarrier_wait(empty_k(stage(step)), parity(step) ^ 1); }
   __device__ __forceinline__ void acquire_v(int step) const { mbarrier_wait(empty_v(stage(step)), parity(step) ^ 1); }
   // MMA threads: wait until tile `step` has landed.
-  __device__ __forceinline__ void wait_k(int step) const { wait_landed(full_k(stage(step)), parity(step)); }
-  __device__ __forceinline__ void wait_v(int step) const { wait_landed(full_v(stage(step)), parity(step)); }
-  // MMA threads: wait on a full barrier; with KV_ARRIVE_ON_LANDING the landed copies are fenced here for wgmma.
-  static __device__ __forceinline__ void wait_landed(uint32_t full, uint32_t parity) {
-    mbarrier_wait(full, parity);
-    if constexpr (kArriveOnLanding) fence_async_proxy();
-  }
+  __device__ __forceinline__ void wait_k(int step) const { mbarrier_wait(full_k(stage(step)), parity(step)); }
+  __device__ __forceinline__ void wait_v(int step) const { mbarrier_wait(full_v(stage(step)), parity(step)); }
   // MMA threads: done reading tile `step`'s stage.
   __device__ __forceinline__ void release_k(int step) const { mbarrier_arrive(empty_k(stage(step))); }
   __device__ __forceinline__ void release_v(int step) const { mbarrier_arrive(empty_v(stage(step))); }

@@ -90,7 +90,6 @@ extern "C" __global__ void __launch_bounds__(kBlockThreads, 1) fused_attention(A
           step0 += w.n_tiles;
         }
       }
-      loader_drain();
     } else {
       warpgroup_registers_increase<kMmaRegisters>();
       const int warp = threadIdx.x / 32 - kLoadThreads / 32, lane = threadIdx.x % 32;
@@ -136,7 +135,6 @@ extern "C" __global__ void __launch_bounds__(kBlockThreads, 1) fused_attention(A
     warpgroup_registers_decrease<kLoadRegisters>();
     load_q_and_kv(pipe, sQ, sK, sV, Q + w.q_off, q_stride_s, w.m0, len_q, K + w.k_off, kv_stride_s, V + w.v_off,
                   v_stride_s, len_kv, w.n_tiles);
-    loader_drain();
   } else {
     warpgroup_registers_increase<kMmaRegisters>();
     const int warp = threadIdx.x / 32 - kLoadThreads / 32, lane = threadIdx.x % 32;

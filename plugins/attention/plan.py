@@ -137,10 +137,6 @@ FP8_KV_WHOLE_TILE_COPIES = {64: 0, 128: 0, 256: 1}
 # (1 vs 0 in one run, TFLOP/s at 4k/8k/16k): bf16 hd128 +3/+1/+3% non-causal, +5/+9/+4% causal; hd256 +4/+3/+7%,
 # 0/+1/+5%; fp16 hd128 +6/0/+2%, +3/+3/+4%; hd64 +2-3%; Llama-3 prefill 1x4096 -6% time, 4x2048 -4%.
 WARP_SPECIALIZED_WHOLE_TILE_COPIES = 1
-# 16-bit loader hand-over (attention_pipeline_sm90.cuh KV_ARRIVE_ON_LANDING): 1 lets the hardware arrive on a copy
-# group's full barrier once it lands (cp.async.mbarrier.arrive.noinc; the MMA threads fence for wgmma), so the loader
-# never waits for its copies; 0 waits with KV_LOAD_LAG groups of lag. A tuning until timed (NOTES, session 10).
-WARP_SPECIALIZED_ARRIVE_ON_LANDING = 0
 # The persistent grid (attention_persistent_scheduler_sm90.cuh; 16-bit warp-specialized kernel): at most this many
 # CTAs, each computing work items (a query block, or under causal masking a long and a short one) in a static
 # order; 0 (tuning PERSISTENT_CTAS=0) launches one CTA a query tile. Taken by default for plain causal
@@ -353,7 +349,6 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
         tune["SERIAL_PV_IN_TURN"] = 1
         if not fp8:
             tune["KV_WHOLE_TILE_COPIES"] = WARP_SPECIALIZED_WHOLE_TILE_COPIES
-            tune["KV_ARRIVE_ON_LANDING"] = WARP_SPECIALIZED_ARRIVE_ON_LANDING
             tune["PERSISTENT_CTAS"] = warp_specialized_persistent_ctas(
                 int(attrs.get("causal", 0)), plain, lengths_shape is not None, batch, heads_q, len_q, len_kv, block_m)
     if fp8:
@@ -417,9 +412,6 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
         tune["BLOCK_N"], tune["KV_STAGES"] = block_n, stages
         smem = (shared_mem_bytes(dim, block_m, block_n, stages, head_dim_v=vdim, key_groups=key_groups)
                 + combine_bytes(block_m, block_n, stages, dim, vdim, key_groups, tune["KV_SPLIT"]))
-    if tune.get("KV_ARRIVE_ON_LANDING", 0) not in (0, 1):
-        raise ValueError(f"FusedAttention: KV_ARRIVE_ON_LANDING is 0 (the loader publishes its copy groups with "
-                         f"KV_LOAD_LAG) or 1 (the hardware arrives once they land); got {tune['KV_ARRIVE_ON_LANDING']}")
     persistent = tune.get("PERSISTENT_CTAS", 0)
     if persistent and not tune["WARP_SPECIALIZED"] or persistent < 0:
         raise ValueError(f"FusedAttention: PERSISTENT_CTAS (the persistent grid's CTA count, 0: one CTA a query "

@@ -8,12 +8,12 @@ overrides (e.g. 128:WGMMA=1 the single-role wgmma mainloop, 128:WGMMA=0 the mma.
 Whisper) against each torch backend (the decode grid is benchmarks/attention_decode.py). Each kernel is
 captured 10x in a CUDA graph (no launch gaps); each column of a point is replayed alone for a warm-up right before
 its event-timed replays, in two passes (benchmarks/timing.py; ``--timing sequential`` is the method of the tables
-before session 10, ``interleaved`` the one attn-ws-1 tried). FLOPs: 4 * B * H * Lq * Lkv * D, halved when causal
+before session 10). FLOPs: 4 * B * H * Lq * Lkv * D, halved when causal
 and square.
 
     python benchmarks/attention.py --out benchmarks/results/attention_h100.md [--quick] [--seqs 2048,8192]
         [--dims 64,128,256] [--dtypes bfloat16,float16] [--variants 128:WGMMA=1,...] [--deployment]
-        [--timing sustained|interleaved|sequential] [--clocks]
+        [--timing sustained|sequential] [--clocks]
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Times of GPU calls from CUDA-graph replays: one call alone (``time_ms``) or all the columns of one benchmark point
 (``time_columns``). The H100 runs these kernels at its power cap, and for ~100-400 ms after a switch a kernel runs at
 the clock the previous load left (job attn-ws-1 of session 10, attention_h100_s10_clock_trace.md), so how a point's
-columns are ordered and warmed decides what a 2k column measures."""
+columns are warmed decides what a 2k column measures."""
 from __future__ import annotations
 
 import statistics
@@ -19,8 +19,6 @@ class Method:
     and round, the median over all rounds):
     - sequential: each column captured and timed right after the one before (the tables before session 10; a
       column then runs at the clock its predecessor left: 2k columns ran 5-15% apart);
-    - interleaved: all columns replayed for ``warmup_s``, then ``rounds`` rounds in an order rotated each round
-      (attn-ws-1: a column keeps its cyclic predecessor, and the same binary still timed up to 10% apart);
     - sustained: each column replayed alone for ``warmup_s`` right before its replays, so it is timed at the clock
       its own power draw settles at; ``rounds`` passes, every other one in reverse order."""
     kind: str
@@ -32,15 +30,11 @@ class Method:
         graph = f"{self.replays} replays of a {REPS_IN_GRAPH}-call CUDA graph"
         if self.kind == "sequential":
             return f"timing: columns one after another, each {graph} right after its capture, median"
-        if self.kind == "interleaved":
-            return (f"timing: every column of a point replayed {self.warmup_s:g} s (interleaved), then {self.rounds} "
-                    f"rounds of {graph} a column, the column order rotated each round; median over all replays")
         return (f"timing: each column replayed alone for {self.warmup_s:g} s right before {graph}, in {self.rounds} "
                 f"passes over the point's columns (every other pass in reverse order); median over all replays")
 
 
-METHODS = {"sequential": Method("sequential", 1, 15, 0.0), "interleaved": Method("interleaved", 5, 3, 0.5),
-           "sustained": Method("sustained", 2, 8, 0.3)}
+METHODS = {"sequential": Method("sequential", 1, 15, 0.0), "sustained": Method("sustained", 2, 8, 0.3)}
 
 
 @dataclass(frozen=True)
@@ -97,21 +91,9 @@ def time_columns(fns: dict, method: Method, nvml=None) -> dict[str, Timing]:
             samples[name] = replays(graph_of_calls(fn, REPS_IN_GRAPH), method.rounds * method.replays, sample=sample)
     else:
         graphs = {name: graph_of_calls(fn, REPS_IN_GRAPH) for name, fn in fns.items()}
-        names = list(graphs)
-        if method.kind == "interleaved":
-            t0 = time.perf_counter()
-            while time.perf_counter() - t0 < method.warmup_s:
-                for graph in graphs.values():
-                    graph.replay()
-                torch.cuda.synchronize()
         for r in range(method.rounds):
-            if method.kind == "interleaved":
-                order = names[r % len(names):] + names[:r % len(names)]
-            else:
-                order = names if r % 2 == 0 else names[::-1]
-            for name in order:
-                if method.kind == "sustained":
-                    replays(graphs[name], seconds=method.warmup_s)
+            for name in list(graphs) if r % 2 == 0 else list(graphs)[::-1]:
+                replays(graphs[name], seconds=method.warmup_s)
                 samples[name] += replays(graphs[name], method.replays, sample=sample)
     return {name: Timing(statistics.median(r[1] for r in s), statistics.median(r[2] for r in s))
             for name, s in samples.items()}

@@ -142,7 +142,7 @@ def _cases():
         FP8Case("fp8-3wg-n96-hd128-long-kv-7x16534", batch=1, heads_q=2, heads_kv=2, len_q=7, len_kv=16534, dim=128,
                 tuning=wg3_n96),
         FP8Case("fp8-3wg-n96-hd128-causal-4100-lag2", batch=1, heads_q=2, heads_kv=2, len_q=4100, len_kv=4100,
-                dim=128, causal=1, tuning=wg3_n96 + (("KV_LOAD_LAG", 2),)),
+                dim=128, causal=1, tuning=wg3_n96 + (("KV_LOAD_LAG", 2), ("KV_STAGES", 3))),
     ]
     # PV_OVERLAP=0 (attention_mma_warpgroups_sm90.cuh's serial step: S and P never live together): head dim 128 on
     # three warpgroups x 128-key tiles (MMA 160 registers, loader 32) with P V(t+1) in the turn before Q K^T(t); the
@@ -202,9 +202,9 @@ def _cases():
     ]
     # the loader publishing tile i while tiles i + 1, i + 2 (lag 2) are in flight: three V staging tiles
     lag2 = (("KV_LOAD_LAG", 2),)
-    cases += [
+    cases += [  # (causal hd128: on 128x128 tiles, three stages; its default tile has two)
         FP8Case("fp8-lag2-hd128-keylen-causal-br", dim=128, key_lengths=True, len_q=300, len_kv=700, causal=1,
-                alignment="bottom_right", tuning=lag2, small=True),
+                alignment="bottom_right", tuning=lag2 + (("BLOCK_N", 128), ("KV_STAGES", 3)), small=True),
         FP8Case("fp8-lag2-hd64-gqa-500x700", heads_q=8, heads_kv=2, len_q=500, len_kv=700, tuning=lag2, small=True),
         FP8Case("fp8-lag2-n64-hd256-3stages-e4m3-out", dim=256, len_q=300, len_kv=1000, **e4m3_out,
                 tuning=lag2 + (("KV_STAGES", 3), ("BLOCK_N", 64)), small=True),

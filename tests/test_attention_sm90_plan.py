@@ -253,6 +253,25 @@ def test_fp8_loader_instruction_cuts_are_the_head_dim_256_default():
         fp8(128, {"VT_ADDRESS_STEP": 2})
 
 
+def test_fp8_causal_head_dim_128_takes_two_mma_warpgroups_on_256_key_tiles():
+    """Unmasked causal FP8 hd128 (key lengths too): two MMA warpgroups x 256-key tiles, serial step, two stages, lag 1,
+    the loader trims (FP8_CAUSAL, attn-fp8-2); without causal masking three warpgroups x 128 keys; a mask keeps the
+    masked tile; other head dims keep their tiles."""
+    def fp8(dim=128, causal=1, mask=None, lengths=None):
+        attrs = FUSED_ATTENTION.resolve({"causal": causal, "q_scale": 0.5, "k_scale": 0.25, "v_scale": 0.125})
+        q = (2, 1000, 8, dim)
+        return plan_attention([q, q, q, mask, lengths], ["float8_e4m3fn"] * 3 + [mask and "bool", lengths and "int32"],
+                              attrs, "sm_90a").defines
+
+    def tile(d):
+        return tuple(d[k] for k in ("BLOCK_M", "BLOCK_N", "NUM_WARPS", "KV_STAGES", "KV_LOAD_LAG", "PV_OVERLAP",
+                                    "VT_ADDRESS_STEP", "KV_WHOLE_TILE_COPIES"))
+    assert tile(fp8()) == tile(fp8(lengths=(2,))) == (128, 256, 8, 2, 1, 0, 1, 1)
+    assert tile(fp8(causal=0)) == (192, 128, 12, 3, 2, 0, 0, 0)
+    assert tile(fp8(mask=(2, 8, 1000, 1000)))[:4] == (128, 128, 8, 3)
+    assert fp8(64)["BLOCK_N"] == 128 and fp8(256)["BLOCK_N"] == 128
+
+
 def test_head_dim_128_without_causal_masking_takes_three_mma_warpgroups_serially():
     """Unmasked 16-bit hd128 without causal masking: three MMA warpgroups on 128-key tiles, two K/V stages, the serial
     step (WARP_SPECIALIZED_NON_CAUSAL); causal keeps two warpgroups with the overlap, soft-capped the masked tile."""

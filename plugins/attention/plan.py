@@ -98,7 +98,7 @@ WARP_SPECIALIZED_NON_CAUSAL = {128: ((192, 128, 12, 0, 2), 0)}
 # grows (threshold 0). Head dim 64 without a mask takes three MMA warpgroups (192-row tiles; H100 run attn-ws-2:
 # +21-41% non-causal, +6-19% causal at 2k-16k, 0.85-1.03x cuDNN FP8). FP8 v10 (H100 run attn-fp8-1, 2026-11-24,
 # attention_fp8_h100_v10_candidates.md), with the serial step (FP8_PV_OVERLAP 0, S and P never live together):
-# hd128 on three warpgroups x 128 keys, 738/782/826/863 TFLOP/s non-causal at 2k-16k vs v9's 192x96 overlapped
+# hd128 (non-causal; causal: FP8_CAUSAL) on three warpgroups x 128 keys, 738/782/826/863 TFLOP/s non-causal at 2k-16k vs v9's 192x96 overlapped
 # 683/735/781/803 (+6-8%), causal 501/600/694/777 vs 499/605/712/759 (even); hd256 on 128x128 tiles (two stages, one
 # V staging tile: 230,384 B), 818/860/898/960 vs v9's 128x64 677/754/804/818 (+12-21%), causal 607/724/787/914 vs
 # 505/631/708/812 (+11-20%); the serial step on hd256's 64-key tiles gained 0-5%. Masked or soft-capped hd64/hd128
@@ -130,6 +130,13 @@ FP8_V_TRANSPOSE_BATCH = 2
 # missed it (KV_WHOLE_TILE_COPIES alone: hd128 +1.8%, hd64 +0.9%; VT_ADDRESS_STEP alone: hd64 -2.6%).
 FP8_VT_ADDRESS_STEP = {64: 0, 128: 0, 256: 1}
 FP8_KV_WHOLE_TILE_COPIES = {64: 0, 128: 0, 256: 1}
+# Unmasked causal FP8, per head dim: tuning that replaces the above. Head dim 128 on two MMA warpgroups x 256-key
+# tiles (cuDNN's FP8 hd128 shape; serial step, two stages, lag 1) with the loader trims, H100 job attn-fp8-2
+# (2026-11-25, attention_fp8_h100_v13_candidates.md): causal 522/651/737/842 TFLOP/s at 2k-16k vs the three-warpgroup
+# 128-key default's 500/615/719/781 (timed again last: 511/615/715/721), 4 of 4 points, geometric mean +5.1%; without
+# causal masking it timed even (734/763/831/831 vs 719/808/831/852): not taken there.
+FP8_CAUSAL = {128: {"BLOCK_M": 128, "BLOCK_N": 256, "NUM_WARPS": 8, "KV_STAGES": 2, "KV_LOAD_LAG": 1,
+                    "VT_ADDRESS_STEP": 1, "KV_WHOLE_TILE_COPIES": 1}}
 
 
 # 16-bit loader (attention_load_sm90.cuh): 1 copies the K/V tiles that lie wholly inside the keys without per-row
@@ -356,6 +363,8 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
         tune["V_TRANSPOSE_BATCH"] = FP8_V_TRANSPOSE_BATCH
         tune["VT_ADDRESS_STEP"] = FP8_VT_ADDRESS_STEP[dim]
         tune["KV_WHOLE_TILE_COPIES"] = FP8_KV_WHOLE_TILE_COPIES[dim]
+        if plain and int(attrs.get("causal", 0)):
+            tune.update(FP8_CAUSAL.get(dim, {}))
     unknown = set(tuning or ()) - set(tune)
     if unknown:
         raise ValueError(f"FusedAttention: unknown tuning defines {sorted(unknown)}; known: {sorted(tune)}")

@@ -69,7 +69,8 @@ RULES = {
                       f"kernel in attention_fp8_h100_v11*.md); 2026-11-25: hd64 below 8k 0.92-1.00x, hd128 0.76-0.95x, "
                       f"hd256 0.78-1.04x with its new default (attention_fp8_h100_v12*.md); session 10: hd128 0.79-0.90x "
                       f"non-causal, causal 0.88/0.80/0.88/0.98x at 2k-16k on its new 256-key tiles, hd256 0.73-1.03x "
-                      f"(attention_fp8_h100_v13_candidates.md)"),
+                      f"(attention_fp8_h100_v13_candidates.md); the landing run 0.79-0.89x, 0.82-0.95x, 0.68-1.02x "
+                      f"(attention_fp8_h100_v13.md)"),
         dict(precision=("fp8-calibrated",), causal=False, min_len=4096, min_rows=ROWS_FULL, choice="fused",
              evidence=f"FP8 (calibrated) non-causal from 4k: 1.13-1.32x the fastest 16-bit torch backend, which the "
                       f"site would run unfused ({_H100}, attention_fp8_h100_v7.md, attention_fp8_h100_v4.md)"),

@@ -267,21 +267,6 @@ def _cases():
         FP8Case("fp8-n256-vtb4-hd128-long-kv-7x16534", batch=1, heads_q=2, heads_kv=2, len_q=7, len_kv=16534,
                 dim=128, tuning=n256_trim + (("V_TRANSPOSE_BATCH", 4),)),
     ]
-    # SOFTMAX_CHAINS=4: four independent max/sum accumulators a row, on every head dim's default tile (hd128 causal:
-    # the 256-key tile) and on the 256-key tile without causal masking
-    chains = (("SOFTMAX_CHAINS", 4),)
-    cases += [
-        FP8Case("fp8-chains4-hd128-e4m3-out", dim=128, len_q=300, len_kv=700, **e4m3_out, tuning=chains, small=True),
-        FP8Case("fp8-chains4-hd128-keylen-causal-br", dim=128, key_lengths=True, len_q=500, len_kv=1000, causal=1,
-                alignment="bottom_right", tuning=chains, small=True),
-        FP8Case("fp8-chains4-n256-hd128-heavy-gqa", dim=128, data="heavy", heads_q=8, heads_kv=2, len_q=500,
-                len_kv=1500, tuning=n256_trim + chains, small=True),
-        FP8Case("fp8-chains4-hd64-causal-tl-300x1000", len_q=300, len_kv=1000, causal=1, tuning=chains, small=True),
-        FP8Case("fp8-chains4-hd256-heavy-causal-1100", dim=256, data="heavy", len_q=1100, len_kv=1100, causal=1,
-                tuning=chains),
-        FP8Case("fp8-chains4-hd128-long-kv-7x16534", batch=1, heads_q=2, heads_kv=2, len_q=7, len_kv=16534, dim=128,
-                tuning=chains),
-    ]
     two_stages = (("KV_STAGES", 2), ("KV_LOAD_LAG", 1))  # the benchmark's alternatives (lag < stages)
     cases += [replace(c, name=c.name + "-2stages", tuning=two_stages, small=False)
               for c in cases if c.name in ("fp8-hd64", "fp8-hd128", "fp8-causal-bottom_right-100x300-hd128")]

@@ -251,9 +251,6 @@ def test_fp8_loader_instruction_cuts_are_the_head_dim_256_default():
     assert fp8(128, {"VT_ADDRESS_STEP": 1})["VT_ADDRESS_STEP"] == 1
     with pytest.raises(ValueError, match="VT_ADDRESS_STEP is 0 or 1"):
         fp8(128, {"VT_ADDRESS_STEP": 2})
-    assert fp8(128)["SOFTMAX_CHAINS"] == 1 and fp8(64, {"SOFTMAX_CHAINS": 4})["SOFTMAX_CHAINS"] == 4
-    with pytest.raises(ValueError, match="SOFTMAX_CHAINS is 1, 2 or 4"):
-        fp8(128, {"SOFTMAX_CHAINS": 3})
 
 
 def test_fp8_causal_head_dim_128_takes_two_mma_warpgroups_on_256_key_tiles():

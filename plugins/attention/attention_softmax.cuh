@@ -71,15 +71,6 @@ __device__ __forceinline__ void mask_scores(float (&s)[kMAtoms][kNTiles][4], Fra
     }
 }
 
-// Tuning SOFTMAX_CHAINS: independent accumulators a row for the tile max and the row sum (1: one dependent chain each,
-// as FMNMX/FADD issue in source order; 4: four interleaved chains combined at the end: the same instructions, chains a
-// quarter as deep, so a warp's first exponential waits ~a quarter of the max chain's latency). Sums reassociate.
-#ifndef SOFTMAX_CHAINS
-#define SOFTMAX_CHAINS 1
-#endif
-constexpr int kSoftmaxChains = SOFTMAX_CHAINS;
-static_assert(kSoftmaxChains == 1 || kSoftmaxChains == 2 || kSoftmaxChains == 4, "SOFTMAX_CHAINS: 1, 2 or 4");
-
 __device__ __forceinline__ float quad_max(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, 1));
   return fmaxf(x, __shfl_xor_sync(0xffffffff, x, 2));
@@ -104,16 +95,10 @@ __device__ __forceinline__ void online_softmax(float (&s)[kMAtoms][kNTiles][4], 
   for (int mt = 0; mt < kMAtoms; ++mt)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      float chain_max[kSoftmaxChains];
-#pragma unroll
-      for (int c = 0; c < kSoftmaxChains; ++c) chain_max[c] = -INFINITY;
+      float tile_max = -INFINITY;
 #pragma unroll
       for (int nt = 0; nt < kNTiles; ++nt)
-        chain_max[nt % kSoftmaxChains] =
-            fmaxf(chain_max[nt % kSoftmaxChains], fmaxf(s[mt][nt][half * 2], s[mt][nt][half * 2 + 1]));
-      float tile_max = chain_max[0];
-#pragma unroll
-      for (int c = 1; c < kSoftmaxChains; ++c) tile_max = fmaxf(tile_max, chain_max[c]);
+        tile_max = fmaxf(tile_max, fmaxf(s[mt][nt][half * 2], s[mt][nt][half * 2 + 1]));
       tile_max = quad_max(tile_max);
       const float old_max = row_max[mt][half];
       // false when both are -inf (NaN difference): nothing unmasked yet, nothing to move
@@ -134,10 +119,7 @@ __device__ __forceinline__ void online_softmax(float (&s)[kMAtoms][kNTiles][4], 
 #if FP8
       base -= kPScaleLog2;  // p / p_scale, the value P's e4m3 rounding takes (p <= 1 here)
 #endif
-      float chain_sum[kSoftmaxChains];
-      chain_sum[0] = row_sum[mt][half];
-#pragma unroll
-      for (int c = 1; c < kSoftmaxChains; ++c) chain_sum[c] = 0.f;
+      float sum = row_sum[mt][half];
 #pragma unroll
       for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
@@ -152,11 +134,8 @@ __device__ __forceinline__ void online_softmax(float (&s)[kMAtoms][kNTiles][4], 
           const float p = exp2_approx(fmaf(s[mt][nt][half * 2 + e], kSoftmaxScale, -base));
 #endif
           s[mt][nt][half * 2 + e] = p;
-          chain_sum[nt % kSoftmaxChains] += p;
+          sum += p;
         }
-      float sum = chain_sum[0];
-#pragma unroll
-      for (int c = 1; c < kSoftmaxChains; ++c) sum += chain_sum[c];
       row_sum[mt][half] = sum;
     }
 }

@@ -119,9 +119,6 @@ FP8_RESCALE_THRESHOLD = "0.0f"
 # Every n-th n8 block of S exponentiated on the FP32 pipe instead of MUFU (attention_softmax.cuh; 0: none): every 4th
 # was 3-9% slower at every point on the H100 (FP8 run 3, NOTES.md).
 FP8_EXP2_FMA_EVERY = 0
-# Independent max/sum accumulators a row in the FP8 softmax (SOFTMAX_CHAINS, attention_softmax.cuh): 1 (one chain each)
-# until timed.
-FP8_SOFTMAX_CHAINS = 1
 # Units of the FP8 V transpose a loader warp keeps in flight (attention_v_transpose_sm90.cuh): 2, or 4 with the
 # loader taking 56 registers from two MMA warpgroups with PV_OVERLAP=0 (a tuning until timed).
 FP8_V_TRANSPOSE_BATCH = 2
@@ -363,7 +360,6 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
                 int(attrs.get("causal", 0)), plain, lengths_shape is not None, batch, heads_q, len_q, len_kv, block_m)
     if fp8:
         tune["EXP2_FMA_EVERY"] = FP8_EXP2_FMA_EVERY
-        tune["SOFTMAX_CHAINS"] = FP8_SOFTMAX_CHAINS
         tune["V_TRANSPOSE_BATCH"] = FP8_V_TRANSPOSE_BATCH
         tune["VT_ADDRESS_STEP"] = FP8_VT_ADDRESS_STEP[dim]
         tune["KV_WHOLE_TILE_COPIES"] = FP8_KV_WHOLE_TILE_COPIES[dim]
@@ -401,8 +397,6 @@ def plan_attention(input_shapes, input_dtypes, attrs: dict, arch: str, *, tuning
         raise ValueError(f"FusedAttention FP8: V_TRANSPOSE_BATCH is 2 or 4, and 4 (the loader taking 56 registers) "
                          f"needs two MMA warpgroups (NUM_WARPS=8) with PV_OVERLAP=0; got {tune['V_TRANSPOSE_BATCH']} "
                          f"with NUM_WARPS={warps}, PV_OVERLAP={tune['PV_OVERLAP']}")
-    if fp8 and tune["SOFTMAX_CHAINS"] not in (1, 2, 4):
-        raise ValueError(f"FusedAttention FP8: SOFTMAX_CHAINS is 1, 2 or 4, got {tune['SOFTMAX_CHAINS']}")
     if fp8 and tune["VT_ADDRESS_STEP"] not in (0, 1):
         raise ValueError(f"FusedAttention FP8: VT_ADDRESS_STEP is 0 or 1, got {tune['VT_ADDRESS_STEP']}")
     if fp8 and not 1 <= tune["KV_LOAD_LAG"] < min(stages, 4):

@@ -78,25 +78,36 @@ struct tanh { static __device__ __forceinline__ float apply(float x, float, floa
 #define RESIDUAL_ARG nullptr
 #endif
 
-// y = act(acc * scale[ch] + shift[ch]); absent inputs are compiled out. FP8 kernels define INPUT_SCALE (the
-// per-tensor scale of X), which multiplies the accumulator first.
+// One output channel's affine: y = act(acc * INPUT_SCALE * scale + shift) (FP8 kernels define INPUT_SCALE, the
+// per-tensor scale of X; absent inputs are 1 and 0).
+struct ColumnAffine {
+  float scale, shift;
+  __device__ __forceinline__ float apply(float acc) const {
+#ifdef INPUT_SCALE
+    acc *= float(INPUT_SCALE);
+#endif
+    return act::ACTIVATION::apply(fmaf(acc, scale, shift), float(ACTIVATION_ALPHA), float(ACTIVATION_BETA));
+  }
+};
+
+// y = act(acc * scale[ch] + shift[ch]) by channel; absent inputs are compiled out. at() reads a channel's pair once,
+// for every accumulator of that channel: a store through a generic pointer between two __ldg of one address keeps the
+// compiler from merging them (the implicit-GEMM output pass loaded each pair 4x: 128 loads a thread on 256x64 tiles).
 struct ChannelAffine {
   const float* scale_ptr;
   const float* shift_ptr;
 
-  __device__ __forceinline__ float apply(float acc, int ch) const {
-    float v = acc;
-#ifdef INPUT_SCALE
-    v *= float(INPUT_SCALE);
-#endif
+  __device__ __forceinline__ ColumnAffine at(int ch) const {
+    ColumnAffine a{1.f, 0.f};
 #if HAS_SCALE
-    v *= __ldg(scale_ptr + ch);
+    a.scale = __ldg(scale_ptr + ch);
 #endif
 #if HAS_SHIFT
-    v += __ldg(shift_ptr + ch);
+    a.shift = __ldg(shift_ptr + ch);
 #endif
-    return act::ACTIVATION::apply(v, float(ACTIVATION_ALPHA), float(ACTIVATION_BETA));
+    return a;
   }
+  __device__ __forceinline__ float apply(float acc, int ch) const { return at(ch).apply(acc); }
 };
 
 // post_act(y + residual): only called when HAS_RESIDUAL.

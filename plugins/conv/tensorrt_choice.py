@@ -24,14 +24,14 @@ OP = "conv"  # what the report says TensorRT's own fusion runs instead
 RULES = {
     "sm_90": [
         dict(precision="fp16", depthwise=True, choice="fused",
-             evidence="depthwise + activation: FusedConv 1.41-3.26x cuDNN's depthwise conv (BatchNorm folded) + "
-                      "activation, cuDNN's fused graph slower still (H100, 2026-11-25 session 11 conv-1, issue 12)"),
+             evidence="depthwise + activation: FusedConv 1.39-3.48x cuDNN's depthwise conv (BatchNorm folded) + "
+                      "activation, cuDNN's fused graph slower still (H100, 2026-11-25 session 11 conv-3, issue 12)"),
         dict(precision="fp16", depthwise=False, choice="tensorrt",
-             evidence="dense FP16 convs: FusedConv 0.71-1.51x the cuDNN fused graph per ResNet-50 layer, stack 1.05x "
-                      "(b1) 1.07x (b8) 1.07x (b32) (H100, 2026-11-25 session 11 conv-1, issue 12)"),
+             evidence="dense FP16 convs: FusedConv 0.71-1.55x the cuDNN fused graph per ResNet-50 layer, stack 1.06x "
+                      "(b1) 1.09x (b8) 1.08x (b32) (H100, 2026-11-25 session 11 conv-3, issue 12)"),
         dict(precision="fp8", depthwise=False, kernel=(3, 3), choice="fused",
-             evidence="FP8 3x3: FusedConv with e4m3 activations 1.25-1.64x the fused FP16 cuDNN graph at batch 1, "
-                      "1.32-1.59x at 8, 1.26-1.58x at 32 (H100, 2026-11-25 session 11 conv-1, issue 12)"),
+             evidence="FP8 3x3: FusedConv with e4m3 activations 1.27-1.64x the fused FP16 cuDNN graph at batch 1, "
+                      "1.29-1.58x at 8, 1.21-1.57x at 32 (H100, 2026-11-25 session 11 conv-3, issue 12)"),
         dict(precision="fp8", depthwise=False, choice="tensorrt",
              evidence="FP8 other than 3x3: not measured faster than TensorRT's fused FP16 conv (H100, issue 12)"),
     ],

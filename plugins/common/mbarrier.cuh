@@ -40,6 +40,12 @@ __device__ __forceinline__ void mbarrier_expect_tx(uint32_t bar, uint32_t bytes)
   asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
 }
 
+// One arrival that also makes the current phase wait for `bytes` more transaction bytes (expect_tx then arrive, one
+// operation): the producer thread of bulk copies counted on `bar`, before or after it issues them.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+
 // One arrival on an mbarrier of another CTA of the cluster (`remote_bar`: its shared::cluster address, from mapa).
 // Release at CTA scope (as CUTLASS's consumer release of a multicast stage): enough to order this thread's completed
 // reads of its own CTA's shared memory before the other CTA's writes there; .release.cluster would add a GPU-wide

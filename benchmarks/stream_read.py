@@ -1,0 +1,215 @@
+"""The read ceiling of decode-sized K/V (issue 10 item 2, session 10): a streaming read of ours (benchmarks/stream_read.cu:
+a ring of shared-memory stages loaded by cp.async or cp.async.bulk, as the decode kernel loads) over the 64 MB K/V of
+head dim 64 x 32k keys x 8 K/V heads, by CTA count (64: batch 1's 8 K/V heads x 8-CTA clusters; 132: one an SM),
+layout (the decode kernel's 128-byte rows of a head, or one contiguous run a CTA), copy kind and bytes in flight a
+CTA; beside a torch sum of the same bytes, the decode kernel's plan on those K/V and the 1 GiB read. Then the same
+over 8-256 MB (fixed cost and asymptotic rate by a line fit above L2), an empty launch, and the 64 MB read from four
+buffers in turn (nothing left in L2 by the previous call). Timing as benchmarks/attention.py (CUDA-graph replays of
+10 back-to-back calls, median); every stream run's checksum is checked against torch's.
+
+    python benchmarks/stream_read.py --out benchmarks/results/stream_read_h100.md
+    python benchmarks/stream_read.py --small     # a few small checked runs (for compute-sanitizer)
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+
+from attention import ceilings, ours, read_bandwidth, time_ms, versions, write_report
+from trt_fusedattn.launcher import device_arch, launch, precompile
+from trt_fusedattn.launcher.plan import LaunchPlan
+
+SOURCE = Path(__file__).resolve().parent / "stream_read.cu"
+HEADS, ROW_BYTES, KEYS = 8, 128, 32768  # head dim 64 bf16 K/V of batch 1 x 32k keys: 64 MB with V
+SHARED_LIMIT = 227 * 1024
+
+
+class Stream(NamedTuple):
+    """One streaming-read configuration: copy kind, layout, CTAs, cluster, threads, keys a tile, ring stages."""
+    bulk: int        # 1: cp.async.bulk (TMA unit), 0: cp.async 16 bytes a thread
+    heads: int       # HEADS 8: the decode kernel's rows (128 bytes of one head, 1 KB apart); 1: contiguous runs
+    ctas: int
+    cluster: int
+    threads: int
+    block_n: int
+    stages: int
+
+    @property
+    def in_flight_kb(self) -> int:
+        return (self.stages - 1) * 2 * self.block_n * ROW_BYTES // 1024
+
+    def label(self) -> str:
+        kind = "bulk" if self.bulk else f"cp.async x{self.threads}"
+        layout = "decode rows" if self.heads > 1 else "contiguous"
+        return (f"{kind}, {layout}, {self.ctas} CTAs, cluster {self.cluster}, {self.block_n}-row tiles x "
+                f"{self.stages} stages ({self.in_flight_kb} KB in flight a CTA)")
+
+    def plan(self, keys_per_head: int) -> LaunchPlan:
+        """The launch over K/V of ``keys_per_head`` keys x HEADS heads (viewed as ``self.heads`` heads)."""
+        split = self.ctas // self.heads
+        keys = keys_per_head * HEADS // self.heads
+        shared = self.stages * 2 * self.block_n * ROW_BYTES
+        if self.ctas % self.heads or self.ctas % self.cluster or shared > SHARED_LIMIT:
+            raise ValueError(f"{self.label()}: CTAs not a multiple of heads and cluster, or {shared} B of stages")
+        defines = dict(THREADS=self.threads, STAGES=self.stages, BLOCK_N=self.block_n, ROW_BYTES=ROW_BYTES,
+                       HEADS=self.heads, SPLIT=split, CLUSTER=self.cluster, BULK=self.bulk)
+        return LaunchPlan(SOURCE, "stream_read", defines, (self.ctas, 1, 1), (self.threads, 1, 1), shared, (keys,))
+
+
+def configs() -> list[Stream]:
+    """The 64 MB columns: bytes in flight a CTA on the decode grid (64 CTAs in 8-CTA clusters, decode rows), then
+    contiguous runs on 64, 132 and 264 CTAs, and the decode rows on 128 CTAs."""
+    c = []
+    for bulk in (0, 1):
+        depths = ((64, 3), (64, 5), (64, 7), (64, 9), (64, 13), (128, 3), (128, 5), (128, 7), (32, 9))
+        c += [Stream(bulk, HEADS, 64, 8, 128, n, s) for n, s in depths]
+        c += [Stream(bulk, HEADS, 64, 1, 128, 64, 9), Stream(bulk, HEADS, 128, 1, 128, 64, 5),
+              Stream(bulk, HEADS, 128, 1, 128, 64, 9), Stream(bulk, HEADS, 128, 8, 128, 64, 5)]
+        c += [Stream(bulk, 1, 64, 1, 128, n, s) for n, s in ((64, 5), (64, 9), (64, 13), (128, 7))]
+        c += [Stream(bulk, 1, 132, 1, 128, n, s) for n, s in ((64, 3), (64, 5), (64, 9), (128, 5))]
+        c += [Stream(bulk, 1, 264, 1, 128, 64, s) for s in (3, 5)]
+    c += [Stream(0, HEADS, 64, 8, 256, 64, 9), Stream(0, 1, 132, 1, 256, 64, 5)]
+    return c
+
+
+SWEEP = (Stream(0, HEADS, 64, 8, 128, 64, 9), Stream(1, HEADS, 64, 8, 128, 64, 9), Stream(0, 1, 132, 1, 128, 64, 5),
+         Stream(1, 1, 132, 1, 128, 64, 5))
+SWEEP_KEYS = (4096, 8192, 16384, 32768, 65536, 131072)
+L2_BYTES = 50 * 2 ** 20
+
+
+def kv_pair(keys: int, gen) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random bf16 K and V of batch 1 x ``keys`` x HEADS x 64 (never zeros)."""
+    return tuple(torch.randn(1, keys, HEADS, ROW_BYTES // 2, device="cuda", dtype=torch.bfloat16, generator=gen)
+                 for _ in range(2))
+
+
+def word_sum(*tensors) -> int:
+    """The sum of the tensors' 32-bit words mod 2^32 (the kernel's checksum)."""
+    return sum(int(t.view(torch.int32).to(torch.int64).sum()) for t in tensors) % 2 ** 32
+
+
+def streamer(stream: Stream, k, v, arch: str):
+    """(launch closure, checksum test) of ``stream`` over ``k``/``v``."""
+    plan = stream.plan(k.shape[1])
+    out = torch.full((stream.ctas,), 0x7FC00000, device="cuda", dtype=torch.int32)  # poisoned
+    args = [k.data_ptr(), v.data_ptr()]
+
+    def run():
+        launch(plan, arch, args, [out.data_ptr()], stream=torch.cuda.current_stream().cuda_stream)
+
+    def checked() -> bool:
+        out.fill_(0x7FC00000)
+        run()
+        return int(out.to(torch.int64).sum()) % 2 ** 32 == word_sum(k, v)
+    return run, checked
+
+
+def time_stream(stream: Stream, k, v, arch: str) -> float:
+    run, checked = streamer(stream, k, v, arch)
+    if not checked():
+        raise AssertionError(f"{stream.label()}: checksum differs from torch's")
+    return time_ms(run)
+
+
+def rate_row(name: str, nbytes: int, ms: float, read: float, sum_ms: float) -> list:
+    return [name, f"{ms * 1e3:.1f}", f"{nbytes / ms / 1e9:.2f}", f"{nbytes / ms / 1e9 / read:.0%}",
+            f"{sum_ms / ms:.2f}"]
+
+
+def table_64mb(arch: str, read: float, gen) -> tuple[list, list]:
+    k, v = kv_pair(KEYS, gen)
+    nbytes = 2 * k.numel() * 2
+    flat = torch.cat([k.view(-1), v.view(-1)]).view(torch.float32)
+    sum_ms = time_ms(lambda: flat.sum())
+    rows = [rate_row("torch sum of the same bytes (float32)", nbytes, sum_ms, read, sum_ms)]
+    for lq in (1, 16):
+        q = torch.randn(1, lq, 32, 64, device="cuda", dtype=torch.bfloat16, generator=gen)
+        o = torch.full_like(q, float("nan"))
+        ms = time_ms(ours(q, k, v, o, lq > 1, alignment="bottom_right" if lq > 1 else "top_left"))
+        rows.append(rate_row(f"decode kernel, plan: {lq} x 32k x 1, head dim 64", nbytes, ms, read, sum_ms))
+    for stream in configs():
+        rows.append(rate_row(stream.label(), nbytes, time_stream(stream, k, v, arch), read, sum_ms))
+        print(" | ".join(rows[-1]), flush=True)
+    return ["what reads the 64 MB", "us", "TB/s", "% of 1 GiB read", "torch sum / it"], rows
+
+
+def line_fit(points: list) -> tuple[float, float]:
+    """(fixed us, TB/s) of t = fixed + bytes / rate, least squares over (bytes, ms) points."""
+    n = len(points)
+    mx, my = sum(b for b, _ in points) / n, sum(t for _, t in points) / n
+    slope = sum((b - mx) * (t - my) for b, t in points) / sum((b - mx) ** 2 for b, _ in points)
+    return (my - slope * mx) * 1e3, 1 / slope / 1e9
+
+
+def table_sweep(arch: str, read: float, gen) -> tuple[list, list, list]:
+    empty = Stream(0, HEADS, 64, 8, 128, 64, 3)
+    k0, v0 = kv_pair(8, gen)
+    run, _ = streamer(empty, k0[:, :0], v0[:, :0], arch)
+    summary = [f"an empty launch of the stream kernel (64 CTAs, cluster 8, no keys) in the same graph timing: "
+               f"{time_ms(run) * 1e3:.1f} us"]
+    names = ["torch sum"] + [s.label() for s in SWEEP]
+    times = {n: [] for n in names}
+    for keys in SWEEP_KEYS:
+        k, v = kv_pair(keys, gen)
+        flat = torch.cat([k.view(-1), v.view(-1)]).view(torch.float32)
+        times["torch sum"].append((flat.numel() * 4, time_ms(lambda: flat.sum())))
+        for s in SWEEP:
+            times[s.label()].append((flat.numel() * 4, time_stream(s, k, v, arch)))
+        del k, v, flat
+    header = ["reader"] + [f"{b / 2 ** 20:.0f} MB us (% of read)" for b, _ in times["torch sum"]] + [
+        "fixed us (fit above L2)", "asymptotic TB/s (fit)"]
+    rows = []
+    for n in names:
+        fixed, rate = line_fit([(b, t) for b, t in times[n] if b > L2_BYTES])
+        rows.append([n] + [f"{t * 1e3:.1f} ({b / t / 1e9 / read:.0%})" for b, t in times[n]] +
+                    [f"{fixed:.1f}", f"{rate:.2f}"])
+    # four 64 MB K/V pairs in turn: each call's bytes were last read four calls ago (256 MB ago), not in L2
+    pairs = [kv_pair(KEYS, gen) for _ in range(4)]
+    flats = [torch.cat([k.view(-1), v.view(-1)]).view(torch.float32) for k, v in pairs]
+    for name, runs in [("torch sum", [lambda f=f: f.sum() for f in flats])] + [
+            (s.label(), [streamer(s, k, v, arch)[0] for k, v in pairs]) for s in SWEEP]:
+        turn = iter(range(10 ** 9))
+        ms = time_ms(lambda: runs[next(turn) % 4]())
+        summary.append(f"64 MB from four buffers in turn, {name}: {ms * 1e3:.1f} us ({flats[0].numel() * 4 / ms / 1e9 / read:.0%})")
+    return header, rows, summary
+
+
+def small(arch: str) -> None:
+    """Checked runs on small K/V (uneven parts, a partial last tile) for compute-sanitizer."""
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    k, v = kv_pair(1000, gen)
+    for s in (Stream(0, HEADS, 64, 8, 128, 64, 3), Stream(1, HEADS, 64, 8, 128, 32, 5), Stream(1, 1, 132, 1, 128, 64, 3),
+              Stream(0, 1, 132, 1, 256, 128, 3)):
+        run, checked = streamer(s, k, v, arch)
+        print(s.label(), "checksum ok" if checked() else "CHECKSUM WRONG")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", help="markdown file for the tables")
+    parser.add_argument("--small", action="store_true", help="only a few small checked runs")
+    args = parser.parse_args()
+    arch = device_arch(0)
+    if args.small:
+        return small(arch)
+    precompile([s.plan(KEYS) for s in configs() + list(SWEEP)], arch)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    read = read_bandwidth()
+    header, rows = table_64mb(arch, read, gen)
+    sweep_header, sweep_rows, summary = table_sweep(arch, read, gen)
+    head = (f"# Streaming-read ceiling of decode K/V\n\n{versions()}\n\n{ceilings()}\n\n"
+            f"{' '.join(__doc__.split(chr(10) + chr(10))[0].split())}\n\ndevice read {read:.2f} TB/s (sum of 1 GiB "
+            "float32, same run)\n\n")
+    report = write_report(head, header, rows, [], None)
+    report += "\n\n" + write_report("", sweep_header, sweep_rows, summary, None)
+    if args.out:
+        Path(args.out).write_text(report + "\n")
+    print(report)
+
+
+if __name__ == "__main__":
+    main()

@@ -61,9 +61,11 @@ __device__ __forceinline__ void load_stage(uint8_t* smem, uint32_t bars, const u
 
 extern "C" __global__ void STREAM_CLUSTER __launch_bounds__(THREADS)
     stream_read(const uint8_t* __restrict__ k, const uint8_t* __restrict__ v, int keys, uint32_t* __restrict__ out) {
+  // all shared memory dynamic (the launcher opts in above 48 KB by the dynamic size alone): the stages, then one
+  // mbarrier a stage, then the block's sum
   extern __shared__ __align__(128) uint8_t smem[];
-  __shared__ __align__(8) uint64_t full[STAGES];
-  __shared__ uint32_t block_sum;
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + STAGES * kStageBytes);
+  uint32_t& block_sum = *reinterpret_cast<uint32_t*>(full + STAGES);
   const int head = blockIdx.x / SPLIT, part = blockIdx.x % SPLIT;
   const int64_t first = int64_t(keys) * part / SPLIT, count = int64_t(keys) * (part + 1) / SPLIT - first;
   const uint8_t* k0 = k + first * kKeyStride + head * ROW_BYTES;
@@ -72,8 +74,10 @@ extern "C" __global__ void STREAM_CLUSTER __launch_bounds__(THREADS)
   const uint32_t bars = smem_addr(full);
   if (threadIdx.x == 0) {
     block_sum = 0;
-    if constexpr (BULK)
+    if constexpr (BULK) {
       for (int s = 0; s < STAGES; ++s) mbarrier_init(bars + 8 * s, 1);
+      fence_mbarrier_init_cluster();  // the inits visible to the TMA unit's complete_tx
+    }
   }
   __syncthreads();
   auto rows_of = [&](int t) { return static_cast<int>(min(int64_t(BLOCK_N), count - int64_t(t) * BLOCK_N)); };

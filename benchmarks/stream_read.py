@@ -19,6 +19,7 @@ from typing import NamedTuple
 import torch
 
 from attention import ceilings, ours, read_bandwidth, time_ms, versions, write_report
+from attention_decode import DECODE_TUNING, decode_plans
 from trt_fusedattn.launcher import device_arch, launch, precompile
 from trt_fusedattn.launcher.plan import LaunchPlan
 
@@ -51,7 +52,7 @@ class Stream(NamedTuple):
         """The launch over K/V of ``keys_per_head`` keys x HEADS heads (viewed as ``self.heads`` heads)."""
         split = self.ctas // self.heads
         keys = keys_per_head * HEADS // self.heads
-        shared = self.stages * 2 * self.block_n * ROW_BYTES
+        shared = self.stages * (2 * self.block_n * ROW_BYTES + 8) + 4  # stages, their mbarriers, the block's sum
         if self.ctas % self.heads or self.ctas % self.cluster or shared > SHARED_LIMIT:
             raise ValueError(f"{self.label()}: CTAs not a multiple of heads and cluster, or {shared} B of stages")
         defines = dict(THREADS=self.threads, STAGES=self.stages, BLOCK_N=self.block_n, ROW_BYTES=ROW_BYTES,
@@ -109,10 +110,27 @@ def streamer(stream: Stream, k, v, arch: str):
 
 
 def time_stream(stream: Stream, k, v, arch: str) -> float:
-    run, checked = streamer(stream, k, v, arch)
-    if not checked():
-        raise AssertionError(f"{stream.label()}: checksum differs from torch's")
-    return time_ms(run)
+    """Median ms of ``stream`` over ``k``/``v`` after a checksum check; nan (the error printed) where it fails, so
+    that one bad column does not cost the run."""
+    try:
+        run, checked = streamer(stream, k, v, arch)
+        if not checked():
+            raise AssertionError("checksum differs from torch's")
+        return time_ms(run)
+    except Exception as exc:  # (LaunchError, AssertionError: reported in the table as nan)
+        print(f"FAILED {stream.label()}: {exc}", flush=True)
+        return float("nan")
+
+
+def time_decode(q, k, v, out, tuning=None) -> float:
+    """Median ms of the decode kernel (the plan's choice, or ``tuning``) on q/k/v, several queries bottom-right
+    causal; nan (the error printed) where it fails."""
+    causal = q.shape[1] > 1
+    try:
+        return time_ms(ours(q, k, v, out, causal, tuning, alignment="bottom_right" if causal else "top_left"))
+    except Exception as exc:
+        print(f"FAILED decode {tuple(q.shape)} x {tuple(k.shape)}: {exc}", flush=True)
+        return float("nan")
 
 
 def rate_row(name: str, nbytes: int, ms: float, read: float, sum_ms: float) -> list:
@@ -129,7 +147,7 @@ def table_64mb(arch: str, read: float, gen) -> tuple[list, list]:
     for lq in (1, 16):
         q = torch.randn(1, lq, 32, 64, device="cuda", dtype=torch.bfloat16, generator=gen)
         o = torch.full_like(q, float("nan"))
-        ms = time_ms(ours(q, k, v, o, lq > 1, alignment="bottom_right" if lq > 1 else "top_left"))
+        ms = time_decode(q, k, v, o)
         rows.append(rate_row(f"decode kernel, plan: {lq} x 32k x 1, head dim 64", nbytes, ms, read, sum_ms))
     for stream in configs():
         rows.append(rate_row(stream.label(), nbytes, time_stream(stream, k, v, arch), read, sum_ms))
@@ -151,7 +169,11 @@ def table_sweep(arch: str, read: float, gen) -> tuple[list, list, list]:
     run, _ = streamer(empty, k0[:, :0], v0[:, :0], arch)
     summary = [f"an empty launch of the stream kernel (64 CTAs, cluster 8, no keys) in the same graph timing: "
                f"{time_ms(run) * 1e3:.1f} us"]
-    names = ["torch sum"] + [s.label() for s in SWEEP]
+    # the decode kernel on the tile its plan takes at 32k keys (KV_SPLIT 8: 64 CTAs), at every size
+    decoders = {f"decode kernel, {lq} queries, the 32k plan's tile": lq for lq in (1, 16)}
+    tunings = {lq: {d: decode_plans(torch.bfloat16, lq, KEYS, 1, 64, arch)[0].defines[d] for d in DECODE_TUNING}
+               for lq in decoders.values()}
+    names = ["torch sum"] + [s.label() for s in SWEEP] + list(decoders)
     times = {n: [] for n in names}
     for keys in SWEEP_KEYS:
         k, v = kv_pair(keys, gen)
@@ -159,6 +181,10 @@ def table_sweep(arch: str, read: float, gen) -> tuple[list, list, list]:
         times["torch sum"].append((flat.numel() * 4, time_ms(lambda: flat.sum())))
         for s in SWEEP:
             times[s.label()].append((flat.numel() * 4, time_stream(s, k, v, arch)))
+        for name, lq in decoders.items():
+            q = torch.randn(1, lq, 32, 64, device="cuda", dtype=torch.bfloat16, generator=gen)
+            o = torch.full_like(q, float("nan"))
+            times[name].append((flat.numel() * 4, time_decode(q, k, v, o, tunings[lq])))
         del k, v, flat
     header = ["reader"] + [f"{b / 2 ** 20:.0f} MB us (% of read)" for b, _ in times["torch sum"]] + [
         "fixed us (fit above L2)", "asymptotic TB/s (fit)"]
@@ -184,8 +210,10 @@ def small(arch: str) -> None:
     k, v = kv_pair(1000, gen)
     for s in (Stream(0, HEADS, 64, 8, 128, 64, 3), Stream(1, HEADS, 64, 8, 128, 32, 5), Stream(1, 1, 132, 1, 128, 64, 3),
               Stream(0, 1, 132, 1, 256, 128, 3)):
-        run, checked = streamer(s, k, v, arch)
-        print(s.label(), "checksum ok" if checked() else "CHECKSUM WRONG")
+        try:
+            print(s.label(), "checksum ok" if streamer(s, k, v, arch)[1]() else "CHECKSUM WRONG", flush=True)
+        except Exception as exc:
+            print(f"FAILED {s.label()}: {exc}", flush=True)
 
 
 def main():
@@ -196,7 +224,8 @@ def main():
     arch = device_arch(0)
     if args.small:
         return small(arch)
-    precompile([s.plan(KEYS) for s in configs() + list(SWEEP)], arch)
+    decode = [decode_plans(torch.bfloat16, lq, KEYS, 1, 64, arch)[0] for lq in (1, 16)]
+    precompile([s.plan(KEYS) for s in configs() + list(SWEEP)] + decode, arch)
     gen = torch.Generator(device="cuda").manual_seed(0)
     read = read_bandwidth()
     header, rows = table_64mb(arch, read, gen)

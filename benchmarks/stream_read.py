@@ -19,7 +19,7 @@ from typing import NamedTuple
 import torch
 
 from attention import ceilings, ours, read_bandwidth, time_ms, versions, write_report
-from attention_decode import DECODE_TUNING, decode_plans
+from attention_decode import DECODE_TUNING, MMA16_GROUPS8_CANDIDATES, decode_plans
 from trt_fusedattn.launcher import device_arch, launch, precompile
 from trt_fusedattn.launcher.plan import LaunchPlan
 
@@ -73,12 +73,16 @@ def configs() -> list[Stream]:
         c += [Stream(bulk, 1, 132, 1, 128, n, s) for n, s in ((64, 3), (64, 5), (64, 9), (128, 5))]
         c += [Stream(bulk, 1, 264, 1, 128, 64, s) for s in (3, 5)]
     c += [Stream(0, HEADS, 64, 8, 256, 64, 9), Stream(0, 1, 132, 1, 256, 64, 5)]
+    # session 10, second run: more threads issuing cp.async on the decode grid (256 of them were 1.5x 128's rate in
+    # attn-decode-2, at any depth), and bulk copies of 32 KB on 64 CTAs (16 KB ones ran 29.5 us, 8 KB ones 38)
+    c += [Stream(0, HEADS, 64, 8, t, n, s) for t, n, s in ((512, 64, 9), (1024, 64, 9), (512, 128, 5), (256, 128, 5))]
+    c += [Stream(1, 1, 64, 1, 128, 256, s) for s in (2, 3)] + [Stream(1, 1, 64, 8, 128, 256, 3)]
     return c
 
 
 SWEEP = (Stream(0, HEADS, 64, 8, 128, 64, 9), Stream(1, HEADS, 64, 8, 128, 64, 9), Stream(0, 1, 132, 1, 128, 64, 5),
          Stream(1, 1, 132, 1, 128, 64, 5))
-SWEEP_KEYS = (4096, 8192, 16384, 32768, 65536, 131072)
+SWEEP_KEYS = (512, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 L2_BYTES = 50 * 2 ** 20
 
 
@@ -173,6 +177,9 @@ def table_sweep(arch: str, read: float, gen) -> tuple[list, list, list]:
     decoders = {f"decode kernel, {lq} queries, the 32k plan's tile": lq for lq in (1, 16)}
     tunings = {lq: {d: decode_plans(torch.bfloat16, lq, KEYS, 1, 64, arch)[0].defines[d] for d in DECODE_TUNING}
                for lq in decoders.values()}
+    # and the 32k plan's 16-row tile on eight one-warp key groups (attention_decode.py --candidates groups)
+    decoders[f"decode kernel, 1 query, {MMA16_GROUPS8_CANDIDATES[0]}"] = 0
+    tunings[0] = {**tunings[1], "NUM_WARPS": 8, "WARP_SPLIT": 8}
     names = ["torch sum"] + [s.label() for s in SWEEP] + list(decoders)
     times = {n: [] for n in names}
     for keys in SWEEP_KEYS:
@@ -182,7 +189,7 @@ def table_sweep(arch: str, read: float, gen) -> tuple[list, list, list]:
         for s in SWEEP:
             times[s.label()].append((flat.numel() * 4, time_stream(s, k, v, arch)))
         for name, lq in decoders.items():
-            q = torch.randn(1, lq, 32, 64, device="cuda", dtype=torch.bfloat16, generator=gen)
+            q = torch.randn(1, max(lq, 1), 32, 64, device="cuda", dtype=torch.bfloat16, generator=gen)
             o = torch.full_like(q, float("nan"))
             times[name].append((flat.numel() * 4, time_decode(q, k, v, o, tunings[lq])))
         del k, v, flat
@@ -224,8 +231,9 @@ def main():
     arch = device_arch(0)
     if args.small:
         return small(arch)
-    decode = [decode_plans(torch.bfloat16, lq, KEYS, 1, 64, arch)[0] for lq in (1, 16)]
-    precompile([s.plan(KEYS) for s in configs() + list(SWEEP)] + decode, arch)
+    decode = [decode_plans(torch.bfloat16, lq, KEYS, 1, 64, arch, MMA16_GROUPS8_CANDIDATES[:1]) for lq in (1, 16)]
+    precompile([s.plan(KEYS) for s in configs() + list(SWEEP)] + [p for plan, _, more in decode for p in [plan, *more]],
+               arch)
     gen = torch.Generator(device="cuda").manual_seed(0)
     read = read_bandwidth()
     header, rows = table_64mb(arch, read, gen)

@@ -53,14 +53,8 @@ MMA16_V42_TUNING = {**MMA16_TUNING, "BLOCK_N": 16, "KV_STAGES": 2}
 # v7's head-dim-64 tile at 4k keys x batch 8, no gain at 32k x 1 on the H100; six stages timed the same as five, the
 # wgmma tiles with six stages and Q in registers lost)
 MMA16_RING_CANDIDATE = "mma.sync 16 rows, 4 groups x32, 5 stages"
-# session 10: eight one-warp groups (8 warps) x three or two stages: twice the warps issuing K/V copies on the
-# 64-CTA grid of batch 1, where every 64-CTA reader of ours (benchmarks/stream_read.py) stopped at the decode
-# kernel's rate
-MMA16_GROUPS8_CANDIDATES = ("mma.sync 16 rows, 8 groups x32, 3 stages", "mma.sync 16 rows, 8 groups x32, 2 stages")
 MMA16_ALL = {MMA16_CANDIDATE: MMA16_TUNING, MMA16_V42_CANDIDATE: MMA16_V42_TUNING,
-             MMA16_RING_CANDIDATE: {**MMA16_TUNING, "KV_STAGES": 5},
-             MMA16_GROUPS8_CANDIDATES[0]: {**MMA16_TUNING, "NUM_WARPS": 8, "WARP_SPLIT": 8},
-             MMA16_GROUPS8_CANDIDATES[1]: {**MMA16_TUNING, "NUM_WARPS": 8, "WARP_SPLIT": 8, "KV_STAGES": 2}}
+             MMA16_RING_CANDIDATE: {**MMA16_TUNING, "KV_STAGES": 5}}
 # the plan's choice by the rule before this session's (v6: v7's tiles off)
 PREVIOUS_RULE = "previous rule (v6)"
 
@@ -79,8 +73,6 @@ H200_COLUMNS = [_candidate_name(64, 3, 64, 2), MMA16_V42_CANDIDATE, MMA16_RING_C
 # --candidates grid (session 8): head dim 64's batch-4 grids (v6: 256 CTAs of one group x64 x3, 0.88-0.91x a plain
 # read of the same bytes at 32k/128k keys) on two an SM, on 128 CTAs, on 64 of three groups
 GRID_COLUMNS = [_candidate_name(256, 1, 64, 5), _candidate_name(128, 1, 128, 3), _candidate_name(64, 3, 128, 2)]
-# --candidates groups (session 10): the eight-group 16-row tiles, and the five-stage ring of four groups beside them
-GROUPS_COLUMNS = list(MMA16_GROUPS8_CANDIDATES) + [MMA16_RING_CANDIDATE]
 
 
 def decode_variants(plan, previous, candidates, rows: int, kv_heads_batch: int) -> dict:
@@ -212,14 +204,13 @@ def main():
     parser.add_argument("--head-dim", type=int, default=128, help="head dim of Q, K and V (default 128)")
     parser.add_argument("--quick", action="store_true", help="only the 4k and 32k key shapes")
     parser.add_argument("--keys", help="only these key lengths, comma-separated (e.g. 4096,32768,131072)")
-    parser.add_argument("--candidates", nargs="?", const="all", choices=("all", "h200", "grid", "groups"),
-                        help="also time the candidate tiles on grids that split: all of them, h200 (H200_COLUMNS), "
-                             "grid (GRID_COLUMNS) or groups (GROUPS_COLUMNS)")
+    parser.add_argument("--candidates", nargs="?", const="all", choices=("all", "h200", "grid"),
+                        help="also time the candidate tiles on grids that split: all of them, h200 (H200_COLUMNS) or "
+                             "grid (GRID_COLUMNS)")
     args = parser.parse_args()
     keys = {int(k) for k in args.keys.split(",")} if args.keys else {4096, 32768} if args.quick else None
     shapes = tuple(s for s in DECODE if keys is None or s[1] in keys)
-    candidates = {"all": CANDIDATE_COLUMNS, "h200": H200_COLUMNS, "grid": GRID_COLUMNS, "groups": GROUPS_COLUMNS,
-                  None: []}[args.candidates]
+    candidates = {"all": CANDIDATE_COLUMNS, "h200": H200_COLUMNS, "grid": GRID_COLUMNS, None: []}[args.candidates]
     header, rows, summary = decode(torch.bfloat16, args.head_dim, shapes, candidates)
     intro = (f"Decode, GQA 32 query / 8 K/V heads, head dim {args.head_dim}, bfloat16, BSHD; several queries attend "
              "bottom-right "

@@ -19,7 +19,7 @@ from typing import NamedTuple
 import torch
 
 from attention import ceilings, ours, read_bandwidth, time_ms, versions, write_report
-from attention_decode import DECODE_TUNING, MMA16_GROUPS8_CANDIDATES, decode_plans
+from attention_decode import DECODE_TUNING, decode_plans
 from trt_fusedattn.launcher import device_arch, launch, precompile
 from trt_fusedattn.launcher.plan import LaunchPlan
 
@@ -177,9 +177,6 @@ def table_sweep(arch: str, read: float, gen) -> tuple[list, list, list]:
     decoders = {f"decode kernel, {lq} queries, the 32k plan's tile": lq for lq in (1, 16)}
     tunings = {lq: {d: decode_plans(torch.bfloat16, lq, KEYS, 1, 64, arch)[0].defines[d] for d in DECODE_TUNING}
                for lq in decoders.values()}
-    # and the 32k plan's 16-row tile on eight one-warp key groups (attention_decode.py --candidates groups)
-    decoders[f"decode kernel, 1 query, {MMA16_GROUPS8_CANDIDATES[0]}"] = 0
-    tunings[0] = {**tunings[1], "NUM_WARPS": 8, "WARP_SPLIT": 8}
     names = ["torch sum"] + [s.label() for s in SWEEP] + list(decoders)
     times = {n: [] for n in names}
     for keys in SWEEP_KEYS:
@@ -189,7 +186,7 @@ def table_sweep(arch: str, read: float, gen) -> tuple[list, list, list]:
         for s in SWEEP:
             times[s.label()].append((flat.numel() * 4, time_stream(s, k, v, arch)))
         for name, lq in decoders.items():
-            q = torch.randn(1, max(lq, 1), 32, 64, device="cuda", dtype=torch.bfloat16, generator=gen)
+            q = torch.randn(1, lq, 32, 64, device="cuda", dtype=torch.bfloat16, generator=gen)
             o = torch.full_like(q, float("nan"))
             times[name].append((flat.numel() * 4, time_decode(q, k, v, o, tunings[lq])))
         del k, v, flat
@@ -231,9 +228,8 @@ def main():
     arch = device_arch(0)
     if args.small:
         return small(arch)
-    decode = [decode_plans(torch.bfloat16, lq, KEYS, 1, 64, arch, MMA16_GROUPS8_CANDIDATES[:1]) for lq in (1, 16)]
-    precompile([s.plan(KEYS) for s in configs() + list(SWEEP)] + [p for plan, _, more in decode for p in [plan, *more]],
-               arch)
+    decode = [decode_plans(torch.bfloat16, lq, KEYS, 1, 64, arch)[0] for lq in (1, 16)]
+    precompile([s.plan(KEYS) for s in configs() + list(SWEEP)] + decode, arch)
     gen = torch.Generator(device="cuda").manual_seed(0)
     read = read_bandwidth()
     header, rows = table_64mb(arch, read, gen)

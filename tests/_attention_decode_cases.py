@@ -32,11 +32,6 @@ STAGES3 = (("KV_STAGES", 3),)
 GROUPS4_16_X32 = (("WGMMA", 0), ("BLOCK_M", 16), ("NUM_WARPS", 4), ("BLOCK_N", 32), ("WARP_SPLIT", 4),
                   ("Q_IN_REGISTERS", 0)) + ONE_BLOCK
 
-# session 10: eight one-warp key groups of the 16-row tile (8 warps, 32-key tiles): twice the warps issuing K/V copies
-# and the bytes in flight of GROUPS4_16_X32 on one block an SM
-GROUPS8_16_X32 = (("WGMMA", 0), ("BLOCK_M", 16), ("NUM_WARPS", 8), ("BLOCK_N", 32), ("WARP_SPLIT", 8),
-                  ("Q_IN_REGISTERS", 0)) + ONE_BLOCK
-
 
 def _cases():
     llama = dict(heads_q=32, heads_kv=8, dim=128)
@@ -236,21 +231,6 @@ def _cases():
                       heads_kv=2, dim=64, dtype="float16", tuning=(("WGMMA", 1), ("BLOCK_M", 64), ("NUM_WARPS", 4),
                       ("BLOCK_N", 64), ("WARP_SPLIT", 1), ("KV_STAGES", 5), ("PACK_GQA", 4), ("KV_SPLIT", 2)),
                       small=True, **br),
-        # eight one-warp key groups (session 10): 64 parts over a cluster of 8 (uneven, a partial last tile; key lengths
-        # 0 and 1), two and three stages, split 2 causal, no split with key lengths, float16
-        AttentionCase("groups8-x32-3stages-hd64-split8-uneven-1x3001", len_q=1, len_kv=3001, heads_q=8, heads_kv=2,
-                      dim=64, tuning=GROUPS8_16_X32 + STAGES3 + (("PACK_GQA", 4), ("KV_SPLIT", 8)), small=True),
-        AttentionCase("groups8-x32-3stages-hd64-split8-keylen-0-and-1", batch=2, len_q=2, len_kv=1, heads_q=8,
-                      heads_kv=2, dim=64, key_lengths=True,
-                      tuning=GROUPS8_16_X32 + STAGES3 + (("PACK_GQA", 4), ("KV_SPLIT", 8)), small=True),
-        AttentionCase("groups8-x32-2stages-hd64-split2-3x2100-causal-br", len_q=3, len_kv=2100, heads_q=8, heads_kv=2,
-                      dim=64, tuning=GROUPS8_16_X32 + (("KV_STAGES", 2), ("PACK_GQA", 4), ("KV_SPLIT", 2)), small=True,
-                      **br),
-        AttentionCase("groups8-x32-3stages-hd64-nosplit-4x2500-causal-br-keylen-fp16", batch=3, len_q=4, len_kv=2500,
-                      heads_q=8, heads_kv=2, dim=64, dtype="float16", key_lengths=True,
-                      tuning=GROUPS8_16_X32 + STAGES3 + (("PACK_GQA", 4), ("KV_SPLIT", 1)), small=True, **br),
-        AttentionCase("groups8-x32-3stages-hd64-split8-1x40000", len_q=1, len_kv=40000, heads_q=32, heads_kv=8, dim=64,
-                      tuning=GROUPS8_16_X32 + STAGES3 + (("PACK_GQA", 4), ("KV_SPLIT", 8))),
         # key lengths 0 (batch 0) and 1 (the only key) over 8 CTAs x 4 key groups: 31 of the 32 parts see no key
         AttentionCase("groups4-split8-keylen-0-and-1", batch=2, len_q=2, len_kv=1, heads_q=8, heads_kv=2, dim=128,
                       key_lengths=True, tuning=GROUPS4_16 + (("PACK_GQA", 4), ("KV_SPLIT", 8)), small=True),

@@ -6,7 +6,9 @@
 // SPLIT equal parts, a K tile and a V tile of BLOCK_N rows a stage; STAGES - 1 stages in flight while one is read.
 // HEADS 1 makes each CTA's part one contiguous run of each tensor.
 // Compile-time: THREADS, STAGES, BLOCK_N, ROW_BYTES, HEADS, SPLIT, CLUSTER (CTAs of a cluster), BULK (0: cp.async,
-// 1: cp.async.bulk). Arguments: k, v (uint8), int32 keys, out [grid] uint32: the CTA's sum of its 32-bit words.
+// 1: cp.async.bulk of contiguous runs, 2: one 2D tensor copy a tile and tensor, by the tensor maps of K and V that
+// `maps` holds, host-encoded: a ceiling measurement, not the plugin ABI). Arguments: k, v (uint8), maps (two
+// CUtensorMap, unused unless BULK 2), int32 keys, out [grid] uint32: the CTA's sum of its 32-bit words.
 #include <stdint.h>
 
 #include "common/bulk_copy.cuh"
@@ -23,11 +25,19 @@ constexpr int64_t kKeyStride = int64_t(HEADS) * ROW_BYTES;
 constexpr int kRunRows = HEADS == 1 ? BLOCK_N : 1;
 static_assert(ROW_BYTES % 16 == 0 && THREADS % 32 == 0 && STAGES >= 2, "16-byte rows, whole warps, two stages");
 
-// Issue the `rows` rows of K and V from `k` and `v` (the tile's first row) into stage `stage`.
-__device__ __forceinline__ void load_stage(uint8_t* smem, uint32_t bars, const uint8_t* k, const uint8_t* v, int rows,
-                                           int stage) {
+// Issue the `rows` rows of K and V from `k` and `v` (the tile's first row: key `key` of head `head`) into stage
+// `stage`.
+__device__ __forceinline__ void load_stage(uint8_t* smem, uint32_t bars, const uint8_t* k, const uint8_t* v,
+                                           const uint8_t* maps, int head, int key, int rows, int stage) {
   const uint32_t dst = smem_addr(smem) + stage * kStageBytes;
-  if constexpr (BULK) {
+  if constexpr (BULK == 2) {
+    const uint32_t bar = bars + 8 * stage;
+    if (threadIdx.x == 0) {  // (a box past the keys' end lands zero-filled and counts whole)
+      mbarrier_arrive_expect_tx(bar, kStageBytes);
+      bulk_tensor_2d_to_shared(dst, maps, head * ROW_BYTES, key, bar);
+      bulk_tensor_2d_to_shared(dst + kTileBytes, maps + 128, head * ROW_BYTES, key, bar);
+    }
+  } else if constexpr (BULK) {
     const uint32_t bar = bars + 8 * stage;
     const int warp = threadIdx.x / 32;
     if (threadIdx.x == 0) mbarrier_arrive_expect_tx(bar, 2 * rows * ROW_BYTES);
@@ -60,7 +70,8 @@ __device__ __forceinline__ void load_stage(uint8_t* smem, uint32_t bars, const u
 #endif
 
 extern "C" __global__ void STREAM_CLUSTER __launch_bounds__(THREADS)
-    stream_read(const uint8_t* __restrict__ k, const uint8_t* __restrict__ v, int keys, uint32_t* __restrict__ out) {
+    stream_read(const uint8_t* __restrict__ k, const uint8_t* __restrict__ v, const uint8_t* __restrict__ maps, int keys,
+                uint32_t* __restrict__ out) {
   // all shared memory dynamic (the launcher opts in above 48 KB by the dynamic size alone): the stages, then one
   // mbarrier a stage, then the block's sum
   extern __shared__ __align__(128) uint8_t smem[];
@@ -83,8 +94,8 @@ extern "C" __global__ void STREAM_CLUSTER __launch_bounds__(THREADS)
   auto rows_of = [&](int t) { return static_cast<int>(min(int64_t(BLOCK_N), count - int64_t(t) * BLOCK_N)); };
   auto issue = [&](int t) {
     if (t < tiles) {
-      load_stage(smem, bars, k0 + int64_t(t) * BLOCK_N * kKeyStride, v0 + int64_t(t) * BLOCK_N * kKeyStride,
-                 rows_of(t), t % STAGES);
+      load_stage(smem, bars, k0 + int64_t(t) * BLOCK_N * kKeyStride, v0 + int64_t(t) * BLOCK_N * kKeyStride, maps,
+                 head, static_cast<int>(first) + t * BLOCK_N, rows_of(t), t % STAGES);
     } else if (!BULK) {
       cp_async_commit();  // an empty group keeps the wait count below uniform
     }

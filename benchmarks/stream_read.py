@@ -9,10 +9,12 @@ buffers in turn (nothing left in L2 by the previous call). Timing as benchmarks/
 
     python benchmarks/stream_read.py --out benchmarks/results/stream_read_h100.md
     python benchmarks/stream_read.py --small     # a few small checked runs (for compute-sanitizer)
+    python benchmarks/stream_read.py --tensor-maps   # only the 2D tensor-copy columns and their 64-CTA references
 """
 from __future__ import annotations
 
 import argparse
+import ctypes
 from pathlib import Path
 from typing import NamedTuple
 
@@ -30,7 +32,7 @@ SHARED_LIMIT = 227 * 1024
 
 class Stream(NamedTuple):
     """One streaming-read configuration: copy kind, layout, CTAs, cluster, threads, keys a tile, ring stages."""
-    bulk: int        # 1: cp.async.bulk (TMA unit), 0: cp.async 16 bytes a thread
+    bulk: int        # 0: cp.async 16 bytes a thread, 1: cp.async.bulk (TMA unit) of runs, 2: 2D tensor copies
     heads: int       # HEADS 8: the decode kernel's rows (128 bytes of one head, 1 KB apart); 1: contiguous runs
     ctas: int
     cluster: int
@@ -43,7 +45,7 @@ class Stream(NamedTuple):
         return (self.stages - 1) * 2 * self.block_n * ROW_BYTES // 1024
 
     def label(self) -> str:
-        kind = "bulk" if self.bulk else f"cp.async x{self.threads}"
+        kind = ("tensor map" if self.bulk == 2 else "bulk") if self.bulk else f"cp.async x{self.threads}"
         layout = "decode rows" if self.heads > 1 else "contiguous"
         return (f"{kind}, {layout}, {self.ctas} CTAs, cluster {self.cluster}, {self.block_n}-row tiles x "
                 f"{self.stages} stages ({self.in_flight_kb} KB in flight a CTA)")
@@ -77,7 +79,16 @@ def configs() -> list[Stream]:
     # attn-decode-2, at any depth), and bulk copies of 32 KB on 64 CTAs (16 KB ones ran 29.5 us, 8 KB ones 38)
     c += [Stream(0, HEADS, 64, 8, t, n, s) for t, n, s in ((512, 64, 9), (1024, 64, 9), (512, 128, 5), (256, 128, 5))]
     c += [Stream(1, 1, 64, 1, 128, 256, s) for s in (2, 3)] + [Stream(1, 1, 64, 8, 128, 256, 3)]
-    return c
+    return c + TENSOR_CONFIGS
+
+
+# the decode rows by one 2D tensor copy a tile and tensor (the TMA unit walks the 1 KB row stride): whether the 32 KB
+# copies' rate on 64 CTAs (attn-decode-3) holds for the decode kernel's own layout
+TENSOR_CONFIGS = [Stream(2, HEADS, 64, 8, 128, n, s) for n, s in ((64, 5), (64, 9), (128, 3), (128, 5), (256, 2),
+                                                                  (256, 3))] + [
+    Stream(2, HEADS, 64, 1, 128, 128, 5), Stream(2, HEADS, 128, 1, 128, 128, 3), Stream(2, HEADS, 128, 8, 128, 64, 5)]
+# attn-decode-3's fastest 64-CTA readers (32 KB contiguous bulk copies), beside them in --tensor-maps
+TENSOR_REFERENCES = [Stream(1, 1, 64, 1, 128, 256, 3), Stream(1, 1, 64, 8, 128, 256, 3)]
 
 
 SWEEP = (Stream(0, HEADS, 64, 8, 128, 64, 9), Stream(1, HEADS, 64, 8, 128, 64, 9), Stream(0, 1, 132, 1, 128, 64, 5),
@@ -92,6 +103,26 @@ def kv_pair(keys: int, gen) -> tuple[torch.Tensor, torch.Tensor]:
                  for _ in range(2))
 
 
+def tensor_maps(k, v, block_n: int) -> torch.Tensor:
+    """The CUtensorMaps of K and V (each 128 bytes, on the device) as the driver encodes them: bytes of [keys][HEADS *
+    ROW_BYTES], boxes of ROW_BYTES x ``block_n`` (one head's rows of a tile), no swizzle, L2 promotion 256 B."""
+    lib = ctypes.CDLL("libcuda.so.1")
+    lib.cuTensorMapEncodeTiled.restype = ctypes.c_int
+    encoded = []
+    for t in (k, v):
+        buf = (ctypes.c_uint8 * 192)()
+        addr = (ctypes.addressof(buf) + 63) // 64 * 64  # (CUtensorMap is 64-byte aligned)
+        err = lib.cuTensorMapEncodeTiled(
+            ctypes.c_void_p(addr), ctypes.c_int(0), ctypes.c_uint32(2), ctypes.c_void_p(t.data_ptr()),  # UINT8, rank 2
+            (ctypes.c_uint64 * 2)(HEADS * ROW_BYTES, t.shape[1]), (ctypes.c_uint64 * 1)(HEADS * ROW_BYTES),
+            (ctypes.c_uint32 * 2)(ROW_BYTES, block_n), (ctypes.c_uint32 * 2)(1, 1),
+            ctypes.c_int(0), ctypes.c_int(0), ctypes.c_int(3), ctypes.c_int(0))  # interleave, swizzle none, L2 256B, fill
+        if err:
+            raise RuntimeError(f"cuTensorMapEncodeTiled failed: CUresult {err}")
+        encoded.append(torch.frombuffer(bytearray(ctypes.string_at(addr, 128)), dtype=torch.uint8))
+    return torch.cat(encoded).cuda()
+
+
 def word_sum(*tensors) -> int:
     """The sum of the tensors' 32-bit words mod 2^32 (the kernel's checksum)."""
     return sum(int(t.view(torch.int32).to(torch.int64).sum()) for t in tensors) % 2 ** 32
@@ -101,7 +132,8 @@ def streamer(stream: Stream, k, v, arch: str):
     """(launch closure, checksum test) of ``stream`` over ``k``/``v``."""
     plan = stream.plan(k.shape[1])
     out = torch.full((stream.ctas,), 0x7FC00000, device="cuda", dtype=torch.int32)  # poisoned
-    args = [k.data_ptr(), v.data_ptr()]
+    maps = tensor_maps(k, v, stream.block_n) if stream.bulk == 2 else k
+    args = [k.data_ptr(), v.data_ptr(), maps.data_ptr()]
 
     def run():
         launch(plan, arch, args, [out.data_ptr()], stream=torch.cuda.current_stream().cuda_stream)
@@ -142,7 +174,7 @@ def rate_row(name: str, nbytes: int, ms: float, read: float, sum_ms: float) -> l
             f"{sum_ms / ms:.2f}"]
 
 
-def table_64mb(arch: str, read: float, gen) -> tuple[list, list]:
+def table_64mb(arch: str, read: float, gen, streams: list) -> tuple[list, list]:
     k, v = kv_pair(KEYS, gen)
     nbytes = 2 * k.numel() * 2
     flat = torch.cat([k.view(-1), v.view(-1)]).view(torch.float32)
@@ -153,7 +185,7 @@ def table_64mb(arch: str, read: float, gen) -> tuple[list, list]:
         o = torch.full_like(q, float("nan"))
         ms = time_decode(q, k, v, o)
         rows.append(rate_row(f"decode kernel, plan: {lq} x 32k x 1, head dim 64", nbytes, ms, read, sum_ms))
-    for stream in configs():
+    for stream in streams:
         rows.append(rate_row(stream.label(), nbytes, time_stream(stream, k, v, arch), read, sum_ms))
         print(" | ".join(rows[-1]), flush=True)
     return ["what reads the 64 MB", "us", "TB/s", "% of 1 GiB read", "torch sum / it"], rows
@@ -213,7 +245,7 @@ def small(arch: str) -> None:
     gen = torch.Generator(device="cuda").manual_seed(1)
     k, v = kv_pair(1000, gen)
     for s in (Stream(0, HEADS, 64, 8, 128, 64, 3), Stream(1, HEADS, 64, 8, 128, 32, 5), Stream(1, 1, 132, 1, 128, 64, 3),
-              Stream(0, 1, 132, 1, 256, 128, 3)):
+              Stream(0, 1, 132, 1, 256, 128, 3), Stream(2, HEADS, 64, 8, 128, 64, 3), Stream(2, HEADS, 64, 8, 128, 128, 2)):
         try:
             print(s.label(), "checksum ok" if streamer(s, k, v, arch)[1]() else "CHECKSUM WRONG", flush=True)
         except Exception as exc:
@@ -224,21 +256,25 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="markdown file for the tables")
     parser.add_argument("--small", action="store_true", help="only a few small checked runs")
+    parser.add_argument("--tensor-maps", action="store_true",
+                        help="only the 64 MB table's tensor-map columns beside the 32 KB contiguous bulk copies")
     args = parser.parse_args()
     arch = device_arch(0)
     if args.small:
         return small(arch)
+    streams = TENSOR_CONFIGS + TENSOR_REFERENCES if args.tensor_maps else configs()
     decode = [decode_plans(torch.bfloat16, lq, KEYS, 1, 64, arch)[0] for lq in (1, 16)]
-    precompile([s.plan(KEYS) for s in configs() + list(SWEEP)] + decode, arch)
+    precompile([s.plan(KEYS) for s in streams + ([] if args.tensor_maps else list(SWEEP))] + decode, arch)
     gen = torch.Generator(device="cuda").manual_seed(0)
     read = read_bandwidth()
-    header, rows = table_64mb(arch, read, gen)
-    sweep_header, sweep_rows, summary = table_sweep(arch, read, gen)
     head = (f"# Streaming-read ceiling of decode K/V\n\n{versions()}\n\n{ceilings()}\n\n"
             f"{' '.join(__doc__.split(chr(10) + chr(10))[0].split())}\n\ndevice read {read:.2f} TB/s (sum of 1 GiB "
             "float32, same run)\n\n")
+    header, rows = table_64mb(arch, read, gen, streams)
     report = write_report(head, header, rows, [], None)
-    report += "\n\n" + write_report("", sweep_header, sweep_rows, summary, None)
+    if not args.tensor_maps:
+        sweep_header, sweep_rows, summary = table_sweep(arch, read, gen)
+        report += "\n\n" + write_report("", sweep_header, sweep_rows, summary, None)
     if args.out:
         Path(args.out).write_text(report + "\n")
     print(report)

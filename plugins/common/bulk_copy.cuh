@@ -11,3 +11,11 @@ __device__ __forceinline__ void bulk_copy_to_shared(uint32_t dst, const void* sr
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
                ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
+
+// cp.async.bulk.tensor (sm_90), 2D tile mode: the box at element coordinates (c0 inner, c1 outer) of the tensor map at
+// the global address `map` (a CUtensorMap: its box, strides and element type) into this CTA's shared address `dst`,
+// counted as the box's bytes on the mbarrier `bar`. One instruction moves a box of rows that lie apart in memory.
+__device__ __forceinline__ void bulk_tensor_2d_to_shared(uint32_t dst, const void* map, int c0, int c1, uint32_t bar) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+               ::"r"(dst), "l"(map), "r"(c0), "r"(c1), "r"(bar) : "memory");
+}

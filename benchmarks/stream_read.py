@@ -133,10 +133,10 @@ def streamer(stream: Stream, k, v, arch: str):
     plan = stream.plan(k.shape[1])
     out = torch.full((stream.ctas,), 0x7FC00000, device="cuda", dtype=torch.int32)  # poisoned
     maps = tensor_maps(k, v, stream.block_n) if stream.bulk == 2 else k
-    args = [k.data_ptr(), v.data_ptr(), maps.data_ptr()]
 
-    def run():
-        launch(plan, arch, args, [out.data_ptr()], stream=torch.cuda.current_stream().cuda_stream)
+    def run():  # (reads maps' pointer each call: the closure keeps the tensor maps' buffer alive while it is in use)
+        launch(plan, arch, [k.data_ptr(), v.data_ptr(), maps.data_ptr()], [out.data_ptr()],
+               stream=torch.cuda.current_stream().cuda_stream)
 
     def checked() -> bool:
         out.fill_(0x7FC00000)
@@ -262,7 +262,7 @@ def main():
     arch = device_arch(0)
     if args.small:
         return small(arch)
-    streams = TENSOR_CONFIGS + TENSOR_REFERENCES if args.tensor_maps else configs()
+    streams = TENSOR_REFERENCES + TENSOR_CONFIGS if args.tensor_maps else configs()
     decode = [decode_plans(torch.bfloat16, lq, KEYS, 1, 64, arch)[0] for lq in (1, 16)]
     precompile([s.plan(KEYS) for s in streams + ([] if args.tensor_maps else list(SWEEP))] + decode, arch)
     gen = torch.Generator(device="cuda").manual_seed(0)

@@ -1,5 +1,5 @@
 """The read ceiling of decode-sized K/V (issue 10 item 2, session 10): a streaming read of ours (benchmarks/stream_read.cu:
-a ring of shared-memory stages loaded by cp.async or cp.async.bulk, as the decode kernel loads) over the 64 MB K/V of
+a ring of shared-memory stages loaded by cp.async or cp.async.bulk, as the decode kernel loads, or by 2D tensor copies) over the 64 MB K/V of
 head dim 64 x 32k keys x 8 K/V heads, by CTA count (64: batch 1's 8 K/V heads x 8-CTA clusters; 132: one an SM),
 layout (the decode kernel's 128-byte rows of a head, or one contiguous run a CTA), copy kind and bytes in flight a
 CTA; beside a torch sum of the same bytes, the decode kernel's plan on those K/V and the 1 GiB read. Then the same

@@ -10,6 +10,7 @@ buffers in turn (nothing left in L2 by the previous call). Timing as benchmarks/
     python benchmarks/stream_read.py --out benchmarks/results/stream_read_h100.md
     python benchmarks/stream_read.py --small     # a few small checked runs (for compute-sanitizer)
     python benchmarks/stream_read.py --tensor-maps   # only the 2D tensor-copy columns and their 64-CTA references
+    python benchmarks/stream_read.py --device-maps   # tensor maps written on the device: cost, and the 64 MB columns
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from trt_fusedattn.launcher.plan import LaunchPlan
 SOURCE = Path(__file__).resolve().parent / "stream_read.cu"
 HEADS, ROW_BYTES, KEYS = 8, 128, 32768  # head dim 64 bf16 K/V of batch 1 x 32k keys: 64 MB with V
 SHARED_LIMIT = 227 * 1024
+ONE_CTA_AN_SM = 116 * 1024  # two CTAs of it (+ 1 KB reserved each) exceed an H100 / H200 SM's 228 KB
 
 
 class Stream(NamedTuple):
@@ -39,14 +41,19 @@ class Stream(NamedTuple):
     threads: int
     block_n: int
     stages: int
+    device_map: int = 0  # tensor copies' maps: 0 host-encoded, 1 written on the device in place, 2 built in shared
+    l2_promotion: int = 3  # host-encoded maps' CUtensorMapL2promotion (3: 256 B; the device writes none: 0)
 
     @property
     def in_flight_kb(self) -> int:
         return (self.stages - 1) * 2 * self.block_n * ROW_BYTES // 1024
 
     def label(self) -> str:
-        kind = ("tensor map" if self.bulk == 2 else "bulk") if self.bulk else f"cp.async x{self.threads}"
+        maps = ("tensor map", "device map (in place)", "device map (shared, copied)")[self.device_map]
+        kind = (maps if self.bulk == 2 else "bulk") if self.bulk else f"cp.async x{self.threads}"
         layout = "decode rows" if self.heads > 1 else "contiguous"
+        if self.bulk == 2 and not self.device_map and self.l2_promotion != 3:
+            kind += ", no L2 promotion"
         return (f"{kind}, {layout}, {self.ctas} CTAs, cluster {self.cluster}, {self.block_n}-row tiles x "
                 f"{self.stages} stages ({self.in_flight_kb} KB in flight a CTA)")
 
@@ -55,10 +62,12 @@ class Stream(NamedTuple):
         split = self.ctas // self.heads
         keys = keys_per_head * HEADS // self.heads
         shared = self.stages * (2 * self.block_n * ROW_BYTES + 8) + 4  # stages, their mbarriers, the block's sum
+        if self.device_map:  # (+ the maps' build area) above half an SM's: one CTA an SM owns its per-SM map slot
+            shared = max(shared + 256 * (self.device_map == 2), ONE_CTA_AN_SM)
         if self.ctas % self.heads or self.ctas % self.cluster or shared > SHARED_LIMIT:
             raise ValueError(f"{self.label()}: CTAs not a multiple of heads and cluster, or {shared} B of stages")
         defines = dict(THREADS=self.threads, STAGES=self.stages, BLOCK_N=self.block_n, ROW_BYTES=ROW_BYTES,
-                       HEADS=self.heads, SPLIT=split, CLUSTER=self.cluster, BULK=self.bulk)
+                       HEADS=self.heads, SPLIT=split, CLUSTER=self.cluster, BULK=self.bulk, DEVICE_MAP=self.device_map)
         return LaunchPlan(SOURCE, "stream_read", defines, (self.ctas, 1, 1), (self.threads, 1, 1), shared, (keys,))
 
 
@@ -91,6 +100,17 @@ TENSOR_CONFIGS = [Stream(2, HEADS, 64, 8, 128, n, s) for n, s in ((64, 5), (64, 
 TENSOR_REFERENCES = [Stream(1, 1, 64, 1, 128, 256, 3), Stream(1, 1, 64, 8, 128, 256, 3)]
 
 
+# tensor maps written on the device (session 10, third run): the best host-map columns of attn-decode-5 again, each
+# beside the same host map without L2 promotion (as the device writes it) and its two device-written twins (in place in
+# the per-SM slot; built in shared memory and copied there)
+DEVICE_MAP_BASES = [Stream(2, HEADS, 64, 8, 128, n, s) for n, s in ((128, 3), (128, 5), (256, 3))] + [
+    Stream(2, HEADS, 64, 1, 128, 128, 5)]
+DEVICE_MAP_CONFIGS = [b._replace(device_map=d, l2_promotion=p) for b in DEVICE_MAP_BASES
+                      for d, p in ((0, 3), (0, 0), (1, 0), (2, 0))]
+# what writing + fencing the maps costs a launch: one configuration's three map sources by K/V size, 0 keys included
+COST_BASE, COST_KEYS = Stream(2, HEADS, 64, 8, 128, 128, 5), (0, 512, 4096, 32768, 65536)
+
+
 SWEEP = (Stream(0, HEADS, 64, 8, 128, 64, 9), Stream(1, HEADS, 64, 8, 128, 64, 9), Stream(0, 1, 132, 1, 128, 64, 5),
          Stream(1, 1, 132, 1, 128, 64, 5))
 SWEEP_KEYS = (512, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
@@ -103,9 +123,9 @@ def kv_pair(keys: int, gen) -> tuple[torch.Tensor, torch.Tensor]:
                  for _ in range(2))
 
 
-def tensor_maps(k, v, block_n: int) -> torch.Tensor:
+def tensor_maps(k, v, block_n: int, l2_promotion: int) -> torch.Tensor:
     """The CUtensorMaps of K and V (each 128 bytes, on the device) as the driver encodes them: bytes of [keys][HEADS *
-    ROW_BYTES], boxes of ROW_BYTES x ``block_n`` (one head's rows of a tile), no swizzle, L2 promotion 256 B."""
+    ROW_BYTES], boxes of ROW_BYTES x ``block_n`` (one head's rows of a tile), no swizzle, ``l2_promotion``."""
     lib = ctypes.CDLL("libcuda.so.1")
     lib.cuTensorMapEncodeTiled.restype = ctypes.c_int
     encoded = []
@@ -114,9 +134,10 @@ def tensor_maps(k, v, block_n: int) -> torch.Tensor:
         addr = (ctypes.addressof(buf) + 63) // 64 * 64  # (CUtensorMap is 64-byte aligned)
         err = lib.cuTensorMapEncodeTiled(
             ctypes.c_void_p(addr), ctypes.c_int(0), ctypes.c_uint32(2), ctypes.c_void_p(t.data_ptr()),  # UINT8, rank 2
-            (ctypes.c_uint64 * 2)(HEADS * ROW_BYTES, t.shape[1]), (ctypes.c_uint64 * 1)(HEADS * ROW_BYTES),
+            (ctypes.c_uint64 * 2)(HEADS * ROW_BYTES, max(t.shape[1], 1)),  # (0 keys: no copy reads the map)
+            (ctypes.c_uint64 * 1)(HEADS * ROW_BYTES),
             (ctypes.c_uint32 * 2)(ROW_BYTES, block_n), (ctypes.c_uint32 * 2)(1, 1),
-            ctypes.c_int(0), ctypes.c_int(0), ctypes.c_int(3), ctypes.c_int(0))  # interleave, swizzle none, L2 256B, fill
+            ctypes.c_int(0), ctypes.c_int(0), ctypes.c_int(l2_promotion), ctypes.c_int(0))  # interleave, swizzle, fill
         if err:
             raise RuntimeError(f"cuTensorMapEncodeTiled failed: CUresult {err}")
         encoded.append(torch.frombuffer(bytearray(ctypes.string_at(addr, 128)), dtype=torch.uint8))
@@ -132,15 +153,16 @@ def streamer(stream: Stream, k, v, arch: str):
     """(launch closure, checksum test) of ``stream`` over ``k``/``v``."""
     plan = stream.plan(k.shape[1])
     out = torch.full((stream.ctas,), 0x7FC00000, device="cuda", dtype=torch.int32)  # poisoned
-    maps = tensor_maps(k, v, stream.block_n) if stream.bulk == 2 else k
+    maps = tensor_maps(k, v, stream.block_n, stream.l2_promotion) if stream.bulk == 2 and not stream.device_map else k
 
     def run():  # (reads maps' pointer each call: the closure keeps the tensor maps' buffer alive while it is in use)
         launch(plan, arch, [k.data_ptr(), v.data_ptr(), maps.data_ptr()], [out.data_ptr()],
                stream=torch.cuda.current_stream().cuda_stream)
 
-    def checked() -> bool:
-        out.fill_(0x7FC00000)
-        run()
+    def checked(launch: bool = True) -> bool:  # (launch False: what the last launch wrote)
+        if launch:
+            out.fill_(0x7FC00000)
+            run()
         return int(out.to(torch.int64).sum()) % 2 ** 32 == word_sum(k, v)
     return run, checked
 
@@ -240,16 +262,60 @@ def table_sweep(arch: str, read: float, gen) -> tuple[list, list, list]:
     return header, rows, summary
 
 
+def table_map_cost(arch: str, read: float, gen) -> tuple[list, list, list]:
+    """COST_BASE with each map source by K/V size: us, and the device maps' extra us over the host-encoded maps."""
+    streams = [COST_BASE._replace(device_map=d, l2_promotion=p) for d, p in ((0, 3), (0, 0), (1, 0), (2, 0))]
+    times = {s: [] for s in streams}
+    for keys in COST_KEYS:
+        k, v = (t[:, :keys] for t in kv_pair(max(keys, 1), gen))  # (0 keys: a view with a real address for the map)
+        for s in streams:
+            times[s].append((2 * k.numel() * 2, time_stream(s, k, v, arch)))
+        del k, v
+    header = ["maps"] + [f"{keys} keys ({2 * keys * HEADS * ROW_BYTES / 2 ** 20:g} MB) us" for keys in COST_KEYS] + [
+        "fixed us (fit 64-128 MB)", "TB/s (fit)"]
+    rows = []
+    for s in streams:
+        fixed, rate = line_fit([(b, t) for b, t in times[s] if b > L2_BYTES])
+        rows.append([s.label()] + [f"{t * 1e3:.2f}" for _, t in times[s]] + [f"{fixed:.1f}", f"{rate:.2f}"])
+    host = times[streams[0]]
+    summary = [f"{s.label()}, minus the host map (L2 promotion 256 B): " + ", ".join(
+        f"{(t - h) * 1e3:+.2f} us at {keys} keys" for keys, (_, t), (_, h) in zip(COST_KEYS, times[s], host))
+        for s in streams[1:]]
+    return header, rows, summary
+
+
+def slot_reuse_checks(arch: str) -> None:
+    """The per-SM slots under reuse: device-map launches over two K/V of different sizes alternated (each launch's
+    checksum checked: a stale map would read the other tensors), then both launched together from two streams."""
+    gen = torch.Generator(device="cuda").manual_seed(2)
+    pairs = [kv_pair(1000, gen), kv_pair(777, gen)]
+    for stream in (Stream(2, HEADS, 64, 8, 128, 64, 3, 1), Stream(2, HEADS, 64, 8, 128, 128, 2, 2)):
+        runs = [streamer(stream, k, v, arch) for k, v in pairs]
+        alternated = all(runs[i % 2][1]() for i in range(8))
+        streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+        torch.cuda.synchronize()
+        for i in range(40):  # (the closures launch on the current stream; each stream's launches write its own out)
+            with torch.cuda.stream(streams[i % 2]):
+                runs[i % 2][0]()
+        torch.cuda.synchronize()
+        concurrent = all(checked(launch=False) for _, checked in runs)
+        print(f"{stream.label()}: alternated K/V {'checksums ok' if alternated else 'CHECKSUM WRONG'}, two streams "
+              f"{'checksums ok' if concurrent else 'CHECKSUM WRONG'}", flush=True)
+
+
 def small(arch: str) -> None:
     """Checked runs on small K/V (uneven parts, a partial last tile) for compute-sanitizer."""
     gen = torch.Generator(device="cuda").manual_seed(1)
     k, v = kv_pair(1000, gen)
     for s in (Stream(0, HEADS, 64, 8, 128, 64, 3), Stream(1, HEADS, 64, 8, 128, 32, 5), Stream(1, 1, 132, 1, 128, 64, 3),
-              Stream(0, 1, 132, 1, 256, 128, 3), Stream(2, HEADS, 64, 8, 128, 64, 3), Stream(2, HEADS, 64, 8, 128, 128, 2)):
+              Stream(0, 1, 132, 1, 256, 128, 3), Stream(2, HEADS, 64, 8, 128, 64, 3), Stream(2, HEADS, 64, 8, 128, 128, 2),
+              Stream(2, HEADS, 64, 8, 128, 64, 3, 1), Stream(2, HEADS, 64, 8, 128, 128, 2, 2),
+              Stream(2, HEADS, 64, 1, 128, 128, 2, 1)):
         try:
             print(s.label(), "checksum ok" if streamer(s, k, v, arch)[1]() else "CHECKSUM WRONG", flush=True)
         except Exception as exc:
             print(f"FAILED {s.label()}: {exc}", flush=True)
+    slot_reuse_checks(arch)
 
 
 def main():
@@ -258,21 +324,30 @@ def main():
     parser.add_argument("--small", action="store_true", help="only a few small checked runs")
     parser.add_argument("--tensor-maps", action="store_true",
                         help="only the 64 MB table's tensor-map columns beside the 32 KB contiguous bulk copies")
+    parser.add_argument("--device-maps", action="store_true",
+                        help="only the device-written tensor maps: their cost by size, then the 64 MB columns beside "
+                             "the host-encoded maps and the 32 KB contiguous bulk copies")
     args = parser.parse_args()
     arch = device_arch(0)
     if args.small:
         return small(arch)
-    streams = TENSOR_REFERENCES + TENSOR_CONFIGS if args.tensor_maps else configs()
+    only = args.tensor_maps or args.device_maps
+    streams = (TENSOR_REFERENCES + (DEVICE_MAP_CONFIGS if args.device_maps else TENSOR_CONFIGS) if only else
+               configs())
     decode = [decode_plans(torch.bfloat16, lq, KEYS, 1, 64, arch)[0] for lq in (1, 16)]
-    precompile([s.plan(KEYS) for s in streams + ([] if args.tensor_maps else list(SWEEP))] + decode, arch)
+    precompile([s.plan(KEYS) for s in streams + ([] if only else list(SWEEP))] + decode, arch)
     gen = torch.Generator(device="cuda").manual_seed(0)
     read = read_bandwidth()
     head = (f"# Streaming-read ceiling of decode K/V\n\n{versions()}\n\n{ceilings()}\n\n"
             f"{' '.join(__doc__.split(chr(10) + chr(10))[0].split())}\n\ndevice read {read:.2f} TB/s (sum of 1 GiB "
             "float32, same run)\n\n")
+    report = head
+    if args.device_maps:
+        report = write_report(head, *table_map_cost(arch, read, gen), None) + "\n\n"
+        print(report, flush=True)
     header, rows = table_64mb(arch, read, gen, streams)
-    report = write_report(head, header, rows, [], None)
-    if not args.tensor_maps:
+    report = write_report(report, header, rows, [], None)
+    if not only:
         sweep_header, sweep_rows, summary = table_sweep(arch, read, gen)
         report += "\n\n" + write_report("", sweep_header, sweep_rows, summary, None)
     if args.out:

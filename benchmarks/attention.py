@@ -260,13 +260,17 @@ def deployment(dtype, variants, method: Method, nvml=None, only: str = "") -> tu
 
 def grid_parser(description: str, quick: str, variants: str) -> argparse.ArgumentParser:
     """The grid flags of both attention benchmarks (this one and attention_fp8.py): --out, --quick (help ``quick``),
-    --seqs, --dims, --variants (help ``variants``)."""
+    --seqs, --dims, --variants (help ``variants``), --timing, --clocks."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--out", help="markdown file for the table")
     parser.add_argument("--quick", action="store_true", help=quick)
     parser.add_argument("--seqs", default="", help="comma-separated sequence lengths instead of 512..16384")
     parser.add_argument("--dims", default="64,128,256", help="head dims of the grid")
     parser.add_argument("--variants", default="", help=variants)
+    parser.add_argument("--timing", choices=sorted(METHODS), default="sustained",
+                        help="how a point's columns are timed (benchmarks/timing.py); sequential: the method of the "
+                             "tables before session 10")
+    parser.add_argument("--clocks", action="store_true", help="a column of each column's median SM clock (NVML)")
     return parser
 
 
@@ -292,10 +296,6 @@ def main():
                          "tuning variants to time, e.g. 128:WGMMA=1,64:WGMMA=0")
     parser.add_argument("--deployment", action="store_true", help="issue 10's deployment shapes instead of the grid")
     parser.add_argument("--dtypes", default="", help="comma-separated grid dtypes (bfloat16,float16) instead of both")
-    parser.add_argument("--timing", choices=sorted(METHODS), default="sustained",
-                        help="how a point's columns are timed (benchmarks/timing.py); sequential: the method of the "
-                             "tables before session 10")
-    parser.add_argument("--clocks", action="store_true", help="a column of each column's median SM clock (NVML)")
     parser.add_argument("--only", default="", help="--deployment: only the shapes whose name contains this")
     args = parser.parse_args()
     dtypes = (tuple(getattr(torch, x) for x in args.dtypes.split(",")) if args.dtypes

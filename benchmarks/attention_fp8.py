@@ -5,12 +5,14 @@ Grid (default): batch * seq = 16k tokens, hidden 2048 (head dim 64 -> 32 heads, 
 not, seq 512..16k. Inputs: N(0, 1) (and with ``--outliers`` heavy-tailed with 0.1% outliers) quantized per tensor with
 scale = amax / 448; P with p_scale 1/448. cuDNN's FP8 SDPA on Hopper writes an FP8 O, so "ours e4m3" (O quantized
 with the same output scale) is the like-for-like column; "ours fp16" writes float16. Timings: CUDA-graph replays,
-median (benchmarks/attention.py's time_ms); FLOPs 4 * B * H * S^2 * D, halved when causal. Error (seq <= --error-max-seq,
+a point's columns timed together by --timing (benchmarks/timing.py: "sustained" by default, each column replayed
+alone before its timed replays, as the H100's power cap makes a column's clock depend on what ran before it);
+FLOPs 4 * B * H * S^2 * D, halved when causal. Error (seq <= --error-max-seq,
 batch 0): RMSE and max |err| / max |ref| of the dequantized outputs against float64 attention of the unquantized
 inputs.
 
     python benchmarks/attention_fp8.py --out benchmarks/results/attention_fp8_h100.md [--quick] [--seqs 2048,8192]
-        [--dims 64,128,256] [--variants 128:KV_STAGES=2,...] [--fp8-only]
+        [--dims 64,128,256] [--variants 128:KV_STAGES=2,...] [--fp8-only] [--timing sustained|sequential] [--clocks]
 """
 from __future__ import annotations
 
@@ -18,8 +20,10 @@ import math
 
 import torch
 
-from attention import (HIDDEN, TOKENS, grid_parser, grid_seqs, ours, parse_variants, time_ms, torch_backends, versions,
-                       write_report)
+from attention import (HIDDEN, TOKENS, grid_parser, grid_seqs, ours, parse_variants, time_ms, timed_columns,
+                       torch_backend_calls, variant_name, versions, write_report)
+from nvml_lib import Nvml
+from timing import METHODS, Method
 from trt_fusedattn.fp8 import E4M3_MAX
 from trt_fusedattn.launcher import device_arch, launch, precompile
 from trt_fusedattn.plugins.attention.contract import FUSED_ATTENTION
@@ -145,12 +149,27 @@ def fp8_gemm_ceiling() -> str:
     return f"measured ceiling: fp8 GEMM 8192^3 {2 * 8192 ** 3 / ms / 1e9:.0f} TFLOP/s (torch._scaled_mm)"
 
 
-def grid(dims, seqs, causals, variants, arch, error_max_seq: int, outliers: bool, on_row, fp8_only: bool = False):
-    """The grid's rows (``on_row(header, rows)`` after each, so a crash keeps what was measured) and a summary;
-    ``fp8_only`` leaves the 16-bit columns (ours fp16-out, ours BF16, torch) empty, for short GPU jobs."""
+def cudnn_fp8_if_built(problem: FP8Problem, out: torch.Tensor, where: str):
+    """cudnn_fp8's closure after one checked call, or None (the reason printed) where this cuDNN cannot run it."""
+    try:
+        run = cudnn_fp8(problem, out)
+        run()
+        torch.cuda.synchronize()
+        return run
+    except Exception as exc:  # a cuDNN that cannot build this graph: the table says nan, the log says why
+        print(f"cuDNN FP8 {where}: {type(exc).__name__}: {exc}".splitlines()[0])
+        return None
+
+
+def grid(dims, seqs, causals, variants, arch, error_max_seq: int, outliers: bool, on_row, fp8_only: bool = False,
+         method: Method = METHODS["sustained"], nvml=None):
+    """The grid's rows (``on_row(header, rows)`` after each, so a crash keeps what was measured) and a summary, each
+    point's columns timed together by ``method`` (with ``nvml`` a column of their median SM clocks); ``fp8_only``
+    leaves the 16-bit columns (ours fp16-out, ours BF16, torch) empty, for short GPU jobs."""
     header = ["hd", "causal", "seq", "ours e4m3 TFLOP/s", "cuDNN FP8", "ours/cuDNN FP8", "ours fp16-out", "ours BF16",
               "best torch BF16", "ours FP8/best BF16", "RMSE / max rel: ours", "cuDNN FP8", "ours BF16"]
-    header += [f"hd{d} " + " ".join(f"{k}={v}" for k, v in t.items()) for d, ts in variants.items() for t in ts]
+    header += [variant_name(d, t) for d, ts in variants.items() for t in ts]
+    header += ["SM MHz (columns in order)"] if nvml else []
     points = [(dim, causal, seq) for dim in dims for causal in causals for seq in seqs]
 
     def problem_of(dim, causal, seq):
@@ -174,22 +193,27 @@ def grid(dims, seqs, causals, variants, arch, error_max_seq: int, outliers: bool
         shape = problem.fp8[0].shape
         out8 = torch.full(shape, float("nan"), device="cuda").to(torch.float8_e4m3fn)
         out16 = torch.full(shape, float("nan"), device="cuda", dtype=torch.float16)
-        t_e4m3 = time_ms(ours_fp8(problem, out8, "float8e4m3fn", arch))
-        t_fp16 = float("nan") if fp8_only else time_ms(ours_fp8(problem, out16, "float16", arch))
         cudnn_out = torch.full(shape, float("nan"), device="cuda").to(torch.float8_e4m3fn)
-        try:
-            t_cudnn = time_ms(cudnn_fp8(problem, cudnn_out))
-        except Exception as exc:  # a cuDNN that cannot build this graph: say why in the table
-            t_cudnn, cudnn_out = float("nan"), None
-            print(f"cuDNN FP8 hd{dim} causal {causal} seq {seq}: {type(exc).__name__}: {exc}".splitlines()[0])
         q16, k16, v16 = (t.to(torch.bfloat16) for t in problem.real)
         out_bf16 = torch.full_like(q16, float("nan"))
-        if fp8_only:
-            t_bf16 = t_torch = float("nan")
-        else:
-            t_bf16 = time_ms(ours(q16, k16, v16, out_bf16, causal))
-            torch_times, _ = torch_backends(q16, k16, v16, causal)
-            t_torch = min(t for t in torch_times.values() if t == t)
+        fns = {"ours e4m3": ours_fp8(problem, out8, "float8e4m3fn", arch),
+               "cuDNN FP8": cudnn_fp8_if_built(problem, cudnn_out, f"hd{dim} causal {causal} seq {seq}")}
+        torch_names = []
+        if not fp8_only:
+            fns["ours fp16-out"] = ours_fp8(problem, out16, "float16", arch)
+            fns["ours BF16"] = ours(q16, k16, v16, out_bf16, causal)
+            torch_calls, _ = torch_backend_calls(q16, k16, v16, causal)
+            torch_names = [f"torch {name}" for name in torch_calls]
+            fns.update(zip(torch_names, torch_calls.values()))
+        fns.update({variant_name(dim, x): ours_fp8(problem, out8, "float8e4m3fn", arch, x)
+                    for x in variants.get(dim, [])})
+        t, clocks = timed_columns(fns, method, nvml)
+        fns["ours e4m3"]()  # out8 from the default again (the variants wrote it last), for the error columns
+        t_e4m3, t_cudnn, t_fp16, t_bf16 = (t.get(name, float("nan"))
+                                           for name in ("ours e4m3", "cuDNN FP8", "ours fp16-out", "ours BF16"))
+        t_torch = min((t[name] for name in torch_names if t[name] == t[name]), default=float("nan"))
+        if fns["cuDNN FP8"] is None:
+            cudnn_out = None
         row = [dim, int(causal), seq, tflops(t_e4m3), tflops(t_cudnn), f"{t_cudnn / t_e4m3:.2f}",
                tflops(t_fp16), tflops(t_bf16), tflops(t_torch), f"{t_torch / t_e4m3:.2f}"]
         if seq <= error_max_seq:
@@ -199,9 +223,8 @@ def grid(dims, seqs, causals, variants, arch, error_max_seq: int, outliers: bool
                     "" if fp8_only else errors(out_bf16, ref)]
         else:
             row += ["", "", ""]
-        for d, ts in variants.items():
-            for t in ts:
-                row.append(tflops(time_ms(ours_fp8(problem, out8, "float8e4m3fn", arch, t))) if d == dim else "")
+        row += [tflops(t[variant_name(d, x)]) if d == dim else "" for d, xs in variants.items() for x in xs]
+        row += [clocks] if nvml else []
         rows.append(row)
         print(" | ".join(map(str, row)), flush=True)
         on_row(header, rows)
@@ -224,6 +247,7 @@ def main():
     args = parser.parse_args()
     seqs = grid_seqs(args)
     arch = device_arch(0)
+    method, nvml = METHODS[args.timing], Nvml(0) if args.clocks else None
     intro = (f"batch x seq = {TOKENS} tokens, hidden {HIDDEN}, BSHD; CUDA-graph replays, median; FLOPs 4*B*H*S^2*D "
              f"(/2 causal); inputs {'heavy-tailed with outliers' if args.outliers else 'N(0, 1)'}, per-tensor "
              f"scales amax/448, p_scale 1/448; ours = the plan's FP8 path on {arch}; errors on batch 0 vs float64 "
@@ -233,14 +257,15 @@ def main():
         cudnn_version = f", cuDNN backend {cudnn.backend_version()}, frontend {cudnn.__version__}"
     except Exception as exc:  # the table says it when the frontend is missing
         cudnn_version = f", cuDNN frontend unavailable ({type(exc).__name__})"
-    head = f"# FP8 FusedAttention forward\n\n{versions()}{cudnn_version}\n\n{fp8_gemm_ceiling()}\n\n{intro}\n\n"
+    head = (f"# FP8 FusedAttention forward\n\n{versions()}{cudnn_version}\n\n{fp8_gemm_ceiling()}\n\n{intro}\n\n"
+            f"{method.describe()}.\n\n")
 
     def write(header, rows, summary=()):
         return write_report(head, header, rows, summary, args.out)
 
     header, rows, summary = grid(tuple(int(x) for x in args.dims.split(",")), seqs, (False, True),
                                  parse_variants(args.variants), arch, args.error_max_seq, args.outliers, write,
-                                 args.fp8_only)
+                                 args.fp8_only, method, nvml)
     print(write(header, rows, summary))
 
 

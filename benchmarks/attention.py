@@ -8,8 +8,7 @@ overrides (e.g. 128:WGMMA=1 the single-role wgmma mainloop, 128:WGMMA=0 the mma.
 Whisper) against each torch backend (the decode grid is benchmarks/attention_decode.py). Each kernel is
 captured 10x in a CUDA graph (no launch gaps); each column of a point is replayed alone for a warm-up right before
 its event-timed replays, in two passes (benchmarks/timing.py; ``--timing sequential`` is the method of the tables
-before session 10). FLOPs: 4 * B * H * Lq * Lkv * D, halved when causal
-and square.
+before session 10). FLOPs: 4 * B * H * Lq * Lkv * D, halved when causal and square.
 
     python benchmarks/attention.py --out benchmarks/results/attention_h100.md [--quick] [--seqs 2048,8192]
         [--dims 64,128,256] [--dtypes bfloat16,float16] [--variants 128:WGMMA=1,...] [--deployment]
@@ -91,14 +90,19 @@ def ceilings() -> str:
             f"device read {read_bandwidth():.2f} TB/s (sum of 1 GiB float32)")
 
 
+def parse_tuning(spec: str) -> dict:
+    """'BLOCK_N=128+RESCALE_THRESHOLD=0.0f' -> {'BLOCK_N': 128, 'RESCALE_THRESHOLD': '0.0f'}: one set of plan tuning
+    overrides (integers, or float literals kept as the C text)."""
+    return {k: (v if v.endswith("f") else int(v)) for k, v in (kv.split("=") for kv in spec.split("+"))}
+
+
 def parse_variants(text: str) -> dict:
     """'64:BLOCK_N=128+Q_IN_REGISTERS=0,128:RESCALE_THRESHOLD=0.0f' -> {64: [{...}], 128: [{...}]}: plan tuning
     overrides to time beside the default, per head dim."""
     variants: dict = {}
     for item in filter(None, text.split(",")):
         dim, spec = item.split(":")
-        variants.setdefault(int(dim), []).append(
-            {k: (v if v.endswith("f") else int(v)) for k, v in (kv.split("=") for kv in spec.split("+"))})
+        variants.setdefault(int(dim), []).append(parse_tuning(spec))
     return variants
 
 
@@ -142,6 +146,7 @@ def timed_columns(fns: dict, method: Method, nvml) -> tuple[dict, str]:
 
 
 def variant_name(dim: int, tuning: dict) -> str:
+    """A variant's column name: 'hd128 BLOCK_N=256 KV_STAGES=2'."""
     return f"hd{dim} " + " ".join(f"{k}={v}" for k, v in tuning.items())
 
 
@@ -168,9 +173,8 @@ def grid(dtypes, dims, seqs, variants, arch, method: Method, nvml=None) -> tuple
                     tflops = lambda ms: flops / ms / 1e9  # noqa: E731
                     fns = {"ours": ours(q, k, v, out, causal)}
                     fns["ours"]()
-                    ref = sdpa(q, k, v, causal, SDPBackend.FLASH_ATTENTION)().transpose(1, 2)
-                    err = rel_err(out, ref)
                     fns["flash (FA2)"] = sdpa(q, k, v, causal, SDPBackend.FLASH_ATTENTION)
+                    err = rel_err(out, fns["flash (FA2)"]().transpose(1, 2))
                     fns["cuDNN"] = runnable(sdpa(q, k, v, causal, SDPBackend.CUDNN_ATTENTION))
                     fns.update({variant_name(dim, t): ours(q, k, v, out, causal, t) for t in variants.get(dim, [])})
                     t, clocks = timed_columns(fns, method, nvml)

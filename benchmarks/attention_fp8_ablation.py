@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from attention import HIDDEN, TOKENS, time_ms, versions, write_report
+from attention import HIDDEN, TOKENS, parse_tuning, time_ms, versions, write_report
 from attention_fp8 import E4M3, FP8Problem, cudnn_fp8, fp8_plan
 from trt_fusedattn.launcher import device_arch, launch, precompile
 from trt_fusedattn.launcher.compile import compile_ptx
@@ -85,7 +85,7 @@ def main():
     parser.add_argument("--check", action="store_true", help="only build each copy's PTX for sm_90a (CPU)")
     args = parser.parse_args()
     names = [n for n in args.ablations.split(",") if n]
-    tunings = {t: {k: int(v) for k, v in (kv.split("=") for kv in t.split("+"))} for t in args.tunings.split(",") if t}
+    tunings = {t: parse_tuning(t) for t in args.tunings.split(",") if t}
     points = [tuple(map(int, p.split(":"))) for p in args.points.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         sources = {n: ablated_tree(n, Path(tmp)) for n in names}

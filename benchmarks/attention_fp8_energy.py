@@ -9,7 +9,7 @@ import argparse
 
 import torch
 
-from attention import HIDDEN, TOKENS, versions, write_report
+from attention import HIDDEN, TOKENS, parse_tuning, versions, write_report
 from attention_fp8 import FP8Problem, fp8_plan, ours_fp8
 from energy import Nvml, sustained
 from trt_fusedattn.launcher import device_arch, precompile
@@ -17,7 +17,7 @@ from trt_fusedattn.launcher import device_arch, precompile
 
 def tuning_of(spec: str) -> dict | None:
     """'A=1+B=2' -> {'A': 1, 'B': 2}; '' -> None (the default)."""
-    return {k: int(v) for k, v in (kv.split("=") for kv in spec.split("+"))} if spec else None
+    return parse_tuning(spec) if spec else None
 
 
 def main():
